@@ -1,0 +1,527 @@
+//! Configuration: the TOML file (raw form) validated into the runtime form.
+//!
+//! Two phases (see `raw`): the raw structs mirror the file and reject unknown
+//! keys; [`load_str`] validates them into [`Config`], reporting every problem
+//! at once, each with its key path and the bad value. Environment variables
+//! (see [`apply_env`]) override listen addresses and upstream URLs for
+//! containers.
+
+pub mod detection;
+pub mod raw;
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use url::Url;
+
+pub use detection::LoopDetection;
+use raw::RawConfig;
+
+/// The default configuration, also shipped as `config/loopguard.toml`.
+pub const DEFAULT_TOML: &str = include_str!("../../config/loopguard.toml");
+
+/// The validated configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// `[server]`.
+    pub server: ServerConfig,
+    /// `[[routes]]`, longest prefix first.
+    pub routes: Vec<Route>,
+    /// `[sessions]`.
+    pub sessions: SessionsConfig,
+    /// `[loop_detection]` with `[[agents]]` overrides.
+    pub loop_detection: LoopDetection,
+}
+
+/// Validated `[server]`.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// Proxy listener.
+    pub listen: SocketAddr,
+    /// Admin listener.
+    pub admin_listen: SocketAddr,
+    /// Bearer token for mutating admin endpoints.
+    pub admin_token: Option<String>,
+    /// Request body cap, bytes.
+    pub max_request_bytes: usize,
+    /// Judged non-streaming response cap, bytes.
+    pub max_response_bytes: usize,
+    /// Held tool-call events cap per response, bytes.
+    pub max_held_bytes: usize,
+    /// Longest hold of response headers.
+    pub header_hold: Duration,
+    /// Upstream connect timeout.
+    pub connect_timeout: Duration,
+    /// Time allowed until the upstream's response headers.
+    pub first_byte_timeout: Duration,
+    /// Longest silence between two upstream body reads.
+    pub idle_timeout: Duration,
+    /// What an internal error does to traffic.
+    pub fail_mode: FailMode,
+    /// Header that skips detection when present.
+    pub bypass_header: Option<String>,
+    /// How long shutdown waits for in-flight requests.
+    pub drain_timeout: Duration,
+}
+
+/// What an internal error (parse failure, detector fault) does to traffic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailMode {
+    /// Log, count, and pass the bytes through (default).
+    Open,
+    /// Answer with an error instead.
+    Closed,
+}
+
+/// The provider behind a route.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Provider {
+    /// OpenAI or any OpenAI-compatible server.
+    Openai,
+    /// Google Gemini (AI Studio or Vertex).
+    Gemini,
+    /// Anthropic Messages.
+    Anthropic,
+}
+
+impl Provider {
+    /// The name used in config, logs and metrics.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Openai => "openai",
+            Self::Gemini => "gemini",
+            Self::Anthropic => "anthropic",
+        }
+    }
+
+    fn parse(text: &str) -> Option<Self> {
+        match text {
+            "openai" => Some(Self::Openai),
+            "gemini" => Some(Self::Gemini),
+            "anthropic" => Some(Self::Anthropic),
+            _ => None,
+        }
+    }
+}
+
+/// A validated route.
+#[derive(Debug, Clone)]
+pub struct Route {
+    /// Path prefix without a trailing slash (`""` for the root).
+    pub prefix: String,
+    /// Provider of the upstream.
+    pub provider: Provider,
+    /// Upstream base URL.
+    pub upstream: Url,
+    /// Remove the prefix before forwarding.
+    pub strip_prefix: bool,
+}
+
+/// Validated `[sessions]`.
+#[derive(Debug, Clone)]
+pub struct SessionsConfig {
+    /// Header carrying an explicit session key (lowercase).
+    pub header: String,
+    /// Most sessions kept.
+    pub max_sessions: u64,
+    /// Idle time after which a session is forgotten.
+    pub idle_ttl: Duration,
+}
+
+/// One configuration problem: the key path and what is wrong with it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    /// Key path, e.g. `routes[1].upstream`; empty for syntax errors.
+    pub path: String,
+    /// What is wrong, naming the bad value.
+    pub message: String,
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.path.is_empty() {
+            write!(f, "{}", self.message)
+        } else {
+            write!(f, "{}: {}", self.path, self.message)
+        }
+    }
+}
+
+/// Every problem found while validating, plus notices about values that were
+/// adjusted (a raised threshold) rather than rejected.
+#[derive(Debug, Clone, Default)]
+pub struct Problems {
+    /// Errors: the config is rejected when there is at least one.
+    pub errors: Vec<Problem>,
+    /// Adjustments made on load, to be logged.
+    pub notices: Vec<Problem>,
+}
+
+impl Problems {
+    /// Records an error at `path`.
+    pub fn push(&mut self, path: impl Into<String>, message: impl Into<String>) {
+        self.errors.push(Problem {
+            path: path.into(),
+            message: message.into(),
+        });
+    }
+
+    /// Records a notice at `path`.
+    pub fn notice(&mut self, path: impl Into<String>, message: impl Into<String>) {
+        self.notices.push(Problem {
+            path: path.into(),
+            message: message.into(),
+        });
+    }
+}
+
+/// A configuration that could not be loaded: every problem found.
+#[derive(Debug, thiserror::Error)]
+#[error("{source_name}: {} problem(s)\n{}", .errors.len(), render(.errors))]
+pub struct ConfigError {
+    /// The file name (or `<default>`).
+    pub source_name: String,
+    /// Every problem found.
+    pub errors: Vec<Problem>,
+}
+
+fn render(errors: &[Problem]) -> String {
+    errors
+        .iter()
+        .map(|p| format!("  {p}"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// A loaded configuration with the notices produced on load.
+#[derive(Debug, Clone)]
+pub struct Loaded {
+    /// The validated configuration.
+    pub config: Config,
+    /// Values adjusted on load (to be logged as warnings).
+    pub notices: Vec<Problem>,
+}
+
+/// Reads and validates a config file.
+///
+/// # Errors
+/// [`ConfigError`] with every problem found; an unreadable file is one
+/// problem naming the I/O error.
+pub fn load_file(path: &Path) -> Result<Loaded, ConfigError> {
+    let source_name = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
+        source_name: source_name.clone(),
+        errors: vec![Problem {
+            path: String::new(),
+            message: format!("cannot read file: {e}"),
+        }],
+    })?;
+    load_str(&text, &source_name)
+}
+
+/// Validates config text.
+///
+/// # Errors
+/// [`ConfigError`] with every problem found. A TOML syntax error or an
+/// unknown key is reported with the parser's own line and column.
+pub fn load_str(text: &str, source_name: &str) -> Result<Loaded, ConfigError> {
+    let raw: RawConfig = toml::from_str(text).map_err(|e| ConfigError {
+        source_name: source_name.to_owned(),
+        errors: vec![Problem {
+            path: String::new(),
+            message: e.to_string().trim_end().to_owned(),
+        }],
+    })?;
+    let mut problems = Problems::default();
+    let config = validate(&raw, &mut problems);
+    if problems.errors.is_empty() {
+        Ok(Loaded {
+            config,
+            notices: problems.notices,
+        })
+    } else {
+        Err(ConfigError {
+            source_name: source_name.to_owned(),
+            errors: problems.errors,
+        })
+    }
+}
+
+fn validate(raw: &RawConfig, problems: &mut Problems) -> Config {
+    let server = validate_server(raw, problems);
+    let routes = validate_routes(raw, problems);
+    let sessions = SessionsConfig {
+        header: raw.sessions.header.to_ascii_lowercase(),
+        max_sessions: raw.sessions.max_sessions,
+        idle_ttl: Duration::from_secs(raw.sessions.idle_ttl_secs),
+    };
+    if raw.sessions.max_sessions == 0 {
+        problems.push("sessions.max_sessions", "must be at least 1, got 0");
+    }
+    if http::HeaderName::from_bytes(raw.sessions.header.as_bytes()).is_err() {
+        problems.push(
+            "sessions.header",
+            format!("{:?} is not a valid header name", raw.sessions.header),
+        );
+    }
+    let loop_detection = detection::validate(&raw.loop_detection, &raw.agents, problems);
+    Config {
+        server,
+        routes,
+        sessions,
+        loop_detection,
+    }
+}
+
+fn parse_addr(text: &str, path: &str, problems: &mut Problems) -> SocketAddr {
+    text.parse().unwrap_or_else(|_| {
+        problems.push(
+            path,
+            format!("{text:?} is not a socket address (host:port, e.g. 127.0.0.1:8080)"),
+        );
+        SocketAddr::from(([127, 0, 0, 1], 0))
+    })
+}
+
+fn positive(value: u64, path: &str, problems: &mut Problems) -> u64 {
+    if value == 0 {
+        problems.push(path, "must be greater than 0, got 0");
+    }
+    value
+}
+
+fn validate_server(raw: &RawConfig, problems: &mut Problems) -> ServerConfig {
+    let s = &raw.server;
+    let listen = parse_addr(&s.listen, "server.listen", problems);
+    let admin_listen = parse_addr(&s.admin_listen, "server.admin_listen", problems);
+    let fail_mode = match s.fail_mode.as_str() {
+        "open" => FailMode::Open,
+        "closed" => FailMode::Closed,
+        other => {
+            problems.push(
+                "server.fail_mode",
+                format!("{other:?} is not one of \"open\", \"closed\""),
+            );
+            FailMode::Open
+        }
+    };
+    if let Some(name) = &s.bypass_header {
+        if http::HeaderName::from_bytes(name.as_bytes()).is_err() {
+            problems.push(
+                "server.bypass_header",
+                format!("{name:?} is not a valid header name"),
+            );
+        }
+    }
+    let to_usize = |v: u64| usize::try_from(v).unwrap_or(usize::MAX);
+    ServerConfig {
+        listen,
+        admin_listen,
+        admin_token: s.admin_token.clone().filter(|t| !t.is_empty()),
+        max_request_bytes: to_usize(positive(
+            s.max_request_bytes,
+            "server.max_request_bytes",
+            problems,
+        )),
+        max_response_bytes: to_usize(positive(
+            s.max_response_bytes,
+            "server.max_response_bytes",
+            problems,
+        )),
+        max_held_bytes: to_usize(positive(s.max_held_bytes, "server.max_held_bytes", problems)),
+        header_hold: Duration::from_millis(s.header_hold_ms),
+        connect_timeout: Duration::from_secs(positive(
+            s.connect_timeout_secs,
+            "server.connect_timeout_secs",
+            problems,
+        )),
+        first_byte_timeout: Duration::from_secs(positive(
+            s.first_byte_timeout_secs,
+            "server.first_byte_timeout_secs",
+            problems,
+        )),
+        idle_timeout: Duration::from_secs(positive(
+            s.idle_timeout_secs,
+            "server.idle_timeout_secs",
+            problems,
+        )),
+        fail_mode,
+        bypass_header: s.bypass_header.as_ref().map(|h| h.to_ascii_lowercase()),
+        drain_timeout: Duration::from_secs(s.drain_timeout_secs),
+    }
+}
+
+fn validate_routes(raw: &RawConfig, problems: &mut Problems) -> Vec<Route> {
+    if raw.routes.is_empty() {
+        problems.push("routes", "at least one [[routes]] entry is needed");
+    }
+    let mut routes: Vec<Route> = Vec::new();
+    for (i, r) in raw.routes.iter().enumerate() {
+        let base = format!("routes[{i}]");
+        let provider = Provider::parse(&r.provider).unwrap_or_else(|| {
+            problems.push(
+                format!("{base}.provider"),
+                format!(
+                    "{:?} is not one of \"openai\", \"gemini\", \"anthropic\"",
+                    r.provider
+                ),
+            );
+            Provider::Openai
+        });
+        if !r.prefix.is_empty() && !r.prefix.starts_with('/') {
+            problems.push(
+                format!("{base}.prefix"),
+                format!("{:?} must start with '/'", r.prefix),
+            );
+        }
+        let prefix = r.prefix.trim_end_matches('/').to_owned();
+        let upstream = match Url::parse(&r.upstream) {
+            Ok(url) if matches!(url.scheme(), "http" | "https") && url.host().is_some() => Some(url),
+            _ => {
+                problems.push(
+                    format!("{base}.upstream"),
+                    format!("{:?} is not a valid URL", r.upstream),
+                );
+                None
+            }
+        };
+        if routes.iter().any(|other| other.prefix == prefix) {
+            problems.push(
+                format!("{base}.prefix"),
+                format!("{:?} is used by an earlier route", r.prefix),
+            );
+        }
+        if let Some(upstream) = upstream {
+            routes.push(Route {
+                prefix,
+                provider,
+                upstream,
+                strip_prefix: r.strip_prefix,
+            });
+        }
+    }
+    routes.sort_by(|a, b| b.prefix.len().cmp(&a.prefix.len()));
+    routes
+}
+
+/// Environment variables that override the file, for containers.
+///
+/// - `LOOPGUARD_LISTEN`: `server.listen`
+/// - `LOOPGUARD_ADMIN_LISTEN`: `server.admin_listen`
+/// - `LOOPGUARD_ADMIN_TOKEN`: `server.admin_token`
+/// - `LOOPGUARD_OPENAI_UPSTREAM`, `LOOPGUARD_GEMINI_UPSTREAM`,
+///   `LOOPGUARD_ANTHROPIC_UPSTREAM`: the `upstream` of every route of that
+///   provider.
+///
+/// # Errors
+/// A [`ConfigError`] naming the variable when its value is invalid.
+pub fn apply_env(config: &mut Config, get: impl Fn(&str) -> Option<String>) -> Result<(), ConfigError> {
+    let mut problems = Problems::default();
+    if let Some(v) = get("LOOPGUARD_LISTEN") {
+        config.server.listen = parse_addr(&v, "env LOOPGUARD_LISTEN", &mut problems);
+    }
+    if let Some(v) = get("LOOPGUARD_ADMIN_LISTEN") {
+        config.server.admin_listen = parse_addr(&v, "env LOOPGUARD_ADMIN_LISTEN", &mut problems);
+    }
+    if let Some(v) = get("LOOPGUARD_ADMIN_TOKEN") {
+        config.server.admin_token = Some(v).filter(|t| !t.is_empty());
+    }
+    for provider in [Provider::Openai, Provider::Gemini, Provider::Anthropic] {
+        let var = format!("LOOPGUARD_{}_UPSTREAM", provider.name().to_ascii_uppercase());
+        if let Some(v) = get(&var) {
+            match Url::parse(&v) {
+                Ok(url) if matches!(url.scheme(), "http" | "https") => {
+                    for route in config.routes.iter_mut().filter(|r| r.provider == provider) {
+                        route.upstream = url.clone();
+                    }
+                }
+                _ => problems.push(format!("env {var}"), format!("{v:?} is not a valid URL")),
+            }
+        }
+    }
+    if problems.errors.is_empty() {
+        Ok(())
+    } else {
+        Err(ConfigError {
+            source_name: "environment".to_owned(),
+            errors: problems.errors,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_config_is_valid_and_routes_longest_prefix_first() {
+        let loaded = load_str(DEFAULT_TOML, "<default>").unwrap_or_else(|e| panic!("{e}"));
+        let prefixes: Vec<&str> = loaded.config.routes.iter().map(|r| r.prefix.as_str()).collect();
+        assert!(prefixes.contains(&"/v1") && prefixes.contains(&"/v1beta") && prefixes.contains(&"/gemini"));
+        let lens: Vec<usize> = prefixes.iter().map(|p| p.len()).collect();
+        let mut sorted = lens.clone();
+        sorted.sort_by(|a, b| b.cmp(a));
+        assert_eq!(lens, sorted);
+    }
+
+    #[test]
+    fn every_problem_is_reported_with_its_key_path() {
+        let text = r#"
+[server]
+listen = "nowhere"
+fail_mode = "sometimes"
+
+[[routes]]
+prefix = "/v1"
+provider = "openai"
+upstream = "https://api.openai.com"
+
+[[routes]]
+prefix = "/x"
+provider = "acme"
+upstream = "htp:/x"
+"#;
+        let err = load_str(text, "t.toml")
+            .err()
+            .unwrap_or_else(|| panic!("expected errors"));
+        let rendered: Vec<String> = err.errors.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            rendered,
+            vec![
+                "server.listen: \"nowhere\" is not a socket address (host:port, e.g. 127.0.0.1:8080)",
+                "server.fail_mode: \"sometimes\" is not one of \"open\", \"closed\"",
+                "routes[1].provider: \"acme\" is not one of \"openai\", \"gemini\", \"anthropic\"",
+                "routes[1].upstream: \"htp:/x\" is not a valid URL",
+            ]
+        );
+    }
+
+    #[test]
+    fn unknown_keys_are_rejected_by_name() {
+        let err = load_str("[server]\nlisten_addr = \"x\"\n", "t.toml")
+            .err()
+            .unwrap_or_else(|| panic!("expected an error"));
+        assert!(err.to_string().contains("listen_addr"), "{err}");
+    }
+
+    #[test]
+    fn environment_overrides_listen_and_upstreams() {
+        let mut config = load_str(DEFAULT_TOML, "<default>")
+            .unwrap_or_else(|e| panic!("{e}"))
+            .config;
+        apply_env(&mut config, |k| match k {
+            "LOOPGUARD_LISTEN" => Some("0.0.0.0:9999".to_owned()),
+            "LOOPGUARD_GEMINI_UPSTREAM" => Some("http://127.0.0.1:1234".to_owned()),
+            _ => None,
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(config.server.listen.port(), 9999);
+        for r in &config.routes {
+            if r.provider == Provider::Gemini {
+                assert_eq!(r.upstream.as_str(), "http://127.0.0.1:1234/");
+            }
+        }
+    }
+}

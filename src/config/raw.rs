@@ -1,0 +1,178 @@
+//! The raw configuration: serde structs that mirror the TOML file exactly.
+//!
+//! Every struct rejects unknown keys, so a typo is an error naming the key.
+//! Defaults live in `default_*` functions; [`super::load`] turns this into the
+//! validated [`super::Config`].
+
+use serde::Deserialize;
+
+use super::detection::{RawAgent, RawLoopDetection};
+
+/// The whole file.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawConfig {
+    /// `[server]`.
+    #[serde(default)]
+    pub server: RawServer,
+    /// `[[routes]]`.
+    #[serde(default)]
+    pub routes: Vec<RawRoute>,
+    /// `[sessions]`.
+    #[serde(default)]
+    pub sessions: RawSessions,
+    /// `[loop_detection]`.
+    #[serde(default)]
+    pub loop_detection: RawLoopDetection,
+    /// `[[agents]]`.
+    #[serde(default)]
+    pub agents: Vec<RawAgent>,
+}
+
+/// `[server]`: listeners, limits and timeouts.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawServer {
+    /// Proxy listen address, `host:port`.
+    #[serde(default = "default_listen")]
+    pub listen: String,
+    /// Admin listen address, `host:port`.
+    #[serde(default = "default_admin_listen")]
+    pub admin_listen: String,
+    /// Bearer token for mutating admin endpoints; none disables them.
+    #[serde(default)]
+    pub admin_token: Option<String>,
+    /// Largest request body accepted, in bytes.
+    #[serde(default = "default_max_request_bytes")]
+    pub max_request_bytes: u64,
+    /// Largest non-streaming response body that is judged, in bytes.
+    #[serde(default = "default_max_response_bytes")]
+    pub max_response_bytes: u64,
+    /// Largest amount of held tool-call events per response, in bytes.
+    #[serde(default = "default_max_held_bytes")]
+    pub max_held_bytes: u64,
+    /// Longest time response headers are held, in milliseconds.
+    #[serde(default = "default_header_hold_ms")]
+    pub header_hold_ms: u64,
+    /// Upstream connect timeout, in seconds.
+    #[serde(default = "default_connect_timeout_secs")]
+    pub connect_timeout_secs: u64,
+    /// Time allowed until the upstream's response headers, in seconds.
+    #[serde(default = "default_first_byte_timeout_secs")]
+    pub first_byte_timeout_secs: u64,
+    /// Longest silence between two body reads from the upstream, in seconds.
+    #[serde(default = "default_idle_timeout_secs")]
+    pub idle_timeout_secs: u64,
+    /// `open` (default) or `closed`.
+    #[serde(default = "default_fail_mode")]
+    pub fail_mode: String,
+    /// Name of a request header that, when present, skips detection.
+    #[serde(default)]
+    pub bypass_header: Option<String>,
+    /// How long a shutdown waits for in-flight requests, in seconds.
+    #[serde(default = "default_drain_timeout_secs")]
+    pub drain_timeout_secs: u64,
+}
+
+impl Default for RawServer {
+    fn default() -> Self {
+        Self {
+            listen: default_listen(),
+            admin_listen: default_admin_listen(),
+            admin_token: None,
+            max_request_bytes: default_max_request_bytes(),
+            max_response_bytes: default_max_response_bytes(),
+            max_held_bytes: default_max_held_bytes(),
+            header_hold_ms: default_header_hold_ms(),
+            connect_timeout_secs: default_connect_timeout_secs(),
+            first_byte_timeout_secs: default_first_byte_timeout_secs(),
+            idle_timeout_secs: default_idle_timeout_secs(),
+            fail_mode: default_fail_mode(),
+            bypass_header: None,
+            drain_timeout_secs: default_drain_timeout_secs(),
+        }
+    }
+}
+
+/// One `[[routes]]` entry.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRoute {
+    /// Path prefix, matched on whole segments.
+    pub prefix: String,
+    /// `openai`, `gemini` or `anthropic`.
+    pub provider: String,
+    /// Base URL of the upstream.
+    pub upstream: String,
+    /// Remove the prefix before appending the path to `upstream`.
+    #[serde(default)]
+    pub strip_prefix: bool,
+}
+
+/// `[sessions]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawSessions {
+    /// Header carrying an explicit session key.
+    #[serde(default = "default_session_header")]
+    pub header: String,
+    /// Most sessions kept at once.
+    #[serde(default = "default_max_sessions")]
+    pub max_sessions: u64,
+    /// A session idle this long is forgotten, in seconds.
+    #[serde(default = "default_idle_ttl_secs")]
+    pub idle_ttl_secs: u64,
+}
+
+impl Default for RawSessions {
+    fn default() -> Self {
+        Self {
+            header: default_session_header(),
+            max_sessions: default_max_sessions(),
+            idle_ttl_secs: default_idle_ttl_secs(),
+        }
+    }
+}
+
+fn default_listen() -> String {
+    "127.0.0.1:8080".to_owned()
+}
+fn default_admin_listen() -> String {
+    "127.0.0.1:9090".to_owned()
+}
+fn default_max_request_bytes() -> u64 {
+    64 * 1024 * 1024
+}
+fn default_max_response_bytes() -> u64 {
+    16 * 1024 * 1024
+}
+fn default_max_held_bytes() -> u64 {
+    1024 * 1024
+}
+fn default_header_hold_ms() -> u64 {
+    1500
+}
+fn default_connect_timeout_secs() -> u64 {
+    10
+}
+fn default_first_byte_timeout_secs() -> u64 {
+    300
+}
+fn default_idle_timeout_secs() -> u64 {
+    300
+}
+fn default_fail_mode() -> String {
+    "open".to_owned()
+}
+fn default_drain_timeout_secs() -> u64 {
+    30
+}
+fn default_session_header() -> String {
+    "x-loopguard-session".to_owned()
+}
+fn default_max_sessions() -> u64 {
+    10_000
+}
+fn default_idle_ttl_secs() -> u64 {
+    3600
+}

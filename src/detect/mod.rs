@@ -1,0 +1,1 @@
+//! Placeholder: the detectors (issue "Detection engine").

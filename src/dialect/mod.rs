@@ -1,0 +1,163 @@
+//! Dialects: the wire protocols loopguard understands, each turning request
+//! bodies into a [`Transcript`] and response payloads into [`StreamEvent`]s.
+//!
+//! A dialect never sees raw transport bytes: the framing layer
+//! ([`crate::sse`] for SSE, [`crate::json_array`] for Gemini's streamed JSON
+//! array, or the whole body for a non-streaming answer) hands it one JSON
+//! payload at a time. What the client receives is always the upstream's own
+//! bytes; parsing works on a side copy.
+
+pub mod event;
+pub mod gemini;
+pub mod openai_chat;
+
+pub use event::StreamEvent;
+
+use crate::transcript::Transcript;
+
+/// The wire protocol of a request, chosen from its path (DESIGN §8).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Dialect {
+    /// OpenAI Chat Completions: `POST …/chat/completions`.
+    OpenaiChat,
+    /// Gemini: `POST …/models/{model}:generateContent` and `:streamGenerateContent`.
+    Gemini,
+}
+
+impl Dialect {
+    /// The dialect's name as used in config, logs and metrics (`openai-chat`, `gemini`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::OpenaiChat => "openai-chat",
+            Self::Gemini => "gemini",
+        }
+    }
+
+    /// Picks the dialect for a request path (without query), or `None` for
+    /// paths that are proxied without detection (model lists, embeddings,
+    /// token counting, files).
+    pub fn from_path(path: &str) -> Option<Self> {
+        let path = path.trim_end_matches('/');
+        if path.ends_with("/chat/completions") {
+            return Some(Self::OpenaiChat);
+        }
+        let last = path.rsplit('/').next().unwrap_or_default();
+        if let Some((_model, method)) = last.split_once(':') {
+            if method == "generateContent" || method == "streamGenerateContent" {
+                return Some(Self::Gemini);
+            }
+        }
+        None
+    }
+
+    /// Parses a request body into what the detectors need.
+    ///
+    /// # Errors
+    /// [`DialectError`] when the body is not JSON or not of this dialect's
+    /// shape; the proxy then forwards it unchanged without detection (fail
+    /// open).
+    pub fn parse_request(self, body: &[u8]) -> Result<ParsedRequest, DialectError> {
+        match self {
+            Self::OpenaiChat => openai_chat::parse_request(body),
+            Self::Gemini => gemini::parse_request(body),
+        }
+    }
+
+    /// A fresh parser for one response of this dialect.
+    pub fn stream_parser(self) -> StreamParser {
+        match self {
+            Self::OpenaiChat => StreamParser::OpenaiChat(openai_chat::ResponseParser::default()),
+            Self::Gemini => StreamParser::Gemini(gemini::ResponseParser::default()),
+        }
+    }
+}
+
+/// A request body as the detectors see it.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct ParsedRequest {
+    /// The history, dialect-neutral.
+    pub transcript: Transcript,
+    /// The client asked for a streamed answer (OpenAI `stream: true`). For
+    /// Gemini the method in the path says it instead, so this is `false`.
+    pub stream: bool,
+    /// OpenAI `stream_options.include_usage`: a usage chunk is expected
+    /// before `[DONE]`.
+    pub include_usage: bool,
+    /// The model named in the body, if any (Gemini names it in the path).
+    pub model: Option<String>,
+}
+
+/// Why a body could not be parsed in its dialect.
+#[derive(Debug, thiserror::Error)]
+pub enum DialectError {
+    /// The body is not valid JSON.
+    #[error("body is not valid JSON: {0}")]
+    Json(#[from] serde_json::Error),
+    /// The JSON does not have the dialect's shape.
+    #[error("unexpected shape: {0}")]
+    Shape(String),
+}
+
+/// Turns the payloads of one response into [`StreamEvent`]s, incrementally.
+///
+/// Feed it every payload in order ([`StreamParser::payload`]: one SSE `data`
+/// field, one element of a streamed JSON array, or a whole non-streaming
+/// body), then call [`StreamParser::end`] once when the body ends, which
+/// completes tool calls still being assembled.
+#[derive(Debug)]
+pub enum StreamParser {
+    /// `openai-chat` responses.
+    OpenaiChat(openai_chat::ResponseParser),
+    /// `gemini` responses.
+    Gemini(gemini::ResponseParser),
+}
+
+impl StreamParser {
+    /// Parses one payload, appending what it carried to `out`.
+    ///
+    /// # Errors
+    /// [`DialectError`] when the payload is not JSON or not of the dialect's
+    /// shape; the parser stays usable for the next payload.
+    pub fn payload(&mut self, payload: &str, out: &mut Vec<StreamEvent>) -> Result<(), DialectError> {
+        match self {
+            Self::OpenaiChat(p) => p.payload(payload, out),
+            Self::Gemini(p) => p.payload(payload, out),
+        }
+    }
+
+    /// The body ended: completes every tool call still open.
+    pub fn end(&mut self, out: &mut Vec<StreamEvent>) {
+        match self {
+            Self::OpenaiChat(p) => p.end(out),
+            Self::Gemini(p) => p.end(out),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_pick_their_dialect() {
+        assert_eq!(
+            Dialect::from_path("/v1/chat/completions"),
+            Some(Dialect::OpenaiChat)
+        );
+        assert_eq!(
+            Dialect::from_path("/v1beta/models/gemini-2.5-pro:streamGenerateContent"),
+            Some(Dialect::Gemini)
+        );
+        assert_eq!(
+            Dialect::from_path("/v1/models/gemini-2.5-flash:generateContent"),
+            Some(Dialect::Gemini)
+        );
+        assert_eq!(
+            Dialect::from_path("/v1beta/models/gemini-2.5-pro:countTokens"),
+            None
+        );
+        assert_eq!(Dialect::from_path("/v1/models"), None);
+        assert_eq!(Dialect::from_path("/v1/embeddings"), None);
+    }
+}

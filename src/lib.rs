@@ -1,0 +1,32 @@
+//! loopguard: a streaming reverse proxy between AI agents and LLM APIs that
+//! detects agents stuck in loops and acts on them.
+//!
+//! The request path, stage by stage (see `DESIGN.md` in the shared docs):
+//!
+//! - [`cli`]: the command line (`serve`, `check-config`, `mock-upstream`, …).
+//! - [`config`]: the TOML file, raw form → validated [`config::Config`].
+//! - [`server`]: binds the listener and builds the axum app.
+//! - [`route`]: matches a request path to a route and picks its dialect.
+//! - [`proxy`]: forwards to the upstream and streams the answer back, with a
+//!   side tap that parses what passes.
+//! - [`sse`], [`json_array`]: framing — split a response body into events,
+//!   keeping each event's raw bytes.
+//! - [`dialect`]: per-protocol parsing: request body → [`transcript`],
+//!   response payloads → [`dialect::StreamEvent`]s.
+//! - [`transcript`]: the dialect-neutral history and tool-call signatures.
+//! - [`detect`]: the loop detectors (pure, synchronous).
+//! - [`mock`]: a scripted upstream for tests, benchmarks and demos.
+//! - [`telemetry`]: logging setup and the fail-open counter.
+
+pub mod cli;
+pub mod config;
+pub mod detect;
+pub mod dialect;
+pub mod json_array;
+pub mod mock;
+pub mod proxy;
+pub mod route;
+pub mod server;
+pub mod sse;
+pub mod telemetry;
+pub mod transcript;

@@ -1,0 +1,3 @@
+//! The `loopguard` binary: wiring only (see the library's crate map).
+
+fn main() {}

@@ -1,0 +1,149 @@
+//! The dialect-neutral view of a request's history: turns, tool calls, tool results.
+//!
+//! Every dialect parser (see [`crate::dialect`]) turns a request body into a
+//! [`Transcript`]; the detectors only ever see this shape. Text is kept as the
+//! model or agent wrote it; nothing here is normalised except a tool call's
+//! [`Signature`], which is canonical by construction.
+
+mod signature;
+
+pub use signature::{Signature, canonical_json};
+
+use serde_json::Value;
+
+/// Who wrote a message, in the dialect-neutral sense.
+///
+/// `Tool` is a message that carries only tool results (OpenAI `role: tool`,
+/// a Gemini `user` content made of `functionResponse` parts, an Anthropic
+/// `user` message of `tool_result` blocks).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// System or developer instructions (not the system text of the request, see [`Transcript::system`]).
+    System,
+    /// The person, or the agent speaking for them.
+    User,
+    /// The model.
+    Assistant,
+    /// Tool results sent back to the model.
+    Tool,
+}
+
+/// A request's history in dialect-neutral form.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct Transcript {
+    /// System text: OpenAI `system`/`developer` messages before the first
+    /// turn, Gemini `systemInstruction`, joined by newlines. Empty when absent.
+    pub system: String,
+    /// Names of the tools the request declares, in declaration order.
+    pub tools: Vec<String>,
+    /// The turns, in order.
+    pub messages: Vec<Message>,
+}
+
+/// One turn of the history.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Message {
+    /// Who wrote it.
+    pub role: Role,
+    /// Its text parts joined by newlines (reasoning / thought parts excluded).
+    pub text: String,
+    /// Tool calls the model made in this turn (assistant turns only).
+    pub tool_calls: Vec<ToolCall>,
+    /// Tool results carried by this turn.
+    pub tool_results: Vec<ToolResult>,
+}
+
+impl Message {
+    /// A message with only text.
+    pub fn text(role: Role, text: impl Into<String>) -> Self {
+        Self {
+            role,
+            text: text.into(),
+            tool_calls: Vec::new(),
+            tool_results: Vec::new(),
+        }
+    }
+}
+
+/// A tool call: what the model asked the agent to run.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct ToolCall {
+    /// The call id when the dialect has one (OpenAI `tool_calls[].id`,
+    /// Gemini `functionCall.id`). Never part of the signature.
+    pub id: Option<String>,
+    /// The tool's name.
+    pub name: String,
+    /// The arguments, parsed when they are JSON.
+    pub arguments: Arguments,
+    /// Name + canonical arguments, hashed (see [`Signature`]).
+    #[serde(skip)]
+    pub signature: Signature,
+}
+
+impl ToolCall {
+    /// Builds a tool call and computes its signature.
+    pub fn new(id: Option<String>, name: impl Into<String>, arguments: Arguments) -> Self {
+        let name = name.into();
+        let signature = Signature::of(&name, &arguments);
+        Self {
+            id,
+            name,
+            arguments,
+            signature,
+        }
+    }
+}
+
+/// A tool call's arguments.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[serde(tag = "kind", content = "value", rename_all = "snake_case")]
+pub enum Arguments {
+    /// Arguments that parsed as JSON (OpenAI's argument string after parsing,
+    /// Gemini's `args` object).
+    Json(Value),
+    /// Arguments that did not parse as JSON, kept as received. A call with
+    /// such arguments counts as a failure for `consecutive_failures`.
+    Unparsable(String),
+}
+
+impl Arguments {
+    /// Parses an argument string as OpenAI sends it (a JSON document in a
+    /// string). An empty string is an empty object, as every OpenAI client
+    /// treats it.
+    pub fn from_json_str(text: &str) -> Self {
+        if text.trim().is_empty() {
+            return Self::Json(Value::Object(serde_json::Map::new()));
+        }
+        match serde_json::from_str(text) {
+            Ok(value) => Self::Json(value),
+            Err(_) => Self::Unparsable(text.to_owned()),
+        }
+    }
+}
+
+/// A tool result: what the agent sent back for a tool call.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct ToolResult {
+    /// The id of the call it answers, when the dialect carries one.
+    pub call_id: Option<String>,
+    /// The tool's name: given by the dialect (Gemini) or resolved from the
+    /// call id against earlier assistant turns (OpenAI).
+    pub name: Option<String>,
+    /// The result's content.
+    pub content: ResultContent,
+    /// The dialect marked it as an error structurally (Anthropic `is_error`,
+    /// a Gemini `functionResponse.response.error`). Pattern-based error
+    /// recognition happens in the detectors, not here.
+    pub is_error: bool,
+}
+
+/// A tool result's content.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[serde(tag = "kind", content = "value", rename_all = "snake_case")]
+pub enum ResultContent {
+    /// Plain text (OpenAI tool message content, text parts joined).
+    Text(String),
+    /// A JSON value (Gemini `functionResponse.response`).
+    Json(Value),
+}
