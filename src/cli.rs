@@ -1,1 +1,40 @@
-//! Placeholder.
+//! The command line: `serve`, `check-config`, `mock-upstream`.
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+use crate::telemetry::LogFormat;
+
+/// A streaming reverse proxy between AI agents and LLM APIs that stops agents stuck in loops.
+#[derive(Debug, Parser)]
+#[command(name = "loopguard", version, about)]
+pub struct Cli {
+    /// Log format (stderr). The level is set by LOOPGUARD_LOG (RUST_LOG syntax, default info).
+    #[arg(long, value_enum, default_value = "pretty", global = true)]
+    pub log_format: LogFormat,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the proxy.
+    Serve {
+        /// Config file. Default: config/loopguard.toml if it exists, else the built-in defaults.
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
+    /// Validate a config file and list every problem with its key path (exit 1 if any).
+    CheckConfig {
+        /// The file to check.
+        file: PathBuf,
+    },
+    /// Run a scripted upstream that speaks the OpenAI chat and Gemini dialects (for tests, benchmarks and demos).
+    MockUpstream(crate::mock::MockArgs),
+}
+
+/// The config path `serve` uses when none is given.
+pub const DEFAULT_CONFIG_PATH: &str = "config/loopguard.toml";

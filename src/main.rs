@@ -1,3 +1,86 @@
 //! The `loopguard` binary: wiring only (see the library's crate map).
 
-fn main() {}
+use std::path::Path;
+use std::process::ExitCode;
+
+use clap::Parser;
+use loopguard::cli::{Cli, Command, DEFAULT_CONFIG_PATH};
+use loopguard::config::{self, ConfigError, Loaded};
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    loopguard::telemetry::init_logging(cli.log_format);
+    match cli.command {
+        Command::Serve { config } => serve(config.as_deref()),
+        Command::CheckConfig { file } => check_config(&file),
+        Command::MockUpstream(args) => run(loopguard::mock::run(args)),
+    }
+}
+
+fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread().enable_all().build()
+}
+
+fn run<E: std::fmt::Display>(future: impl Future<Output = Result<(), E>>) -> ExitCode {
+    match runtime() {
+        Ok(rt) => match rt.block_on(future) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("loopguard: {e}");
+                ExitCode::FAILURE
+            }
+        },
+        Err(e) => {
+            eprintln!("loopguard: cannot start the runtime: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn load(path: Option<&Path>) -> Result<Loaded, ConfigError> {
+    match path {
+        Some(p) => config::load_file(p),
+        None if Path::new(DEFAULT_CONFIG_PATH).exists() => config::load_file(Path::new(DEFAULT_CONFIG_PATH)),
+        None => config::load_str(config::DEFAULT_TOML, "<built-in defaults>"),
+    }
+}
+
+fn serve(path: Option<&Path>) -> ExitCode {
+    let loaded = match load(path) {
+        Ok(loaded) => loaded,
+        Err(e) => {
+            eprintln!("loopguard: invalid configuration: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    for notice in &loaded.notices {
+        tracing::warn!(key = %notice.path, "config adjusted: {}", notice.message);
+    }
+    let mut config = loaded.config;
+    if let Err(e) = config::apply_env(&mut config, |k| std::env::var(k).ok()) {
+        eprintln!("loopguard: invalid environment override: {e}");
+        return ExitCode::FAILURE;
+    }
+    run(async move {
+        let metrics = loopguard::telemetry::install_metrics()
+            .map_err(|e| tracing::warn!("{e}"))
+            .ok();
+        loopguard::server::serve(config, metrics).await
+    })
+}
+
+fn check_config(path: &Path) -> ExitCode {
+    match config::load_file(path) {
+        Ok(loaded) => {
+            for notice in &loaded.notices {
+                println!("notice: {notice}");
+            }
+            println!("{}: ok", path.display());
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            println!("{e}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,1 +1,196 @@
-//! Placeholder.
+//! Route matching: an incoming path to a configured route, its upstream URL
+//! and, for paths of a known dialect, the dialect.
+
+use http::HeaderMap;
+use url::Url;
+
+use crate::config::{Provider, Route};
+use crate::dialect::Dialect;
+
+/// A request matched to a route.
+#[derive(Debug, Clone)]
+pub struct Matched<'a> {
+    /// The route that matched (the longest prefix).
+    pub route: &'a Route,
+    /// The full upstream URL: base + path (prefix removed with
+    /// `strip_prefix`) + the query, unchanged.
+    pub upstream_url: Url,
+    /// The dialect when the path is one loopguard parses, and it belongs to
+    /// the route's provider; `None` means "proxy unchanged, no detection".
+    pub dialect: Option<Dialect>,
+}
+
+/// Finds the route for `path` (routes are sorted longest prefix first) and
+/// builds the upstream URL.
+///
+/// A prefix matches whole path segments: `/v1` matches `/v1` and `/v1/…`,
+/// never `/v1beta/…`.
+pub fn resolve<'a>(routes: &'a [Route], path: &str, query: Option<&str>) -> Option<Matched<'a>> {
+    let route = routes.iter().find(|r| segment_prefix(path, &r.prefix))?;
+    let forwarded_path = if route.strip_prefix {
+        &path[route.prefix.len()..]
+    } else {
+        path
+    };
+    let mut url = route.upstream.clone();
+    let base = url.path().trim_end_matches('/').to_owned();
+    let joined = if forwarded_path.is_empty() {
+        if base.is_empty() { "/".to_owned() } else { base }
+    } else {
+        format!("{base}{forwarded_path}")
+    };
+    url.set_path(&joined);
+    url.set_query(query);
+    let dialect = Dialect::from_path(path).filter(|d| provider_of(*d) == route.provider);
+    Some(Matched {
+        route,
+        upstream_url: url,
+        dialect,
+    })
+}
+
+fn segment_prefix(path: &str, prefix: &str) -> bool {
+    prefix.is_empty()
+        || path == prefix
+        || (path.starts_with(prefix) && path.as_bytes().get(prefix.len()) == Some(&b'/'))
+}
+
+/// The provider a dialect belongs to.
+pub fn provider_of(dialect: Dialect) -> Provider {
+    match dialect {
+        Dialect::OpenaiChat => Provider::Openai,
+        Dialect::Gemini => Provider::Gemini,
+    }
+}
+
+/// A request that clearly belongs to another provider than its route's:
+/// returns that provider, so the caller can answer HTTP 400 naming the base
+/// URL to use instead of sending it to the wrong upstream.
+///
+/// "Clearly" means path and headers agree: an Anthropic Messages path with an
+/// `anthropic-version` header, or a Gemini method path with a Gemini API key
+/// (`x-goog-api-key` or `?key=`), arriving on a route of another provider.
+pub fn misrouted(route: &Route, path: &str, query: Option<&str>, headers: &HeaderMap) -> Option<Provider> {
+    let anthropic =
+        path.trim_end_matches('/').ends_with("/messages") && headers.contains_key("anthropic-version");
+    if anthropic && route.provider != Provider::Anthropic {
+        return Some(Provider::Anthropic);
+    }
+    let gemini_key = headers.contains_key("x-goog-api-key")
+        || query.is_some_and(|q| q.split('&').any(|kv| kv.starts_with("key=")));
+    if Dialect::from_path(path) == Some(Dialect::Gemini) && gemini_key && route.provider != Provider::Gemini {
+        return Some(Provider::Gemini);
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn route(prefix: &str, provider: Provider, upstream: &str, strip: bool) -> Route {
+        Route {
+            prefix: prefix.to_owned(),
+            provider,
+            upstream: Url::parse(upstream).unwrap_or_else(|e| panic!("{e}")),
+            strip_prefix: strip,
+        }
+    }
+
+    fn routes() -> Vec<Route> {
+        let mut r = vec![
+            route("/v1", Provider::Openai, "https://api.openai.com", false),
+            route(
+                "/v1beta",
+                Provider::Gemini,
+                "https://generativelanguage.googleapis.com",
+                false,
+            ),
+            route(
+                "/gemini",
+                Provider::Gemini,
+                "https://generativelanguage.googleapis.com",
+                true,
+            ),
+            route(
+                "/anthropic",
+                Provider::Anthropic,
+                "https://api.anthropic.com/base/",
+                true,
+            ),
+        ];
+        r.sort_by_key(|x| std::cmp::Reverse(x.prefix.len()));
+        r
+    }
+
+    #[test]
+    fn prefix_matches_whole_segments_only() {
+        let routes = routes();
+        let m = resolve(&routes, "/v1beta/models/g:streamGenerateContent", Some("alt=sse"))
+            .unwrap_or_else(|| panic!("no match"));
+        assert_eq!(m.route.prefix, "/v1beta");
+        assert_eq!(
+            m.upstream_url.as_str(),
+            "https://generativelanguage.googleapis.com/v1beta/models/g:streamGenerateContent?alt=sse"
+        );
+        assert_eq!(m.dialect, Some(Dialect::Gemini));
+        assert!(resolve(&routes, "/v1x/chat/completions", None).is_none());
+    }
+
+    #[test]
+    fn path_is_appended_unchanged_or_stripped() {
+        let routes = routes();
+        let m = resolve(&routes, "/v1/chat/completions", None).unwrap_or_else(|| panic!("no match"));
+        assert_eq!(
+            m.upstream_url.as_str(),
+            "https://api.openai.com/v1/chat/completions"
+        );
+        assert_eq!(m.dialect, Some(Dialect::OpenaiChat));
+        let m = resolve(&routes, "/gemini/v1/models/g:generateContent", None)
+            .unwrap_or_else(|| panic!("no match"));
+        assert_eq!(
+            m.upstream_url.as_str(),
+            "https://generativelanguage.googleapis.com/v1/models/g:generateContent"
+        );
+        let m = resolve(&routes, "/anthropic/v1/messages", Some("beta=true"))
+            .unwrap_or_else(|| panic!("no match"));
+        assert_eq!(
+            m.upstream_url.as_str(),
+            "https://api.anthropic.com/base/v1/messages?beta=true"
+        );
+    }
+
+    #[test]
+    fn other_paths_and_foreign_dialects_get_no_detection() {
+        let routes = routes();
+        let m = resolve(&routes, "/v1/models", None).unwrap_or_else(|| panic!("no match"));
+        assert_eq!(m.dialect, None);
+        // A Gemini method path on the OpenAI route is proxied without detection.
+        let m = resolve(&routes, "/v1/models/g:generateContent", None).unwrap_or_else(|| panic!("no match"));
+        assert_eq!(m.dialect, None);
+    }
+
+    #[test]
+    fn anthropic_request_on_the_openai_route_is_misrouted() {
+        let routes = routes();
+        let mut headers = HeaderMap::new();
+        headers.insert("anthropic-version", http::HeaderValue::from_static("2023-06-01"));
+        let m = resolve(&routes, "/v1/messages", None).unwrap_or_else(|| panic!("no match"));
+        assert_eq!(
+            misrouted(m.route, "/v1/messages", None, &headers),
+            Some(Provider::Anthropic)
+        );
+        assert_eq!(misrouted(m.route, "/v1/messages", None, &HeaderMap::new()), None);
+        let m = resolve(&routes, "/v1/models/g:generateContent", Some("key=abc"))
+            .unwrap_or_else(|| panic!("no match"));
+        assert_eq!(
+            misrouted(
+                m.route,
+                "/v1/models/g:generateContent",
+                Some("key=abc"),
+                &HeaderMap::new()
+            ),
+            Some(Provider::Gemini)
+        );
+    }
+}

@@ -1,1 +1,169 @@
-//! Placeholder.
+//! Listeners: the proxy (every path goes to [`crate::proxy::handle`]) and the
+//! admin listener (`/healthz`, `/readyz`, `/metrics`), with graceful shutdown.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use axum::Router;
+use axum::extract::State;
+use axum::response::IntoResponse;
+use axum::routing::get;
+use http::StatusCode;
+use metrics_exporter_prometheus::PrometheusHandle;
+use tokio::net::TcpListener;
+
+use crate::config::Config;
+use crate::proxy::{self, ProxyState};
+
+/// Why the server could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// A listener could not be bound.
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// The upstream client could not be built.
+    #[error("cannot build the upstream client: {0}")]
+    Client(#[from] reqwest::Error),
+    /// Serving failed.
+    #[error("server error: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// The proxy app for a configuration (exposed for tests and benchmarks).
+///
+/// # Errors
+/// When the upstream client cannot be built.
+pub fn proxy_app(config: Arc<Config>) -> Result<Router, reqwest::Error> {
+    let client = proxy::upstream::client(config.server.connect_timeout)?;
+    let state = Arc::new(ProxyState { config, client });
+    Ok(Router::new().fallback(proxy::handle).with_state(state))
+}
+
+#[derive(Clone)]
+struct AdminState {
+    metrics: Option<PrometheusHandle>,
+    ready: Arc<AtomicBool>,
+}
+
+fn admin_app(state: AdminState) -> Router {
+    Router::new()
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .with_state(state)
+}
+
+async fn readyz(State(state): State<AdminState>) -> impl IntoResponse {
+    if state.ready.load(Ordering::Acquire) {
+        (StatusCode::OK, "ready\n")
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "starting\n")
+    }
+}
+
+async fn metrics(State(state): State<AdminState>) -> impl IntoResponse {
+    match &state.metrics {
+        Some(handle) => (
+            StatusCode::OK,
+            [(http::header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+            handle.render(),
+        )
+            .into_response(),
+        None => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "metrics recorder not installed\n",
+        )
+            .into_response(),
+    }
+}
+
+async fn bind(addr: SocketAddr) -> Result<TcpListener, ServeError> {
+    TcpListener::bind(addr)
+        .await
+        .map_err(|source| ServeError::Bind { addr, source })
+}
+
+/// Binds both listeners, prints one line `loopguard listening proxy=ADDR
+/// admin=ADDR` on stdout (the actual ports, useful with port 0), and serves
+/// until SIGTERM or Ctrl-C; then stops accepting and lets in-flight requests
+/// finish for up to `server.drain_timeout_secs`.
+///
+/// # Errors
+/// [`ServeError`] when a listener cannot be bound or serving fails.
+pub async fn serve(config: Config, metrics: Option<PrometheusHandle>) -> Result<(), ServeError> {
+    let config = Arc::new(config);
+    let proxy_listener = bind(config.server.listen).await?;
+    let admin_listener = bind(config.server.admin_listen).await?;
+    let proxy_addr = proxy_listener.local_addr()?;
+    let admin_addr = admin_listener.local_addr()?;
+    let ready = Arc::new(AtomicBool::new(false));
+    let app = proxy_app(Arc::clone(&config))?;
+    let admin = admin_app(AdminState {
+        metrics,
+        ready: Arc::clone(&ready),
+    });
+
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let wait_stop = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|stop| *stop).await;
+    };
+    let proxy_task = tokio::spawn(
+        axum::serve(proxy_listener, app)
+            .with_graceful_shutdown(wait_stop(stop_rx.clone()))
+            .into_future(),
+    );
+    let admin_task = tokio::spawn(
+        axum::serve(admin_listener, admin)
+            .with_graceful_shutdown(wait_stop(stop_rx))
+            .into_future(),
+    );
+    ready.store(true, Ordering::Release);
+    println!("loopguard listening proxy={proxy_addr} admin={admin_addr}");
+    tracing::info!(%proxy_addr, %admin_addr, routes = config.routes.len(), "loopguard listening");
+
+    shutdown_signal().await;
+    tracing::info!(
+        drain_secs = config.server.drain_timeout.as_secs(),
+        "shutting down: draining in-flight requests"
+    );
+    ready.store(false, Ordering::Release);
+    let _ = stop_tx.send(true);
+    let drain = async {
+        let _ = proxy_task.await;
+        let _ = admin_task.await;
+    };
+    if tokio::time::timeout(config.server.drain_timeout, drain)
+        .await
+        .is_err()
+    {
+        tracing::warn!("drain timeout reached; closing remaining connections");
+    }
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {},
+        () = term => {},
+    }
+}

@@ -1,1 +1,68 @@
-//! Placeholder.
+//! Logging setup (tracing) and the counters every module shares.
+//!
+//! Logs go to stderr, `pretty` or `json`, filtered by `LOOPGUARD_LOG`
+//! (`RUST_LOG` syntax, default `info`). Metrics use the `metrics` facade;
+//! [`install_metrics`] installs the Prometheus recorder served by the admin
+//! listener.
+
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use tracing_subscriber::EnvFilter;
+
+/// Log output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Pretty,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Installs the global tracing subscriber. Safe to call once per process.
+pub fn init_logging(format: LogFormat) {
+    let filter = EnvFilter::try_from_env("LOOPGUARD_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    let result = match format {
+        LogFormat::Pretty => builder.try_init(),
+        LogFormat::Json => builder.json().flatten_event(true).try_init(),
+    };
+    if let Err(e) = result {
+        eprintln!("loopguard: logging already initialised: {e}");
+    }
+}
+
+/// Installs the Prometheus recorder and returns the handle that renders it.
+///
+/// # Errors
+/// When a recorder is already installed.
+pub fn install_metrics() -> Result<PrometheusHandle, String> {
+    let handle = PrometheusBuilder::new()
+        .install_recorder()
+        .map_err(|e| format!("cannot install the metrics recorder: {e}"))?;
+    describe();
+    Ok(handle)
+}
+
+fn describe() {
+    metrics::describe_counter!(
+        "loopguard_requests_total",
+        "Requests proxied, by route, dialect and upstream status."
+    );
+    metrics::describe_counter!(
+        "loopguard_fail_open_total",
+        "Times loopguard could not parse or judge traffic and passed it through unchanged, by reason."
+    );
+    metrics::describe_histogram!(
+        "loopguard_upstream_duration_seconds",
+        "Time from sending the request upstream to the upstream's response headers."
+    );
+}
+
+/// Counts (and logs) a fail-open: traffic passed through unjudged.
+///
+/// `reason` is a short label (`request_not_json`, `response_too_large`, …).
+pub fn fail_open(reason: &'static str) {
+    tracing::warn!(reason, "fail open: passing traffic through without detection");
+    metrics::counter!("loopguard_fail_open_total", "reason" => reason).increment(1);
+}

@@ -402,7 +402,7 @@ fn validate_routes(raw: &RawConfig, problems: &mut Problems) -> Vec<Route> {
             });
         }
     }
-    routes.sort_by(|a, b| b.prefix.len().cmp(&a.prefix.len()));
+    routes.sort_by_key(|r| std::cmp::Reverse(r.prefix.len()));
     routes
 }
 

@@ -1,1 +1,203 @@
-//! Placeholder.
+//! Forwarding: one request from the agent to the upstream and the answer
+//! back, streamed, with a side tap that parses what passes.
+//!
+//! Stages, in order: route match → misroute check → request body (capped) →
+//! dialect parse (side copy, fail open) → upstream request (first-byte
+//! timeout) → response headers → body stream (see [`stream`]).
+
+pub mod body;
+pub mod error;
+pub mod headers;
+pub mod stream;
+pub mod tap;
+pub mod upstream;
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::response::{IntoResponse, Response};
+
+use crate::config::Config;
+use crate::dialect::{Dialect, ParsedRequest};
+use crate::route;
+use error::ProxyError;
+use tap::{Framing, Tap};
+
+/// Shared state of the proxy listener.
+#[derive(Debug)]
+pub struct ProxyState {
+    /// The configuration in force.
+    pub config: Arc<Config>,
+    /// The upstream client (pooled).
+    pub client: reqwest::Client,
+}
+
+/// The axum handler for every path on the proxy listener.
+pub async fn handle(State(state): State<Arc<ProxyState>>, request: Request) -> Response {
+    let started = Instant::now();
+    let config = Arc::clone(&state.config);
+    let (parts, body) = request.into_parts();
+    let path = parts.uri.path().to_owned();
+    let query = parts.uri.query().map(str::to_owned);
+
+    let Some(matched) = route::resolve(&config.routes, &path, query.as_deref()) else {
+        let prefixes = config
+            .routes
+            .iter()
+            .map(|r| r.prefix.as_str())
+            .collect::<Vec<_>>()
+            .join(", ");
+        return ProxyError::NoRoute { path, prefixes }.into_response_for(None);
+    };
+    let provider = matched.route.provider;
+    if let Some(wanted) = route::misrouted(matched.route, &path, query.as_deref(), &parts.headers) {
+        let hint = config
+            .routes
+            .iter()
+            .find(|r| r.provider == wanted)
+            .map(|r| format!(" (prefix {})", r.prefix))
+            .unwrap_or_else(|| {
+                format!(
+                    " (none is configured: add a [[routes]] entry with provider = \"{}\")",
+                    wanted.name()
+                )
+            });
+        return ProxyError::Misrouted {
+            wanted: wanted.name(),
+            route: provider.name(),
+            prefix: matched.route.prefix.clone(),
+            hint,
+        }
+        .into_response_for(Some(provider));
+    }
+
+    let body = match body::read_limited(body, config.server.max_request_bytes).await {
+        Ok(bytes) => bytes,
+        Err(e) => return e.into_response_for(Some(provider)),
+    };
+
+    let dialect = matched.dialect;
+    let parsed =
+        dialect.and_then(|d| parse_side_copy(d, &parts.headers, &body, config.server.max_request_bytes));
+    if let Some(parsed) = &parsed {
+        tracing::debug!(
+            messages = parsed.transcript.messages.len(),
+            tools = parsed.transcript.tools.len(),
+            stream = parsed.stream,
+            "request parsed"
+        );
+    }
+
+    let headers = headers::upstream_request_headers(&parts.headers, dialect.is_some());
+    let upstream_req = state
+        .client
+        .request(parts.method.clone(), matched.upstream_url.as_str())
+        .headers(headers)
+        .body(body);
+    let origin = matched.upstream_url.origin().ascii_serialization();
+    let sent = Instant::now();
+    let response = match tokio::time::timeout(config.server.first_byte_timeout, upstream_req.send()).await {
+        Ok(Ok(response)) => response,
+        Ok(Err(e)) => {
+            tracing::warn!(upstream = %origin, error = %e, "upstream unreachable");
+            return ProxyError::UpstreamUnreachable {
+                upstream: origin,
+                detail: error_chain(&e),
+            }
+            .into_response_for(Some(provider));
+        }
+        Err(_) => {
+            tracing::warn!(upstream = %origin, "upstream first-byte timeout");
+            return ProxyError::UpstreamTimeout {
+                upstream: origin,
+                secs: config.server.first_byte_timeout.as_secs(),
+            }
+            .into_response_for(Some(provider));
+        }
+    };
+    metrics::histogram!("loopguard_upstream_duration_seconds").record(sent.elapsed().as_secs_f64());
+
+    let status = response.status();
+    let dialect_name = dialect.map_or("-", Dialect::name);
+    metrics::counter!(
+        "loopguard_requests_total",
+        "route" => matched.route.prefix.clone(),
+        "dialect" => dialect_name,
+        "status" => status.as_u16().to_string()
+    )
+    .increment(1);
+
+    let out_headers = headers::client_response_headers(response.headers());
+    let tap = dialect.filter(|_| status.is_success()).map(|d| {
+        Tap::new(
+            d,
+            framing(d, &path, &query, response.headers()),
+            config.server.max_response_bytes,
+        )
+    });
+    let log = stream::RequestLog {
+        route: matched.route.prefix.clone(),
+        dialect: dialect_name,
+        status: status.as_u16(),
+        started,
+    };
+    let body: Body = stream::client_body(response, tap, config.server.idle_timeout, log);
+    let mut out = (status, body).into_response();
+    *out.headers_mut() = out_headers;
+    out
+}
+
+/// Parses the request's side copy; failures are counted as fail-open and
+/// yield `None` (the body is forwarded unchanged either way).
+fn parse_side_copy(
+    dialect: Dialect,
+    headers: &http::HeaderMap,
+    body: &bytes::Bytes,
+    limit: usize,
+) -> Option<ParsedRequest> {
+    let decoded = match body::decoded_for_parsing(headers, body, limit) {
+        Ok(decoded) => decoded,
+        Err(e) => {
+            tracing::warn!(error = %e, "request body not decodable; no detection");
+            crate::telemetry::fail_open("request_undecodable");
+            return None;
+        }
+    };
+    match dialect.parse_request(&decoded) {
+        Ok(parsed) => Some(parsed),
+        Err(e) => {
+            tracing::warn!(dialect = dialect.name(), error = %e, "request body not understood; no detection");
+            crate::telemetry::fail_open("request_unparsable");
+            None
+        }
+    }
+}
+
+/// How the response body is framed, from its content type and the path.
+fn framing(dialect: Dialect, path: &str, query: &Option<String>, headers: &http::HeaderMap) -> Framing {
+    if headers::is_event_stream(headers) {
+        return Framing::Sse;
+    }
+    let alt_sse = query
+        .as_deref()
+        .is_some_and(|q| q.split('&').any(|kv| kv == "alt=sse"));
+    if dialect == Dialect::Gemini && path.ends_with(":streamGenerateContent") && !alt_sse {
+        Framing::JsonArray
+    } else {
+        Framing::Json
+    }
+}
+
+/// A reqwest error with its sources, for a message that says what failed.
+fn error_chain(e: &reqwest::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}

@@ -1,0 +1,138 @@
+//! Header rules: hop-by-hop headers dropped both ways, `Host` set by the
+//! client library, `Accept-Encoding: identity` on dialect paths, and the
+//! no-buffering headers on event streams.
+
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+
+/// Hop-by-hop headers (RFC 9110 §7.6.1 plus the de-facto ones): never forwarded.
+const HOP_BY_HOP: [&str; 9] = [
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+];
+
+fn is_hop_by_hop(name: &HeaderName, listed: &[String]) -> bool {
+    HOP_BY_HOP.contains(&name.as_str()) || listed.iter().any(|l| l == name.as_str())
+}
+
+/// Names listed in the `Connection` header (also hop-by-hop), lowercased.
+fn connection_listed(headers: &HeaderMap) -> Vec<String> {
+    headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(|s| s.trim().to_ascii_lowercase())
+        .filter(|s| !s.is_empty())
+        .collect()
+}
+
+/// The headers to send upstream: the client's end-to-end headers, minus
+/// `Host` and `Content-Length` (the client library sets both), and with
+/// `Accept-Encoding: identity` when loopguard must read the response.
+pub fn upstream_request_headers(incoming: &HeaderMap, read_response: bool) -> HeaderMap {
+    let listed = connection_listed(incoming);
+    let mut out = HeaderMap::with_capacity(incoming.len());
+    for (name, value) in incoming {
+        if is_hop_by_hop(name, &listed) || name == header::HOST || name == header::CONTENT_LENGTH {
+            continue;
+        }
+        if read_response && name == header::ACCEPT_ENCODING {
+            continue;
+        }
+        out.append(name.clone(), value.clone());
+    }
+    if read_response {
+        out.insert(header::ACCEPT_ENCODING, HeaderValue::from_static("identity"));
+    }
+    out
+}
+
+/// The headers to send to the client: the upstream's, minus hop-by-hop ones;
+/// on an event stream, `Cache-Control: no-cache` and `X-Accel-Buffering: no`
+/// so no intermediary buffers it.
+pub fn client_response_headers(upstream: &HeaderMap) -> HeaderMap {
+    let listed = connection_listed(upstream);
+    let mut out = HeaderMap::with_capacity(upstream.len() + 2);
+    for (name, value) in upstream {
+        if is_hop_by_hop(name, &listed) {
+            continue;
+        }
+        out.append(name.clone(), value.clone());
+    }
+    if is_event_stream(upstream) {
+        out.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+        out.insert(
+            HeaderName::from_static("x-accel-buffering"),
+            HeaderValue::from_static("no"),
+        );
+    }
+    out
+}
+
+/// The response is `text/event-stream`.
+pub fn is_event_stream(headers: &HeaderMap) -> bool {
+    content_type_starts_with(headers, "text/event-stream")
+}
+
+/// The response's media type starts with `prefix` (case-insensitive).
+pub fn content_type_starts_with(headers: &HeaderMap, prefix: &str) -> bool {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.trim_start().to_ascii_lowercase().starts_with(prefix))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hop_by_hop_and_connection_listed_headers_are_dropped() {
+        let mut h = HeaderMap::new();
+        h.insert(
+            header::CONNECTION,
+            HeaderValue::from_static("keep-alive, x-private"),
+        );
+        h.insert("x-private", HeaderValue::from_static("1"));
+        h.insert(header::TRANSFER_ENCODING, HeaderValue::from_static("chunked"));
+        h.insert(header::HOST, HeaderValue::from_static("loopguard:8080"));
+        h.insert(header::AUTHORIZATION, HeaderValue::from_static("Bearer sk-test"));
+        h.insert(header::ACCEPT_ENCODING, HeaderValue::from_static("gzip, zstd"));
+        let out = upstream_request_headers(&h, true);
+        assert_eq!(out.get(header::AUTHORIZATION), h.get(header::AUTHORIZATION));
+        assert_eq!(
+            out.get(header::ACCEPT_ENCODING).map(|v| v.as_bytes()),
+            Some(&b"identity"[..])
+        );
+        for gone in ["connection", "x-private", "transfer-encoding", "host"] {
+            assert!(!out.contains_key(gone), "{gone} was forwarded");
+        }
+        let out = upstream_request_headers(&h, false);
+        assert_eq!(out.get(header::ACCEPT_ENCODING), h.get(header::ACCEPT_ENCODING));
+    }
+
+    #[test]
+    fn event_streams_get_no_buffering_headers() {
+        let mut h = HeaderMap::new();
+        h.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/event-stream; charset=utf-8"),
+        );
+        let out = client_response_headers(&h);
+        assert_eq!(
+            out.get("x-accel-buffering").map(|v| v.as_bytes()),
+            Some(&b"no"[..])
+        );
+        assert_eq!(
+            out.get(header::CACHE_CONTROL).map(|v| v.as_bytes()),
+            Some(&b"no-cache"[..])
+        );
+    }
+}
