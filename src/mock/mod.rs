@@ -14,7 +14,7 @@
 //! | `x-mock-pace-ms: 50` | delay between events |
 //! | `x-mock-chunk: event\|random\|bytes\|whole` | write sizes: one event per write (default), random 1–97 bytes, one byte, or the whole body at once |
 //! | `x-mock-seed: 7` | seed for `random` writes |
-//! | `x-mock-fault: …` | `die-after:N` (break the connection after N events), `stall-after:N` (go silent after N events), `delay-headers-ms:N`, `status:CODE` (an error answer), `no-terminator` (no `[DONE]`), `gzip` (gzip the body when the request accepts it) |
+//! | `x-mock-fault: …` | `die-after:N` (break the connection after N events), `stall-after:N` (go silent after N events), `truncate-after:N` (end the body cleanly after N events), `delay-headers-ms:N`, `status:CODE` (an error answer), `no-terminator` (no `[DONE]`), `gzip` (gzip the body when the request accepts it) |
 //! | `x-mock-id: ID` | name under which the send log is kept |
 //!
 //! Control endpoints: `GET /_mock/requests` (every request received, with
@@ -85,6 +85,14 @@ struct MockState {
     logs: Mutex<HashMap<String, SendLog>>,
     stats: Stats,
     seq: AtomicU64,
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 fn now_us() -> u64 {
@@ -184,6 +192,7 @@ struct Controls {
     seed: u64,
     die_after: Option<usize>,
     stall_after: Option<usize>,
+    truncate_after: Option<usize>,
     delay_headers: Option<Duration>,
     status: Option<u16>,
     no_terminator: bool,
@@ -207,6 +216,7 @@ impl Controls {
             match name {
                 "die-after" => c.die_after = n.and_then(|n| usize::try_from(n).ok()),
                 "stall-after" => c.stall_after = n.and_then(|n| usize::try_from(n).ok()),
+                "truncate-after" => c.truncate_after = n.and_then(|n| usize::try_from(n).ok()),
                 "delay-headers-ms" => c.delay_headers = n.map(Duration::from_millis),
                 "status" => c.status = n.and_then(|n| u16::try_from(n).ok()),
                 "no-terminator" => c.no_terminator = true,
@@ -260,6 +270,8 @@ async fn answer(State(st): State<Arc<MockState>>, request: Request) -> Response 
             "query": parts.uri.query(),
             "headers": headers_json,
             "body": String::from_utf8_lossy(&body),
+            "body_len": body.len(),
+            "body_sha256": sha256_hex(&body),
         }));
     }
     let controls = Controls::read(&parts.headers, st.pace_ms);
@@ -468,12 +480,17 @@ fn paced_body(pieces: Vec<Vec<u8>>, controls: Controls, state: Arc<MockState>) -
             return Some((Ok::<Bytes, std::io::Error>(bytes), st));
         }
         if st.controls.die_after == Some(st.sent) {
+            // Let the server flush what was sent, then break the connection.
+            tokio::time::sleep(Duration::from_millis(50)).await;
             st.finished = true;
             st.state.stats.responses_dropped.fetch_add(1, Ordering::SeqCst);
             return Some((
                 Err(std::io::Error::other("mock: dying mid-stream as scripted")),
                 st,
             ));
+        }
+        if st.controls.truncate_after == Some(st.sent) {
+            st.pieces = Vec::new().into_iter();
         }
         if st.controls.stall_after == Some(st.sent) {
             std::future::pending::<()>().await;
@@ -486,6 +503,9 @@ fn paced_body(pieces: Vec<Vec<u8>>, controls: Controls, state: Arc<MockState>) -
         };
         if st.sent > 0 && !st.controls.pace.is_zero() {
             tokio::time::sleep(st.controls.pace).await;
+        } else {
+            // One write per event: yield so the server flushes the previous one alone.
+            tokio::task::yield_now().await;
         }
         st.sent += 1;
         let at = now_us();

@@ -142,6 +142,7 @@ pub async fn handle(State(state): State<Arc<ProxyState>>, request: Request) -> R
         dialect: dialect_name,
         status: status.as_u16(),
         started,
+        request_messages: parsed.as_ref().map(|p| p.transcript.messages.len()),
     };
     let body: Body = stream::client_body(response, tap, config.server.idle_timeout, log);
     let mut out = (status, body).into_response();

@@ -10,6 +10,7 @@ use bytes::Bytes;
 use futures_util::{Stream, StreamExt};
 
 use super::tap::{Tap, TapEnd};
+use crate::dialect::StreamEvent;
 
 type Upstream = Pin<Box<dyn Stream<Item = reqwest::Result<Bytes>> + Send>>;
 
@@ -24,6 +25,8 @@ pub struct RequestLog {
     pub status: u16,
     /// When the request arrived.
     pub started: Instant,
+    /// Messages in the parsed request, or `None` when it was not parsed.
+    pub request_messages: Option<usize>,
 }
 
 struct State {
@@ -41,6 +44,11 @@ impl Drop for State {
         // (the body was dropped before it ended).
         let outcome = self.outcome.unwrap_or("client_disconnected");
         let events = self.tap.as_ref().map_or(0, |t| t.events().len());
+        let summary = self
+            .tap
+            .as_ref()
+            .map(|t| Summary::of(t.events()))
+            .unwrap_or_default();
         tracing::info!(
             route = %self.log.route,
             dialect = self.log.dialect,
@@ -48,6 +56,10 @@ impl Drop for State {
             duration_ms = u64::try_from(self.log.started.elapsed().as_millis()).unwrap_or(u64::MAX),
             bytes = self.bytes,
             events,
+            request_messages = self.log.request_messages.map_or(-1, |n| i64::try_from(n).unwrap_or(i64::MAX)),
+            text_chars = summary.text_chars,
+            tool_calls = %summary.tool_calls.join(","),
+            finish = %summary.finish.join(","),
             outcome,
             "request"
         );
@@ -58,6 +70,29 @@ impl State {
     /// Records how the body ended; the log line is written when the state drops.
     fn end(&mut self, outcome: &'static str) {
         self.outcome = Some(outcome);
+    }
+}
+
+/// What a response carried, for the request log line.
+#[derive(Debug, Default)]
+struct Summary {
+    text_chars: usize,
+    tool_calls: Vec<String>,
+    finish: Vec<String>,
+}
+
+impl Summary {
+    fn of(events: &[StreamEvent]) -> Self {
+        let mut s = Self::default();
+        for event in events {
+            match event {
+                StreamEvent::TextDelta { text, .. } => s.text_chars += text.chars().count(),
+                StreamEvent::ToolCallComplete { call, .. } => s.tool_calls.push(call.name.clone()),
+                StreamEvent::Finish { reason, .. } => s.finish.push(reason.clone()),
+                _ => {}
+            }
+        }
+        s
     }
 }
 
