@@ -6,8 +6,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{
-    client, config_for, loopguard, metric_value, metrics, mock, mock_requests, pair, read_body,
-    wait_mock_stat,
+    client, config_for, loopguard, metric_value, metrics, mock_requests, pair, read_body, wait_mock_stat,
 };
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
