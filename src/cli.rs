@@ -1,4 +1,4 @@
-//! The command line: `serve`, `check-config`, `mock-upstream`.
+//! The command line: `serve`, `check-config`, `healthcheck`, `mock-upstream`.
 
 use std::path::PathBuf;
 
@@ -31,6 +31,12 @@ pub enum Command {
     CheckConfig {
         /// The file to check.
         file: PathBuf,
+    },
+    /// Probe the admin listener's /healthz (exit 0 when healthy); for container health checks.
+    Healthcheck {
+        /// URL to probe.
+        #[arg(long, default_value = "http://127.0.0.1:9090/healthz")]
+        url: String,
     },
     /// Run a scripted upstream that speaks the OpenAI chat and Gemini dialects (for tests, benchmarks and demos).
     MockUpstream(crate::mock::MockArgs),

@@ -13,6 +13,7 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Serve { config } => serve(config.as_deref()),
         Command::CheckConfig { file } => check_config(&file),
+        Command::Healthcheck { url } => run(healthcheck(url)),
         Command::MockUpstream(args) => run(loopguard::mock::run(args)),
     }
 }
@@ -82,5 +83,19 @@ fn check_config(path: &Path) -> ExitCode {
             println!("{e}");
             ExitCode::FAILURE
         }
+    }
+}
+
+async fn healthcheck(url: String) -> Result<(), String> {
+    loopguard::proxy::upstream::install_crypto_provider();
+    let client = reqwest::Client::builder()
+        .timeout(std::time::Duration::from_secs(3))
+        .build()
+        .map_err(|e| e.to_string())?;
+    let response = client.get(&url).send().await.map_err(|e| format!("{url}: {e}"))?;
+    if response.status().is_success() {
+        Ok(())
+    } else {
+        Err(format!("{url}: HTTP {}", response.status()))
     }
 }

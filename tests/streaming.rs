@@ -24,7 +24,10 @@ fn now_us() -> u64 {
 async fn each_event_reaches_the_client_before_the_next_is_sent() {
     for (path, fixture) in [
         ("/v1/chat/completions", "openai-chat/gpt4o-single-tool-call.sse"),
-        ("/v1beta/models/g:streamGenerateContent?alt=sse", "gemini/streamed-args.sse"),
+        (
+            "/v1beta/models/g:streamGenerateContent?alt=sse",
+            "gemini/streamed-args.sse",
+        ),
     ] {
         let (mock, lg) = pair("");
         let id = "pacing";
@@ -38,7 +41,10 @@ async fn each_event_reaches_the_client_before_the_next_is_sent() {
             .send()
             .await
             .unwrap_or_else(|e| panic!("{e}"));
-        assert!(response.headers().get("content-encoding").is_none(), "{fixture}: compressed");
+        assert!(
+            response.headers().get("content-encoding").is_none(),
+            "{fixture}: compressed"
+        );
         assert_eq!(
             response.headers().get("x-accel-buffering").map(|v| v.as_bytes()),
             Some(&b"no"[..])
@@ -147,8 +153,15 @@ async fn compressed_request_bodies_are_parsed_and_forwarded_identical() {
         let _ = response.bytes().await;
         let recorded = mock_requests(&mock).await;
         let last = recorded.last().unwrap_or_else(|| panic!("nothing recorded"));
-        let sha: String = sha2::Sha256::digest(&body).iter().map(|b| format!("{b:02x}")).collect();
-        assert_eq!(last["body_sha256"], sha.as_str(), "{encoding}: body changed on the way");
+        let sha: String = sha2::Sha256::digest(&body)
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        assert_eq!(
+            last["body_sha256"],
+            sha.as_str(),
+            "{encoding}: body changed on the way"
+        );
         assert_eq!(last["headers"]["content-encoding"], encoding);
     }
     // loopguard parsed both: the request log reports the 3 messages each time.

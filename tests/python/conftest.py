@@ -1,0 +1,110 @@
+"""Fixtures for the SDK tests: the built loopguard binary, run as the mock
+upstream and as the proxy in front of it, on 127.0.0.1 ephemeral ports."""
+
+import json
+import os
+import pathlib
+import subprocess
+import tempfile
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def binary() -> str:
+    explicit = os.environ.get("LOOPGUARD_BIN")
+    if explicit:
+        return explicit
+    target = os.environ.get("CARGO_TARGET_DIR", str(ROOT / "target"))
+    path = pathlib.Path(target) / "debug" / "loopguard"
+    if not path.exists():
+        pytest.exit(f"loopguard binary not found at {path}: run `cargo build` first or set LOOPGUARD_BIN")
+    return str(path)
+
+
+def fixtures_dir() -> str:
+    path = pathlib.Path(os.environ.get("LOOPGUARD_FIXTURES", ROOT.parent / "shared" / "fixtures"))
+    if not (path / "SOURCES.md").exists():
+        pytest.exit(f"recorded fixtures not found at {path}: set LOOPGUARD_FIXTURES")
+    return str(path)
+
+
+class Proc:
+    def __init__(self, args, marker):
+        self.log = tempfile.NamedTemporaryFile(prefix="loopguard-py-", suffix=".log", delete=False)
+        self.proc = subprocess.Popen(
+            [binary(), "--log-format", "json", *args],
+            stdout=subprocess.PIPE,
+            stderr=self.log,
+            text=True,
+        )
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"{args[0]} did not start: {pathlib.Path(self.log.name).read_text()}")
+        self.line = line
+        self.marker = marker
+
+    def addr(self, key):
+        rest = self.line.split(key, 1)[1]
+        return rest.split()[0]
+
+    def logs(self):
+        return pathlib.Path(self.log.name).read_text()
+
+    def stop(self):
+        self.proc.kill()
+        self.proc.wait()
+
+
+@pytest.fixture(scope="session")
+def mock():
+    proc = Proc(["mock-upstream", "--listen", "127.0.0.1:0", "--fixtures", fixtures_dir()], "mock")
+    proc.url = "http://" + proc.addr("listening on ")
+    yield proc
+    proc.stop()
+
+
+@pytest.fixture(scope="session")
+def loopguard(mock):
+    config = f"""
+[server]
+listen = "127.0.0.1:0"
+admin_listen = "127.0.0.1:0"
+
+[[routes]]
+prefix = "/v1"
+provider = "openai"
+upstream = "{mock.url}"
+
+[[routes]]
+prefix = "/v1beta"
+provider = "gemini"
+upstream = "{mock.url}"
+
+[[routes]]
+prefix = "/gemini"
+provider = "gemini"
+upstream = "{mock.url}"
+strip_prefix = true
+"""
+    path = tempfile.NamedTemporaryFile(prefix="loopguard-py-", suffix=".toml", delete=False)
+    path.write(config.encode())
+    path.close()
+    proc = Proc(["serve", "--config", path.name], "loopguard")
+    proc.url = "http://" + proc.addr("proxy=")
+    proc.admin = "http://" + proc.addr("admin=")
+    yield proc
+    proc.stop()
+
+
+def request_log_lines(proc):
+    out = []
+    for line in proc.logs().splitlines():
+        try:
+            value = json.loads(line)
+        except ValueError:
+            continue
+        if value.get("message") == "request":
+            out.append(value)
+    return out
