@@ -15,9 +15,11 @@
 //!   response payloads → [`dialect::StreamEvent`]s.
 //! - [`transcript`]: the dialect-neutral history and tool-call signatures.
 //! - [`detect`]: the loop detectors (pure, synchronous).
+//! - [`action`]: what loopguard writes for warn / block / abort, per dialect.
 //! - [`mock`]: a scripted upstream for tests, benchmarks and demos.
 //! - [`telemetry`]: logging setup and the fail-open counter.
 
+pub mod action;
 pub mod cli;
 pub mod config;
 pub mod detect;
