@@ -1,28 +1,915 @@
-//! Placeholder: the `openai_chat` dialect (request → transcript, response → events).
+//! The `openai-chat` dialect (OpenAI Chat Completions and compatible servers):
+//! request body → [`Transcript`], response payloads → [`StreamEvent`]s.
+//!
+//! Reading is lenient: fields loopguard does not need are ignored, and shapes
+//! that compatible servers send differently (arguments as an object instead
+//! of a string, tool-call fragments without `index`, empty continuation ids)
+//! are accepted. Nothing is ever written back from here.
+
+use std::collections::{BTreeMap, HashMap};
+
+use serde_json::{Map, Value};
 
 use super::{DialectError, ParsedRequest, StreamEvent};
+use crate::transcript::{Arguments, Message, ResultContent, Role, ToolCall, ToolResult, Transcript};
 
-/// Parses a request body.
+/// Parses a `POST …/chat/completions` request body.
+///
+/// `system` and `developer` messages before the first other message form
+/// [`Transcript::system`]; later ones are [`Role::System`] messages, as are
+/// messages of an unknown role (they never count as the person speaking).
+/// A `tool` message's tool name is resolved from the earlier assistant call
+/// with its `tool_call_id`, falling back to its own `name` field.
 ///
 /// # Errors
-/// Always, until implemented.
-pub fn parse_request(_body: &[u8]) -> Result<ParsedRequest, DialectError> {
-    Err(DialectError::Shape("not implemented yet".to_owned()))
+/// [`DialectError::Json`] when the body is not JSON; [`DialectError::Shape`]
+/// when it is not an object or has no `messages` array.
+pub fn parse_request(body: &[u8]) -> Result<ParsedRequest, DialectError> {
+    let value: Value = serde_json::from_slice(body)?;
+    let Value::Object(root) = value else {
+        return Err(DialectError::Shape(
+            "request body is not a JSON object".to_owned(),
+        ));
+    };
+    let Some(messages) = root.get("messages").and_then(Value::as_array) else {
+        return Err(DialectError::Shape("no `messages` array".to_owned()));
+    };
+    let mut transcript = Transcript {
+        tools: declared_tools(&root),
+        ..Transcript::default()
+    };
+    let mut system_parts: Vec<String> = Vec::new();
+    let mut call_names: HashMap<String, String> = HashMap::new();
+    for message in messages {
+        let role = message.get("role").and_then(Value::as_str).unwrap_or_default();
+        let text = content_text(message.get("content"));
+        match role {
+            "system" | "developer" if transcript.messages.is_empty() => system_parts.push(text),
+            "user" => transcript.messages.push(Message::text(Role::User, text)),
+            "assistant" => transcript
+                .messages
+                .push(assistant_message(message, text, &mut call_names)),
+            "tool" => {
+                let call_id = message
+                    .get("tool_call_id")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned);
+                let name = call_id
+                    .as_ref()
+                    .and_then(|id| call_names.get(id).cloned())
+                    .or_else(|| str_field(message, "name"));
+                transcript.messages.push(tool_message(call_id, name, text));
+            }
+            "function" => {
+                let name = str_field(message, "name");
+                transcript.messages.push(tool_message(None, name, text));
+            }
+            _ => transcript.messages.push(Message::text(Role::System, text)),
+        }
+    }
+    transcript.system = system_parts.join("\n");
+    Ok(ParsedRequest {
+        transcript,
+        stream: root.get("stream").and_then(Value::as_bool).unwrap_or(false),
+        include_usage: root
+            .get("stream_options")
+            .and_then(|o| o.get("include_usage"))
+            .and_then(Value::as_bool)
+            .unwrap_or(false),
+        model: root.get("model").and_then(Value::as_str).map(str::to_owned),
+    })
 }
 
-/// Incremental response parser.
+/// Tool names from `tools[].function.name` (or a flat `tools[].name`) and legacy `functions[].name`.
+fn declared_tools(root: &Map<String, Value>) -> Vec<String> {
+    let tools = root.get("tools").and_then(Value::as_array).into_iter().flatten();
+    let tools = tools.filter_map(|t| {
+        t.get("function")
+            .and_then(|f| f.get("name"))
+            .or_else(|| t.get("name"))
+            .and_then(Value::as_str)
+    });
+    let functions = root
+        .get("functions")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten();
+    let functions = functions.filter_map(|f| f.get("name").and_then(Value::as_str));
+    tools.chain(functions).map(str::to_owned).collect()
+}
+
+/// An assistant turn: its text, `tool_calls[]` and legacy `function_call`.
+fn assistant_message(message: &Value, text: String, call_names: &mut HashMap<String, String>) -> Message {
+    let mut out = Message::text(Role::Assistant, text);
+    let calls = message
+        .get("tool_calls")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten();
+    for call in calls {
+        let Some(function) = call.get("function") else {
+            continue;
+        };
+        let id = call.get("id").and_then(Value::as_str).filter(|s| !s.is_empty());
+        let name = function.get("name").and_then(Value::as_str).unwrap_or_default();
+        if let Some(id) = id {
+            call_names.insert(id.to_owned(), name.to_owned());
+        }
+        out.tool_calls.push(ToolCall::new(
+            id.map(str::to_owned),
+            name,
+            arguments_of(function.get("arguments")),
+        ));
+    }
+    if let Some(function) = message.get("function_call").filter(|f| f.is_object()) {
+        let name = function.get("name").and_then(Value::as_str).unwrap_or_default();
+        out.tool_calls
+            .push(ToolCall::new(None, name, arguments_of(function.get("arguments"))));
+    }
+    out
+}
+
+/// Arguments as sent: a JSON string (the standard), or an object some servers send; absent is `{}`.
+fn arguments_of(value: Option<&Value>) -> Arguments {
+    match value {
+        Some(Value::String(text)) => Arguments::from_json_str(text),
+        None | Some(Value::Null) => Arguments::Json(Value::Object(Map::new())),
+        Some(other) => Arguments::Json(other.clone()),
+    }
+}
+
+/// A message carrying one tool result as text.
+fn tool_message(call_id: Option<String>, name: Option<String>, text: String) -> Message {
+    let mut message = Message::text(Role::Tool, "");
+    message.tool_results.push(ToolResult {
+        call_id,
+        name,
+        content: ResultContent::Text(text),
+        is_error: false,
+    });
+    message
+}
+
+/// `content` as text: a string, or the `text` of its text parts joined by
+/// newlines (images, audio and files are skipped); null or absent is empty.
+fn content_text(content: Option<&Value>) -> String {
+    match content {
+        Some(Value::String(text)) => text.clone(),
+        Some(Value::Array(parts)) => {
+            let texts = parts.iter().filter_map(|part| match part {
+                Value::String(text) => Some(text.as_str()),
+                Value::Object(obj) => {
+                    let kind = obj.get("type").and_then(Value::as_str).unwrap_or("text");
+                    if kind == "text" || kind == "input_text" {
+                        obj.get("text").and_then(Value::as_str)
+                    } else {
+                        None
+                    }
+                }
+                _ => None,
+            });
+            texts.collect::<Vec<_>>().join("\n")
+        }
+        _ => String::new(),
+    }
+}
+
+fn str_field(value: &Value, key: &str) -> Option<String> {
+    value.get(key).and_then(Value::as_str).map(str::to_owned)
+}
+
+/// Incremental response parser for one `chat/completions` response, streamed
+/// (`chat.completion.chunk` payloads, then `[DONE]`) or not (one whole
+/// `chat.completion` body).
+///
+/// Tool-call fragments are keyed per choice by their `index`; without one, by
+/// their non-empty `id`, else they continue the last open call. A choice's
+/// calls complete, in order, when its `finish_reason` arrives, or at `[DONE]`
+/// / [`ResponseParser::end`] for any still open.
 #[derive(Debug, Default)]
-pub struct ResponseParser {}
+pub struct ResponseParser {
+    /// Calls per choice index, in order of first appearance.
+    choices: BTreeMap<u32, Vec<PendingCall>>,
+}
+
+/// A tool call being assembled from fragments.
+#[derive(Debug)]
+struct PendingCall {
+    /// The fragment `index` the server keys it by, when it sends one.
+    wire_index: Option<u64>,
+    /// The call id (empty until a fragment carries a non-empty one).
+    id: String,
+    name: String,
+    /// Argument text so far.
+    arguments: String,
+    /// Already reported by a `ToolCallComplete`.
+    done: bool,
+}
 
 impl ResponseParser {
-    /// Parses one payload.
+    /// Parses one payload: an SSE `data` field of a streamed response, or a
+    /// whole non-streaming body.
     ///
     /// # Errors
-    /// Never yet.
-    pub fn payload(&mut self, _payload: &str, _out: &mut Vec<StreamEvent>) -> Result<(), DialectError> {
+    /// [`DialectError::Json`] when the payload is not JSON (nor `[DONE]`),
+    /// [`DialectError::Shape`] when it is not an object. Nothing is appended
+    /// then, and the parser stays usable.
+    pub fn payload(&mut self, payload: &str, out: &mut Vec<StreamEvent>) -> Result<(), DialectError> {
+        let payload = payload.trim();
+        if payload == "[DONE]" {
+            self.end(out);
+            out.push(StreamEvent::Done);
+            return Ok(());
+        }
+        let Value::Object(chunk) = serde_json::from_str(payload)? else {
+            return Err(DialectError::Shape("payload is not a JSON object".to_owned()));
+        };
+        if let Some(error) = chunk.get("error").filter(|e| !e.is_null()) {
+            out.push(StreamEvent::Error {
+                message: error_message(error),
+            });
+            return Ok(());
+        }
+        for choice in chunk
+            .get("choices")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            self.choice(choice, out);
+        }
+        if let Some(usage) = chunk.get("usage").filter(|u| u.is_object()) {
+            out.push(StreamEvent::Usage { usage: usage.clone() });
+        }
         Ok(())
     }
 
-    /// Ends the response.
-    pub fn end(&mut self, _out: &mut Vec<StreamEvent>) {}
+    /// Ends the response: completes every tool call still open, choice by
+    /// choice. Calling it again appends nothing.
+    pub fn end(&mut self, out: &mut Vec<StreamEvent>) {
+        let choices: Vec<u32> = self.choices.keys().copied().collect();
+        for choice in choices {
+            self.complete_choice(choice, out);
+        }
+    }
+
+    /// One entry of `choices[]`: a streamed `delta` or a whole `message`.
+    fn choice(&mut self, choice: &Value, out: &mut Vec<StreamEvent>) {
+        let index = choice
+            .get("index")
+            .and_then(Value::as_u64)
+            .and_then(|i| u32::try_from(i).ok())
+            .unwrap_or(0);
+        let whole = choice.get("delta").is_none();
+        if let Some(part) = choice.get("delta").or_else(|| choice.get("message")) {
+            push_text(part, index, out);
+            let calls = part
+                .get("tool_calls")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten();
+            for fragment in calls {
+                let position = self.fragment(index, fragment, out);
+                if whole {
+                    self.complete_call(index, position, out);
+                }
+            }
+            if let Some(function) = part.get("function_call").filter(|f| f.is_object()) {
+                let fragment = serde_json::json!({ "function": function });
+                let position = self.fragment(index, &fragment, out);
+                if whole {
+                    self.complete_call(index, position, out);
+                }
+            }
+        }
+        if let Some(reason) = choice.get("finish_reason").and_then(Value::as_str) {
+            self.complete_choice(index, out);
+            out.push(StreamEvent::Finish {
+                choice: index,
+                reason: reason.to_owned(),
+            });
+        }
+    }
+
+    /// Applies one `tool_calls[]` fragment; returns the call's position in its choice.
+    fn fragment(&mut self, choice: u32, fragment: &Value, out: &mut Vec<StreamEvent>) -> usize {
+        let calls = self.choices.entry(choice).or_default();
+        let wire_index = fragment.get("index").and_then(Value::as_u64);
+        let id = fragment
+            .get("id")
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty());
+        let found = match (wire_index, id) {
+            // A new id under a known index is a new call: some servers number every call 0.
+            (Some(w), _) => calls.iter().rposition(|c| {
+                !c.done && c.wire_index == Some(w) && id.is_none_or(|id| c.id.is_empty() || c.id == id)
+            }),
+            (None, Some(id)) => calls.iter().position(|c| !c.done && c.id == id),
+            (None, None) => calls.iter().rposition(|c| !c.done),
+        };
+        let position = found.unwrap_or_else(|| {
+            calls.push(PendingCall {
+                wire_index,
+                id: String::new(),
+                name: String::new(),
+                arguments: String::new(),
+                done: false,
+            });
+            calls.len() - 1
+        });
+        let call = &mut calls[position];
+        if let (Some(id), true) = (id, call.id.is_empty()) {
+            id.clone_into(&mut call.id);
+        }
+        let function = fragment.get("function");
+        if let Some(name) = function.and_then(|f| f.get("name")).and_then(Value::as_str) {
+            if call.name.is_empty() {
+                name.clone_into(&mut call.name);
+            }
+        }
+        let arguments_delta = match function.and_then(|f| f.get("arguments")) {
+            Some(Value::String(text)) => {
+                call.arguments.push_str(text);
+                text.clone()
+            }
+            None | Some(Value::Null) => String::new(),
+            // Some servers send the arguments as an object, whole.
+            Some(other) => {
+                call.arguments = other.to_string();
+                call.arguments.clone()
+            }
+        };
+        out.push(StreamEvent::ToolCallDelta {
+            choice,
+            index: position_u32(position),
+            arguments_delta,
+        });
+        position
+    }
+
+    /// Completes every open call of a choice, in order.
+    fn complete_choice(&mut self, choice: u32, out: &mut Vec<StreamEvent>) {
+        let count = self.choices.get(&choice).map_or(0, Vec::len);
+        for position in 0..count {
+            self.complete_call(choice, position, out);
+        }
+    }
+
+    /// Completes one call unless it already was.
+    fn complete_call(&mut self, choice: u32, position: usize, out: &mut Vec<StreamEvent>) {
+        let Some(call) = self.choices.get_mut(&choice).and_then(|c| c.get_mut(position)) else {
+            return;
+        };
+        if call.done {
+            return;
+        }
+        call.done = true;
+        let arguments = Arguments::from_json_str(&std::mem::take(&mut call.arguments));
+        let id = (!call.id.is_empty()).then(|| call.id.clone());
+        out.push(StreamEvent::ToolCallComplete {
+            choice,
+            index: position_u32(position),
+            call: ToolCall::new(id, call.name.clone(), arguments),
+        });
+    }
+}
+
+/// Reasoning, answer text and refusal of a `delta` or `message`, in that order.
+fn push_text(part: &Value, choice: u32, out: &mut Vec<StreamEvent>) {
+    let text_of = |key: &str| part.get(key).and_then(Value::as_str).filter(|s| !s.is_empty());
+    // Servers that send both fields send the same text twice: read one.
+    let reasoning = if part.get("reasoning_content").is_some_and(|r| !r.is_null()) {
+        text_of("reasoning_content")
+    } else {
+        text_of("reasoning")
+    };
+    if let Some(text) = reasoning {
+        out.push(StreamEvent::ReasoningDelta {
+            choice,
+            text: text.to_owned(),
+        });
+    }
+    let content = match part.get("content") {
+        Some(Value::Array(_)) => Some(content_text(part.get("content"))).filter(|s| !s.is_empty()),
+        _ => text_of("content").map(str::to_owned),
+    };
+    for text in content.into_iter().chain(text_of("refusal").map(str::to_owned)) {
+        out.push(StreamEvent::TextDelta { choice, text });
+    }
+}
+
+/// An error object's `message`, or its JSON when it has none.
+fn error_message(error: &Value) -> String {
+    match error.get("message").and_then(Value::as_str) {
+        Some(message) => message.to_owned(),
+        None => match error {
+            Value::String(text) => text.clone(),
+            other => other.to_string(),
+        },
+    }
+}
+
+fn position_u32(position: usize) -> u32 {
+    u32::try_from(position).unwrap_or(u32::MAX)
+}
+
+#[cfg(test)]
+#[expect(clippy::unwrap_used, reason = "test")]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn request(body: Value) -> ParsedRequest {
+        parse_request(body.to_string().as_bytes()).unwrap()
+    }
+
+    /// Feeds payloads (JSON values, or `[DONE]` as a string) and ends the response.
+    fn events(payloads: &[Value]) -> Vec<StreamEvent> {
+        let mut parser = ResponseParser::default();
+        let mut out = Vec::new();
+        for payload in payloads {
+            let text = match payload {
+                Value::String(s) => s.clone(),
+                other => other.to_string(),
+            };
+            parser.payload(&text, &mut out).unwrap();
+        }
+        parser.end(&mut out);
+        out
+    }
+
+    fn completed(events: &[StreamEvent]) -> Vec<(u32, u32, Option<String>, String, Arguments)> {
+        events
+            .iter()
+            .filter_map(|e| match e {
+                StreamEvent::ToolCallComplete { choice, index, call } => Some((
+                    *choice,
+                    *index,
+                    call.id.clone(),
+                    call.name.clone(),
+                    call.arguments.clone(),
+                )),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn chunk(delta: Value) -> Value {
+        json!({"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": delta, "finish_reason": null}]})
+    }
+
+    fn finish(reason: &str) -> Value {
+        json!({"choices": [{"index": 0, "delta": {}, "finish_reason": reason}]})
+    }
+
+    fn json_args(value: Value) -> Arguments {
+        Arguments::Json(value)
+    }
+
+    /// Content as a string or as parts (images skipped), stream flags and model.
+    #[test]
+    fn request_content_forms_and_flags() {
+        let parsed = request(json!({
+            "model": "gpt-4o", "stream": true, "stream_options": {"include_usage": true},
+            "messages": [
+                {"role": "user", "content": [
+                    {"type": "text", "text": "look"},
+                    {"type": "image_url", "image_url": {"url": "data:"}},
+                    {"type": "text", "text": "here"}
+                ]},
+                {"role": "assistant", "content": "ok"},
+                {"role": "user", "content": null}
+            ]
+        }));
+        assert!(parsed.stream && parsed.include_usage);
+        assert_eq!(parsed.model.as_deref(), Some("gpt-4o"));
+        let texts: Vec<_> = parsed
+            .transcript
+            .messages
+            .iter()
+            .map(|m| (m.role, m.text.as_str()))
+            .collect();
+        assert_eq!(
+            texts,
+            [
+                (Role::User, "look\nhere"),
+                (Role::Assistant, "ok"),
+                (Role::User, "")
+            ]
+        );
+    }
+
+    /// Leading system and developer messages are the system text; a later one is a System message.
+    #[test]
+    fn request_system_before_first_turn_only() {
+        let parsed = request(json!({"messages": [
+            {"role": "system", "content": "be brief"},
+            {"role": "developer", "content": [{"type": "text", "text": "use tools"}]},
+            {"role": "user", "content": "hi"},
+            {"role": "system", "content": "late"}
+        ]}));
+        assert_eq!(parsed.transcript.system, "be brief\nuse tools");
+        assert_eq!(parsed.transcript.messages.len(), 2);
+        assert_eq!(parsed.transcript.messages[1], Message::text(Role::System, "late"));
+        assert!(!parsed.stream && !parsed.include_usage);
+    }
+
+    /// Tool calls with string or object arguments, tool results resolved by id, declared tools.
+    #[test]
+    fn request_tool_calls_and_results() {
+        let parsed = request(json!({
+            "tools": [{"type": "function", "function": {"name": "read"}}, {"type": "function", "function": {"name": "grep"}}],
+            "functions": [{"name": "legacy"}],
+            "messages": [
+                {"role": "user", "content": "go"},
+                {"role": "assistant", "content": null, "tool_calls": [
+                    {"id": "c1", "type": "function", "function": {"name": "read", "arguments": "{\"path\":\"a\"}"}},
+                    {"id": "c2", "type": "function", "function": {"name": "grep", "arguments": {"q": "x"}}},
+                    {"id": "c3", "type": "function", "function": {"name": "read", "arguments": "{bad"}}
+                ]},
+                {"role": "tool", "tool_call_id": "c2", "content": "no match"},
+                {"role": "tool", "tool_call_id": "c1", "content": [{"type": "text", "text": "file a"}]},
+                {"role": "tool", "tool_call_id": "zz", "name": "named", "content": "?"}
+            ]
+        }));
+        let t = &parsed.transcript;
+        assert_eq!(t.tools, ["read", "grep", "legacy"]);
+        let calls = &t.messages[1].tool_calls;
+        assert_eq!(calls.len(), 3);
+        assert_eq!(calls[0].arguments, json_args(json!({"path": "a"})));
+        assert_eq!(calls[1].arguments, json_args(json!({"q": "x"})));
+        assert_eq!(calls[2].arguments, Arguments::Unparsable("{bad".to_owned()));
+        assert_eq!(calls[0].id.as_deref(), Some("c1"));
+        let results: Vec<_> = t.messages[2..]
+            .iter()
+            .map(|m| {
+                assert_eq!(m.role, Role::Tool);
+                let r = &m.tool_results[0];
+                (r.call_id.as_deref(), r.name.as_deref(), r.content.clone())
+            })
+            .collect();
+        assert_eq!(
+            results,
+            [
+                (
+                    Some("c2"),
+                    Some("grep"),
+                    ResultContent::Text("no match".to_owned())
+                ),
+                (Some("c1"), Some("read"), ResultContent::Text("file a".to_owned())),
+                (Some("zz"), Some("named"), ResultContent::Text("?".to_owned())),
+            ]
+        );
+    }
+
+    /// Legacy `function_call` on the assistant and `role: function` results.
+    #[test]
+    fn request_legacy_function_call() {
+        let parsed = request(json!({"messages": [
+            {"role": "user", "content": "go"},
+            {"role": "assistant", "content": null, "function_call": {"name": "f", "arguments": "{\"a\":1}"}},
+            {"role": "function", "name": "f", "content": "done"}
+        ]}));
+        let m = &parsed.transcript.messages;
+        assert_eq!(m[1].tool_calls[0].name, "f");
+        assert_eq!(m[1].tool_calls[0].arguments, json_args(json!({"a": 1})));
+        assert_eq!(m[2].role, Role::Tool);
+        assert_eq!(m[2].tool_results[0].name.as_deref(), Some("f"));
+    }
+
+    /// Bodies that are not chat requests are shape errors, not panics.
+    #[test]
+    fn request_errors() {
+        assert!(matches!(parse_request(b"nope"), Err(DialectError::Json(_))));
+        assert!(matches!(parse_request(b"[]"), Err(DialectError::Shape(_))));
+        assert!(matches!(
+            parse_request(b"{\"model\":\"x\"}"),
+            Err(DialectError::Shape(_))
+        ));
+    }
+
+    /// Content, reasoning (both spellings, one read when both are sent) and refusal deltas.
+    #[test]
+    fn stream_text_reasoning_refusal() {
+        let out = events(&[
+            chunk(json!({"role": "assistant", "content": ""})),
+            chunk(json!({"reasoning_content": "think", "reasoning": "think"})),
+            chunk(json!({"reasoning": " more"})),
+            chunk(json!({"content": "Hi"})),
+            chunk(json!({"refusal": "no"})),
+            finish("stop"),
+            json!("[DONE]"),
+        ]);
+        assert_eq!(
+            out,
+            [
+                StreamEvent::ReasoningDelta {
+                    choice: 0,
+                    text: "think".into()
+                },
+                StreamEvent::ReasoningDelta {
+                    choice: 0,
+                    text: " more".into()
+                },
+                StreamEvent::TextDelta {
+                    choice: 0,
+                    text: "Hi".into()
+                },
+                StreamEvent::TextDelta {
+                    choice: 0,
+                    text: "no".into()
+                },
+                StreamEvent::Finish {
+                    choice: 0,
+                    reason: "stop".into()
+                },
+                StreamEvent::Done,
+            ]
+        );
+    }
+
+    /// Parallel calls keyed by index complete in index order when the choice finishes.
+    #[test]
+    fn stream_parallel_calls_by_index() {
+        let out = events(&[
+            chunk(
+                json!({"tool_calls": [{"index": 0, "id": "a", "function": {"name": "f", "arguments": ""}}]}),
+            ),
+            chunk(json!({"tool_calls": [{"index": 0, "function": {"arguments": "{\"x\":"}}]})),
+            chunk(
+                json!({"tool_calls": [{"index": 1, "id": "b", "function": {"name": "g", "arguments": "{}"}}]}),
+            ),
+            chunk(json!({"tool_calls": [{"index": 0, "function": {"arguments": "1}"}}]})),
+            finish("tool_calls"),
+        ]);
+        assert_eq!(
+            out.iter()
+                .filter(|e| matches!(e, StreamEvent::ToolCallDelta { .. }))
+                .count(),
+            4
+        );
+        let finish_at = out
+            .iter()
+            .position(|e| matches!(e, StreamEvent::Finish { .. }))
+            .unwrap();
+        assert_eq!(finish_at, out.len() - 1, "calls complete before the finish");
+        assert_eq!(
+            completed(&out),
+            [
+                (0, 0, Some("a".into()), "f".into(), json_args(json!({"x": 1}))),
+                (0, 1, Some("b".into()), "g".into(), json_args(json!({}))),
+            ]
+        );
+    }
+
+    /// Mistral: a whole call without `index`, finish and usage in the same chunk.
+    #[test]
+    fn stream_call_without_index() {
+        let out = events(&[
+            json!({"choices": [{"index": 0, "delta": {"content": null, "tool_calls": [
+            {"id": "m1", "function": {"name": "weather", "arguments": "{\"location\": \"SF\"}"}},
+            {"id": "m2", "function": {"name": "weather", "arguments": "{\"location\": \"LA\"}"}}
+        ]}, "finish_reason": "tool_calls"}], "usage": {"total_tokens": 3}}),
+        ]);
+        assert_eq!(
+            completed(&out),
+            [
+                (
+                    0,
+                    0,
+                    Some("m1".into()),
+                    "weather".into(),
+                    json_args(json!({"location": "SF"}))
+                ),
+                (
+                    0,
+                    1,
+                    Some("m2".into()),
+                    "weather".into(),
+                    json_args(json!({"location": "LA"}))
+                ),
+            ]
+        );
+        assert!(matches!(out.last(), Some(StreamEvent::Usage { .. })));
+    }
+
+    /// Fragments with neither index nor id continue the last open call; an id alone finds its call.
+    #[test]
+    fn stream_fragments_keyed_by_id_or_order() {
+        let out = events(&[
+            chunk(json!({"tool_calls": [{"id": "p", "function": {"name": "f", "arguments": "{\"a\""}}]})),
+            chunk(json!({"tool_calls": [{"function": {"arguments": ":1}"}}]})),
+            chunk(json!({"tool_calls": [{"id": "q", "function": {"name": "g"}}]})),
+            chunk(json!({"tool_calls": [{"id": "q", "function": {"arguments": "{}"}}]})),
+        ]);
+        assert_eq!(
+            completed(&out),
+            [
+                (0, 0, Some("p".into()), "f".into(), json_args(json!({"a": 1}))),
+                (0, 1, Some("q".into()), "g".into(), json_args(json!({}))),
+            ]
+        );
+    }
+
+    /// Qwen: continuation fragments carry `"id": ""`, which neither renames nor splits the call.
+    #[test]
+    fn stream_empty_continuation_ids() {
+        let out = events(&[
+            chunk(
+                json!({"tool_calls": [{"index": 0, "id": "call_1", "function": {"name": "weather", "arguments": ""}}]}),
+            ),
+            chunk(json!({"tool_calls": [{"index": 0, "id": "", "function": {"arguments": "{\"l\": \"S"}}]})),
+            chunk(json!({"tool_calls": [{"index": 0, "id": "", "function": {"arguments": "F\"}"}}]})),
+            finish("tool_calls"),
+        ]);
+        assert_eq!(
+            completed(&out),
+            [(
+                0,
+                0,
+                Some("call_1".into()),
+                "weather".into(),
+                json_args(json!({"l": "SF"}))
+            )]
+        );
+    }
+
+    /// A server that numbers every parallel call 0 but gives each its own id.
+    #[test]
+    fn stream_same_index_new_id_is_a_new_call() {
+        let out = events(&[
+            chunk(
+                json!({"tool_calls": [{"index": 0, "id": "a", "function": {"name": "f", "arguments": "{}"}}]}),
+            ),
+            chunk(
+                json!({"tool_calls": [{"index": 0, "id": "b", "function": {"name": "g", "arguments": "{"}}]}),
+            ),
+            chunk(json!({"tool_calls": [{"index": 0, "function": {"arguments": "}"}}]})),
+        ]);
+        let names: Vec<_> = completed(&out).into_iter().map(|c| (c.3, c.4)).collect();
+        assert_eq!(
+            names,
+            [
+                ("f".into(), json_args(json!({}))),
+                ("g".into(), json_args(json!({})))
+            ]
+        );
+    }
+
+    /// Arguments sent as an object are taken whole.
+    #[test]
+    fn stream_arguments_as_object() {
+        let out = events(&[chunk(
+            json!({"tool_calls": [{"index": 0, "id": "o", "function": {"name": "f", "arguments": {"k": [1]}}}]}),
+        )]);
+        assert_eq!(completed(&out)[0].4, json_args(json!({"k": [1]})));
+        assert!(
+            matches!(&out[0], StreamEvent::ToolCallDelta { arguments_delta, .. } if arguments_delta == "{\"k\":[1]}")
+        );
+    }
+
+    /// n > 1: choices are kept apart by their index and each finishes on its own.
+    #[test]
+    fn stream_several_choices() {
+        let out = events(&[
+            json!({"choices": [{"index": 1, "delta": {"content": "B"}}, {"index": 0, "delta": {"content": "A"}}]}),
+            json!({"choices": [{"index": 1, "delta": {"tool_calls": [{"index": 0, "id": "x", "function": {"name": "t", "arguments": "{}"}}]}}]}),
+            json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}),
+            json!({"choices": [{"index": 1, "delta": {}, "finish_reason": "tool_calls"}]}),
+        ]);
+        assert_eq!(
+            out[0],
+            StreamEvent::TextDelta {
+                choice: 1,
+                text: "B".into()
+            }
+        );
+        assert_eq!(
+            out[1],
+            StreamEvent::TextDelta {
+                choice: 0,
+                text: "A".into()
+            }
+        );
+        assert_eq!(
+            completed(&out),
+            [(1, 0, Some("x".into()), "t".into(), json_args(json!({})))]
+        );
+        assert_eq!(
+            out.last(),
+            Some(&StreamEvent::Finish {
+                choice: 1,
+                reason: "tool_calls".into()
+            })
+        );
+    }
+
+    /// Calls still open complete at `[DONE]`, before the Done event; "has tool calls" does not need
+    /// finish_reason `tool_calls`.
+    #[test]
+    fn stream_done_completes_open_calls() {
+        let mut parser = ResponseParser::default();
+        let mut out = Vec::new();
+        let c = chunk(
+            json!({"tool_calls": [{"index": 0, "id": "d", "function": {"name": "f", "arguments": "{}"}}]}),
+        );
+        parser.payload(&c.to_string(), &mut out).unwrap();
+        parser.payload(" [DONE]\n", &mut out).unwrap();
+        assert!(matches!(out[1], StreamEvent::ToolCallComplete { .. }));
+        assert_eq!(out[2], StreamEvent::Done);
+        let before = out.len();
+        parser.end(&mut out);
+        assert_eq!(out.len(), before, "end after [DONE] adds nothing");
+    }
+
+    /// Usage chunks (empty choices) are reported; `"usage": null` is not.
+    #[test]
+    fn stream_usage_chunk() {
+        let out = events(&[
+            json!({"choices": [{"index": 0, "delta": {"content": "x"}}], "usage": null}),
+            json!({"choices": [], "usage": {"prompt_tokens": 1, "completion_tokens": 2}}),
+        ]);
+        assert_eq!(out.len(), 2);
+        assert_eq!(
+            out[1],
+            StreamEvent::Usage {
+                usage: json!({"prompt_tokens": 1, "completion_tokens": 2})
+            }
+        );
+    }
+
+    /// A mid-stream error object is an Error event with its message; garbage is a parse error.
+    #[test]
+    fn stream_error_and_garbage() {
+        let out = events(&[
+            json!({"error": {"message": "overloaded", "type": "server_error"}}),
+            json!({"error": {"code": 5}}),
+        ]);
+        assert_eq!(
+            out,
+            [
+                StreamEvent::Error {
+                    message: "overloaded".into()
+                },
+                StreamEvent::Error {
+                    message: "{\"code\":5}".into()
+                },
+            ]
+        );
+        let mut parser = ResponseParser::default();
+        let mut out = Vec::new();
+        assert!(matches!(
+            parser.payload("{oops", &mut out),
+            Err(DialectError::Json(_))
+        ));
+        assert!(matches!(
+            parser.payload("42", &mut out),
+            Err(DialectError::Shape(_))
+        ));
+        assert!(out.is_empty());
+    }
+
+    /// A non-streaming `chat.completion` body yields the same event kinds as a stream.
+    #[test]
+    fn whole_completion_body() {
+        let out = events(&[json!({
+            "object": "chat.completion",
+            "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
+                "role": "assistant", "content": "Let me look.", "reasoning_content": "hmm",
+                "tool_calls": [
+                    {"id": "w1", "type": "function", "function": {"name": "read", "arguments": "{\"p\":1}"}},
+                    {"id": "w2", "type": "function", "function": {"name": "read", "arguments": "{\"p\":2}"}}
+                ]
+            }}],
+            "usage": {"total_tokens": 9}
+        })]);
+        let kinds: Vec<&str> = out
+            .iter()
+            .map(|e| match e {
+                StreamEvent::ReasoningDelta { .. } => "reasoning",
+                StreamEvent::TextDelta { .. } => "text",
+                StreamEvent::ToolCallDelta { .. } => "delta",
+                StreamEvent::ToolCallComplete { .. } => "complete",
+                StreamEvent::Finish { .. } => "finish",
+                StreamEvent::Usage { .. } => "usage",
+                StreamEvent::Error { .. } => "error",
+                StreamEvent::Done => "done",
+            })
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                "reasoning",
+                "text",
+                "delta",
+                "complete",
+                "delta",
+                "complete",
+                "finish",
+                "usage"
+            ]
+        );
+        assert_eq!(completed(&out)[1].4, json_args(json!({"p": 2})));
+    }
 }
