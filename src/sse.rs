@@ -226,7 +226,11 @@ impl SseDecoder {
                 self.begin_data_line();
                 self.append_data(value);
             }
-            b"event" => self.event = Some(String::from_utf8_lossy(value).into_owned()),
+            // A line over the cap is dropped whatever the chunking (a chunked
+            // one is dropped as it arrives, see `start_discarding`).
+            b"event" if line.len() <= self.max_event_bytes => {
+                self.event = Some(String::from_utf8_lossy(value).into_owned());
+            }
             _ => {}
         }
     }

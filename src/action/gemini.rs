@@ -88,7 +88,12 @@ pub fn block_stream_ending(
     mode: Mode,
     first_element: bool,
 ) -> Vec<u8> {
-    let chunk = final_chunk(ending.model.as_deref().unwrap_or_default(), ending.choice, message, usage);
+    let chunk = final_chunk(
+        ending.model.as_deref().unwrap_or_default(),
+        ending.choice,
+        message,
+        usage,
+    );
     frame(&chunk, mode, first_element, true)
 }
 
@@ -127,8 +132,15 @@ mod tests {
         assert!(inject_warning(&mut body, "[loopguard] w"));
         let parts = &body["contents"][2]["parts"];
         assert_eq!(parts.as_array().map(Vec::len), Some(2), "no sibling part added");
-        assert_eq!(parts[1]["functionResponse"]["response"]["loopguard_warning"], "[loopguard] w");
-        assert!(parts[0]["functionResponse"]["response"].get("loopguard_warning").is_none());
+        assert_eq!(
+            parts[1]["functionResponse"]["response"]["loopguard_warning"],
+            "[loopguard] w"
+        );
+        assert!(
+            parts[0]["functionResponse"]["response"]
+                .get("loopguard_warning")
+                .is_none()
+        );
     }
 
     #[test]

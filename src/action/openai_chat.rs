@@ -118,7 +118,10 @@ pub fn abort_body(message: &str) -> Vec<u8> {
 /// upstream's `id`, `model` and choice index. The caller appends the
 /// upstream's usage chunk (if any) and `data: [DONE]`.
 pub fn block_stream_ending(ending: &StreamEnding, message: &str) -> Vec<u8> {
-    let id = ending.id.clone().unwrap_or_else(|| format!("chatcmpl-loopguard-{}", random_id()));
+    let id = ending
+        .id
+        .clone()
+        .unwrap_or_else(|| format!("chatcmpl-loopguard-{}", random_id()));
     let model = ending.model.clone().unwrap_or_default();
     let created = ending.created.unwrap_or_else(now_secs);
     let mut out = sse(&chunk(
@@ -129,7 +132,14 @@ pub fn block_stream_ending(ending: &StreamEnding, message: &str) -> Vec<u8> {
         json!({"content": message}),
         Value::Null,
     ));
-    out.extend(sse(&chunk(&id, &model, created, ending.choice, json!({}), json!("stop"))));
+    out.extend(sse(&chunk(
+        &id,
+        &model,
+        created,
+        ending.choice,
+        json!({}),
+        json!("stop"),
+    )));
     out
 }
 
@@ -163,7 +173,10 @@ mod tests {
     fn warning_goes_into_a_parts_array_as_a_text_part() {
         let mut body = json!({"messages": [{"role": "tool", "tool_call_id": "a", "content": [{"type": "text", "text": "x"}]}]});
         assert!(inject_warning(&mut body, "w"));
-        assert_eq!(body["messages"][0]["content"][1], json!({"type": "text", "text": "w"}));
+        assert_eq!(
+            body["messages"][0]["content"][1],
+            json!({"type": "text", "text": "w"})
+        );
     }
 
     #[test]
