@@ -8,6 +8,8 @@
 pub mod body;
 pub mod error;
 pub mod headers;
+pub mod hold;
+pub mod respond;
 pub mod stream;
 pub mod tap;
 pub mod upstream;
@@ -23,7 +25,11 @@ use crate::config::Config;
 use crate::dialect::{Dialect, ParsedRequest};
 use crate::route;
 use error::ProxyError;
+use hold::{Holder, PassJudge, ResponseJudge};
 use tap::{Framing, Tap};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::action::Mode;
 
 /// Shared state of the proxy listener.
 #[derive(Debug)]
@@ -129,14 +135,7 @@ pub async fn handle(State(state): State<Arc<ProxyState>>, request: Request) -> R
     )
     .increment(1);
 
-    let out_headers = headers::client_response_headers(response.headers());
-    let tap = dialect.filter(|_| status.is_success()).map(|d| {
-        Tap::new(
-            d,
-            framing(d, &path, &query, response.headers()),
-            config.server.max_response_bytes,
-        )
-    });
+    let mut out_headers = headers::client_response_headers(response.headers());
     let log = stream::RequestLog {
         route: matched.route.prefix.clone(),
         dialect: dialect_name,
@@ -144,10 +143,104 @@ pub async fn handle(State(state): State<Arc<ProxyState>>, request: Request) -> R
         started,
         request_messages: parsed.as_ref().map(|p| p.transcript.messages.len()),
     };
-    let body: Body = stream::client_body(response, tap, config.server.idle_timeout, log);
-    let mut out = (status, body).into_response();
-    *out.headers_mut() = out_headers;
+    let Some(dialect) = dialect.filter(|_| status.is_success()) else {
+        let body: Body = stream::client_body(response, config.server.idle_timeout, log);
+        let mut out = (status, body).into_response();
+        *out.headers_mut() = out_headers;
+        return out;
+    };
+
+    let framing = framing(dialect, &path, &query, response.headers());
+    let mode = match framing {
+        Framing::Sse => Mode::Sse,
+        Framing::JsonArray => Mode::JsonArray,
+        Framing::Json => Mode::Whole,
+    };
+    let tap = Tap::new(dialect, framing, config.server.max_response_bytes);
+    let include_usage = parsed.as_ref().is_some_and(|p| p.include_usage);
+    let holder = Holder::new(tap, dialect, mode, include_usage, config.server.max_held_bytes);
+    let judge: Box<dyn ResponseJudge> = Box::new(PassJudge);
+    let (head_tx, mut head_rx) = oneshot::channel();
+    let (body_tx, body_rx) = mpsc::channel::<respond::BodyItem>(64);
+    tokio::spawn(respond::drive(
+        response,
+        holder,
+        judge,
+        head_tx,
+        body_tx,
+        config.server.idle_timeout,
+        mode,
+        log,
+    ));
+    // A whole (non-streaming) answer is judged before anything is sent: the
+    // client waits for all of it anyway. A stream's headers wait at most
+    // `header_hold_ms`.
+    let head = if mode == Mode::Whole {
+        head_rx.await.ok()
+    } else {
+        match tokio::time::timeout(config.server.header_hold, &mut head_rx).await {
+            Ok(head) => head.ok(),
+            Err(_) => {
+                head_rx.close();
+                head_rx.try_recv().ok()
+            }
+        }
+    };
+    match head {
+        Some(respond::Head::Abort(cut)) => {
+            let mut out = (
+                http::StatusCode::BAD_REQUEST,
+                [(http::header::CONTENT_TYPE, "application/json")],
+                crate::action::abort_body(dialect, &cut.message),
+            )
+                .into_response();
+            set_verdict_header(out.headers_mut(), &cut.header);
+            out
+        }
+        Some(respond::Head::Pass {
+            verdict,
+            content_length,
+        }) => {
+            if let Some(v) = &verdict {
+                set_verdict_header(&mut out_headers, v);
+            }
+            if let Some(len) = content_length {
+                out_headers.insert(http::header::CONTENT_LENGTH, http::HeaderValue::from(len));
+            } else {
+                out_headers.remove(http::header::CONTENT_LENGTH);
+            }
+            respond_with(status, out_headers, body_rx)
+        }
+        None => {
+            out_headers.remove(http::header::CONTENT_LENGTH);
+            respond_with(status, out_headers, body_rx)
+        }
+    }
+}
+
+fn respond_with(
+    status: http::StatusCode,
+    headers: http::HeaderMap,
+    body_rx: mpsc::Receiver<respond::BodyItem>,
+) -> Response {
+    let stream = futures_util::stream::unfold(body_rx, |mut rx| async move {
+        let item = rx.recv().await?;
+        if item.is_err() {
+            // Let the server write out what came before (headers included)
+            // before the error aborts the response.
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        Some((item, rx))
+    });
+    let mut out = (status, Body::from_stream(stream)).into_response();
+    *out.headers_mut() = headers;
     out
+}
+
+fn set_verdict_header(headers: &mut http::HeaderMap, value: &str) {
+    if let Ok(v) = http::HeaderValue::from_str(value) {
+        headers.insert(http::HeaderName::from_static("x-loopguard-verdict"), v);
+    }
 }
 
 /// Parses the request's side copy; failures are counted as fail-open and

@@ -1,5 +1,7 @@
 //! The tap: a side copy of a response body, framed and parsed into
-//! [`StreamEvent`]s as the bytes pass. It never changes or delays the bytes.
+//! [`StreamEvent`]s as the bytes pass, one [`Frame`] per SSE event or array
+//! element, each with the stream offset where it ends. It never changes or
+//! delays bytes itself; [`super::hold`] decides what to release.
 
 use crate::dialect::{Dialect, StreamEvent, StreamParser};
 use crate::json_array::{ArrayElement, ArraySplitter};
@@ -23,28 +25,68 @@ enum Framer {
     Json { buf: Vec<u8>, cap: usize },
 }
 
+/// One parsed unit of the body: an SSE event, an array element, or the whole
+/// JSON document, with what it carried.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Frame {
+    /// Stream offset just past the frame's last byte.
+    pub end: u64,
+    /// What it carried (empty for comments, unparsable payloads, …).
+    pub events: Vec<StreamEvent>,
+}
+
 /// How a tapped body ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TapEnd {
-    /// The body was whole: the dialect's end was seen (`[DONE]`, a finish
-    /// reason, the array's `]`, a complete JSON document).
+    /// The dialect's end was seen (`[DONE]`, a finish reason, an error event,
+    /// the array's `]`, a complete JSON document).
     Complete,
     /// The body ended before its dialect's end: the response was truncated.
     Truncated(String),
-    /// The tap gave up earlier (parse failure or size cap): nothing can be
-    /// said about completeness.
+    /// The tap gave up earlier (parse failure or size cap).
     Unknown,
+}
+
+/// What the tap saw, for the request log line.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Seen {
+    /// Events parsed.
+    pub events: usize,
+    /// Characters of answer text.
+    pub text_chars: usize,
+    /// Names of the completed tool calls, in order.
+    pub tool_calls: Vec<String>,
+    /// Finish reasons, in order.
+    pub finish: Vec<String>,
+}
+
+/// Identity fields of the response, read from its first payload, that
+/// loopguard's own events must repeat (OpenAI chunk `id`, `model`,
+/// `created`; Gemini `modelVersion`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Deserialize)]
+pub struct Meta {
+    /// OpenAI chunk id.
+    #[serde(default)]
+    pub id: Option<String>,
+    /// OpenAI model.
+    #[serde(default)]
+    pub model: Option<String>,
+    /// OpenAI creation time (Unix seconds).
+    #[serde(default)]
+    pub created: Option<u64>,
+    /// Gemini model version.
+    #[serde(default, rename = "modelVersion")]
+    pub model_version: Option<String>,
 }
 
 /// Parses a side copy of one response.
 pub struct Tap {
+    meta: Option<Meta>,
     framer: Framer,
     parser: StreamParser,
-    events: Vec<StreamEvent>,
     failed: Option<String>,
-    saw_finish: bool,
-    saw_done: bool,
-    saw_error: bool,
+    saw_end: bool,
+    seen: Seen,
     sse_scratch: Vec<SseEvent>,
     array_scratch: Vec<ArrayElement>,
 }
@@ -52,7 +94,7 @@ pub struct Tap {
 impl std::fmt::Debug for Tap {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Tap")
-            .field("events", &self.events.len())
+            .field("seen", &self.seen)
             .field("failed", &self.failed)
             .finish()
     }
@@ -71,30 +113,39 @@ impl Tap {
             },
         };
         Self {
+            meta: None,
             framer,
             parser: dialect.stream_parser(),
-            events: Vec::new(),
             failed: None,
-            saw_finish: false,
-            saw_done: false,
-            saw_error: false,
+            saw_end: false,
+            seen: Seen::default(),
             sse_scratch: Vec::new(),
             array_scratch: Vec::new(),
         }
     }
 
-    /// Why the tap stopped parsing, if it did (a fail-open reason).
-    pub fn failure(&self) -> Option<&str> {
-        self.failed.as_deref()
+    /// Why the tap stopped parsing, if it did: a short fail-open label
+    /// (`response_too_large`, `json_array_invalid`, `response_unparsable`).
+    pub fn failure(&self) -> Option<&'static str> {
+        self.failed.as_deref().map(|reason| {
+            if reason.starts_with("response_too_large") {
+                "response_too_large"
+            } else if reason.starts_with("json array") {
+                "json_array_invalid"
+            } else {
+                "response_unparsable"
+            }
+        })
     }
 
-    /// Every event parsed so far.
-    pub fn events(&self) -> &[StreamEvent] {
-        &self.events
+    /// What the tap saw so far.
+    pub fn seen(&self) -> &Seen {
+        &self.seen
     }
 
-    /// Feeds the next chunk of the body as received.
-    pub fn feed(&mut self, chunk: &[u8]) {
+    /// Feeds the next chunk of the body as received, appending every frame
+    /// it completes to `out`. After a failure it yields nothing more.
+    pub fn feed(&mut self, chunk: &[u8], out: &mut Vec<Frame>) {
         if self.failed.is_some() {
             return;
         }
@@ -103,7 +154,15 @@ impl Tap {
                 decoder.push(chunk, &mut self.sse_scratch);
                 let events = std::mem::take(&mut self.sse_scratch);
                 for event in &events {
-                    self.payload(&event.data);
+                    let frame = if event.truncated {
+                        Frame {
+                            end: event.end,
+                            events: Vec::new(),
+                        }
+                    } else {
+                        self.frame(event.end, &event.data)
+                    };
+                    out.push(frame);
                 }
                 self.sse_scratch = events;
                 self.sse_scratch.clear();
@@ -114,14 +173,15 @@ impl Tap {
                 }
                 let elements = std::mem::take(&mut self.array_scratch);
                 for element in &elements {
-                    self.payload(&element.text);
+                    let frame = self.frame(element.end, &element.text);
+                    out.push(frame);
                 }
                 self.array_scratch = elements;
                 self.array_scratch.clear();
             }
             Framer::Json { buf, cap } => {
                 if buf.len() + chunk.len() > *cap {
-                    buf.clear();
+                    *buf = Vec::new();
                     self.failed = Some("response_too_large".to_owned());
                 } else {
                     buf.extend_from_slice(chunk);
@@ -130,69 +190,88 @@ impl Tap {
         }
     }
 
-    fn payload(&mut self, data: &str) {
-        if data.trim() == "[DONE]" {
-            self.saw_done = true;
-            self.events.push(StreamEvent::Done);
-            return;
-        }
-        let start = self.events.len();
-        if let Err(e) = self.parser.payload(data, &mut self.events) {
-            tracing::debug!(error = %e, "stream payload not understood");
-        }
-        self.note(start);
+    /// Identity fields of the first payload that had any.
+    pub fn meta(&self) -> Option<&Meta> {
+        self.meta.as_ref()
     }
 
-    fn note(&mut self, start: usize) {
-        for event in &self.events[start..] {
+    fn frame(&mut self, end: u64, data: &str) -> Frame {
+        if self.meta.is_none() {
+            if let Ok(meta) = serde_json::from_str::<Meta>(data) {
+                if meta != Meta::default() {
+                    self.meta = Some(meta);
+                }
+            }
+        }
+        let mut events = Vec::new();
+        if data.trim() == "[DONE]" {
+            events.push(StreamEvent::Done);
+        } else if let Err(e) = self.parser.payload(data, &mut events) {
+            tracing::debug!(error = %e, "stream payload not understood");
+        }
+        self.note(&events);
+        Frame { end, events }
+    }
+
+    fn note(&mut self, events: &[StreamEvent]) {
+        self.seen.events += events.len();
+        for event in events {
             match event {
-                StreamEvent::Finish { .. } => self.saw_finish = true,
-                StreamEvent::Done => self.saw_done = true,
-                StreamEvent::Error { .. } => self.saw_error = true,
+                StreamEvent::TextDelta { text, .. } => self.seen.text_chars += text.chars().count(),
+                StreamEvent::ToolCallComplete { call, .. } => self.seen.tool_calls.push(call.name.clone()),
+                StreamEvent::Finish { reason, .. } => {
+                    self.saw_end = true;
+                    self.seen.finish.push(reason.clone());
+                }
+                StreamEvent::Done | StreamEvent::Error { .. } => self.saw_end = true,
                 _ => {}
             }
         }
     }
 
-    /// The body ended (cleanly, as far as the transport could tell): parses
-    /// what is left and says whether the dialect's end was seen.
-    pub fn finish(&mut self) -> TapEnd {
+    /// The body ended (cleanly, as far as the transport could tell) after
+    /// `total` bytes: parses what is left, appends a last frame (ending at
+    /// `total`) when that produced anything, and says whether the dialect's
+    /// end was seen.
+    pub fn finish(&mut self, total: u64, out: &mut Vec<Frame>) -> TapEnd {
         if self.failed.is_some() {
             return TapEnd::Unknown;
         }
-        let start = self.events.len();
-        let end = match &mut self.framer {
-            Framer::Sse(decoder) => {
-                let trailing = decoder.finish();
-                if let Some(event) = trailing {
-                    self.payload(&event.data);
+        let mut events = Vec::new();
+        let problem = match &mut self.framer {
+            Framer::Sse(decoder) => match decoder.finish() {
+                Some(event) => {
+                    let frame = self.frame(total, &event.data);
+                    events = frame.events;
                     Some("the last event was not terminated by a blank line".to_owned())
-                } else if decoder.pending_len() > 0 {
-                    Some("the stream ended inside an event".to_owned())
-                } else {
-                    None
                 }
-            }
+                None => None,
+            },
             Framer::Array(splitter) => splitter.finish().err().map(|e| e.to_string()),
             Framer::Json { buf, .. } => {
                 let text = String::from_utf8_lossy(buf).into_owned();
-                if let Err(e) = self.parser.payload(&text, &mut self.events) {
+                if let Err(e) = self.parser.payload(&text, &mut events) {
                     self.failed = Some(format!("response body: {e}"));
                     return TapEnd::Unknown;
                 }
-                self.parser.end(&mut self.events);
-                // A whole document parsed: the transport's framing already
-                // vouched for its length.
-                return TapEnd::Complete;
+                // A whole document parsed: the transport vouched for its length.
+                self.saw_end = true;
+                None
             }
         };
-        self.parser.end(&mut self.events);
-        self.note(start);
-        match end {
+        let mut tail = Vec::new();
+        self.parser.end(&mut tail);
+        self.note(&tail);
+        if matches!(self.framer, Framer::Json { .. }) {
+            self.note(&events);
+        }
+        events.extend(tail);
+        if !events.is_empty() || matches!(self.framer, Framer::Json { .. }) {
+            out.push(Frame { end: total, events });
+        }
+        match problem {
             Some(reason) => TapEnd::Truncated(reason),
-            // An error event ends a stream as surely as a finish: the client
-            // has it and must see it, not a broken connection.
-            None if self.saw_done || self.saw_finish || self.saw_error => TapEnd::Complete,
+            None if self.saw_end => TapEnd::Complete,
             None => TapEnd::Truncated("the stream ended before its finish".to_owned()),
         }
     }

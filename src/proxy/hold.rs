@@ -1,0 +1,505 @@
+//! Holding: decides, event by event, which bytes of a response go to the
+//! client now, which wait for a verdict, and what replaces them.
+//!
+//! Text passes at once (each SSE event or array element as soon as it is
+//! whole). From the first event that carries a tool call, that event and
+//! every later one are held, in order, until the response's batch of calls
+//! is complete (a finish reason, `[DONE]`, an error, answer text after the
+//! calls, or the end of the body); the batch is then judged and either
+//! released unchanged or replaced from the first held event on. Held bytes
+//! are capped: past the cap everything is released unjudged (fail open).
+//!
+//! This is a pure state machine: it owns no socket and no clock. The driver
+//! ([`super::respond`]) feeds it the upstream's chunks and writes what it
+//! returns.
+
+use bytes::{Bytes, BytesMut};
+use serde_json::Value;
+
+use super::tap::{Frame, Tap, TapEnd};
+use crate::action::{self, Mode, StreamEnding};
+use crate::dialect::{Dialect, StreamEvent};
+use crate::transcript::ToolCall;
+
+/// What the response-time judge decided.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    /// Let it through (the verdict, if any, was only observed or warned).
+    Pass,
+    /// Withhold what is held (or cut the generation) and end the answer
+    /// cleanly with `message` as text.
+    Block(Cut),
+    /// Stop with the dialect's error: HTTP 400 before headers, the in-stream
+    /// error event after.
+    Abort(Cut),
+}
+
+/// A block or abort: what to tell the agent and the person.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cut {
+    /// Text for the model and the person (prefixed `[loopguard]`).
+    pub message: String,
+    /// `x-loopguard-verdict` value: `<action>; detector=<name>; count=<n>`.
+    pub header: String,
+}
+
+/// Judges what a response carries. Implemented by the session layer; a
+/// judge that always answers [`Decision::Pass`] makes holding invisible.
+pub trait ResponseJudge: Send {
+    /// A complete batch of tool calls the model emitted (not yet executed).
+    fn calls(&mut self, calls: &[ToolCall]) -> Decision;
+    /// Text the model emitted (answer or reasoning): for content detectors.
+    /// A `Block` cuts the generation.
+    fn text(&mut self, text: &str) -> Decision;
+}
+
+/// A judge that passes everything (detection off, or a bypassed request).
+#[derive(Debug, Default)]
+pub struct PassJudge;
+
+impl ResponseJudge for PassJudge {
+    fn calls(&mut self, _calls: &[ToolCall]) -> Decision {
+        Decision::Pass
+    }
+    fn text(&mut self, _text: &str) -> Decision {
+        Decision::Pass
+    }
+}
+
+/// What one step of the holder produced.
+#[derive(Debug, Default)]
+pub struct Output {
+    /// Bytes for the client, in order.
+    pub release: Vec<Bytes>,
+    /// Response headers may go out now (text started, a verdict was reached,
+    /// or the body ended).
+    pub headers_ready: bool,
+    /// A block or abort was decided in this step.
+    pub cut: Option<Decision>,
+    /// The upstream request should be dropped (a generation was cut, or
+    /// aborted): nothing more it sends will be used.
+    pub stop_upstream: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    /// Releasing text, holding from the first tool-call event.
+    Streaming,
+    /// Holding was given up (cap reached): everything passes unjudged.
+    Passthrough,
+    /// The answer was replaced: only trailing usage / `[DONE]` may pass.
+    Blocked,
+    /// Nothing more goes to the client.
+    Ended,
+}
+
+/// The holding state machine for one response.
+pub struct Holder {
+    tap: Tap,
+    dialect: Dialect,
+    mode: Mode,
+    include_usage: bool,
+    max_held: usize,
+    state: State,
+    /// Bytes received and not yet released, starting at stream offset `buf_start`.
+    buf: BytesMut,
+    buf_start: u64,
+    received: u64,
+    /// Start of the held region (the end of the last released frame).
+    hold_from: Option<u64>,
+    batch: Vec<ToolCall>,
+    held_usage: Option<Value>,
+    held_done: bool,
+    frames: Vec<Frame>,
+    /// Frame end offsets already released up to.
+    released_upto: u64,
+    /// Held bytes went over the cap (reported once).
+    capped: bool,
+}
+
+impl std::fmt::Debug for Holder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Holder")
+            .field("state", &self.state)
+            .field("hold_from", &self.hold_from)
+            .field("buffered", &self.buf.len())
+            .finish()
+    }
+}
+
+impl Holder {
+    /// A holder for one response. `mode` is how the body is framed for the
+    /// client (for the endings loopguard writes); `include_usage` is OpenAI's
+    /// `stream_options.include_usage`.
+    pub fn new(tap: Tap, dialect: Dialect, mode: Mode, include_usage: bool, max_held: usize) -> Self {
+        Self {
+            tap,
+            dialect,
+            mode,
+            include_usage,
+            max_held,
+            state: State::Streaming,
+            buf: BytesMut::new(),
+            buf_start: 0,
+            received: 0,
+            hold_from: None,
+            batch: Vec::new(),
+            held_usage: None,
+            held_done: false,
+            frames: Vec::new(),
+            released_upto: 0,
+            capped: false,
+        }
+    }
+
+    /// The tap (for the request log and fail-open reasons).
+    pub fn tap(&self) -> &Tap {
+        &self.tap
+    }
+
+    /// Tool-call events are being held.
+    pub fn holding(&self) -> bool {
+        self.hold_from.is_some() && self.state == State::Streaming
+    }
+
+    /// Held bytes went over `max_held_bytes` and were released unjudged.
+    pub fn capped(&self) -> bool {
+        self.capped
+    }
+
+    /// Bytes a client ignores, to keep an idle connection alive while
+    /// holding after the headers went out: an SSE comment line, or
+    /// whitespace between JSON array elements. `None` for a whole JSON body.
+    pub fn keepalive(&self) -> Option<Bytes> {
+        match self.mode {
+            Mode::Sse => Some(Bytes::from_static(
+                b": loopguard: holding a tool call for review\n\n",
+            )),
+            Mode::JsonArray => Some(Bytes::from_static(b" ")),
+            Mode::Whole => None,
+        }
+    }
+
+    /// Feeds one chunk from the upstream.
+    pub fn push(&mut self, chunk: &[u8], judge: &mut dyn ResponseJudge) -> Output {
+        let mut out = Output::default();
+        if self.state == State::Ended {
+            return out;
+        }
+        self.received += chunk.len() as u64;
+        self.buf.extend_from_slice(chunk);
+        if self.state == State::Passthrough {
+            let all = self.take_upto(self.received);
+            out.release.extend(all);
+            out.headers_ready = true;
+            return out;
+        }
+        let mut frames = std::mem::take(&mut self.frames);
+        self.tap.feed(chunk, &mut frames);
+        for frame in frames.drain(..) {
+            self.on_frame(&frame, judge, &mut out);
+            if self.state == State::Ended {
+                break;
+            }
+        }
+        self.frames = frames;
+        self.check_cap(&mut out);
+        out
+    }
+
+    /// The upstream body ended cleanly after everything was pushed.
+    pub fn finish(&mut self, judge: &mut dyn ResponseJudge) -> (Output, TapEnd) {
+        let mut out = Output {
+            headers_ready: true,
+            ..Output::default()
+        };
+        if self.state == State::Ended {
+            return (out, TapEnd::Complete);
+        }
+        if self.state == State::Passthrough {
+            let rest = self.take_upto(self.received);
+            out.release.extend(rest);
+            let end = self.tap.finish(self.received, &mut Vec::new());
+            return (out, end);
+        }
+        let mut frames = Vec::new();
+        let end = self.tap.finish(self.received, &mut frames);
+        for frame in &frames {
+            self.on_frame(frame, judge, &mut out);
+        }
+        if self.hold_from.is_some() && self.state == State::Streaming {
+            self.judge_batch(judge, &mut out, self.received);
+        }
+        match self.state {
+            State::Streaming | State::Passthrough => {
+                let rest = self.take_upto(self.received);
+                out.release.extend(rest);
+            }
+            State::Blocked | State::Ended => {}
+        }
+        (out, end)
+    }
+
+    /// The upstream broke off: everything received and not yet released
+    /// (held events, a partial event), so the client gets all the upstream
+    /// sent before its response is aborted. Nothing after a block or abort.
+    pub fn flush(&mut self) -> Option<Bytes> {
+        match self.state {
+            State::Streaming | State::Passthrough => self.take_upto(self.received),
+            State::Blocked | State::Ended => None,
+        }
+    }
+
+    fn on_frame(&mut self, frame: &Frame, judge: &mut dyn ResponseJudge, out: &mut Output) {
+        match self.state {
+            State::Blocked => {
+                // After a block only the upstream's trailing usage chunk and
+                // `[DONE]` still belong to the answer (OpenAI); Gemini's
+                // ending was complete.
+                let keep = self.dialect == Dialect::OpenaiChat
+                    && !frame.events.is_empty()
+                    && frame
+                        .events
+                        .iter()
+                        .all(|e| matches!(e, StreamEvent::Usage { .. } | StreamEvent::Done));
+                let bytes = self.take_upto(frame.end);
+                if keep {
+                    out.release.extend(bytes);
+                }
+                return;
+            }
+            State::Ended | State::Passthrough => return,
+            State::Streaming => {}
+        }
+        let carries_call = frame.events.iter().any(|e| {
+            matches!(
+                e,
+                StreamEvent::ToolCallDelta { .. } | StreamEvent::ToolCallComplete { .. }
+            )
+        });
+        let has_text = frame
+            .events
+            .iter()
+            .any(|e| matches!(e, StreamEvent::TextDelta { .. }));
+        let ends_batch = frame.events.iter().any(|e| {
+            matches!(
+                e,
+                StreamEvent::Finish { .. } | StreamEvent::Done | StreamEvent::Error { .. }
+            )
+        });
+
+        // Content detectors see every piece of text as it passes.
+        for event in &frame.events {
+            let text = match event {
+                StreamEvent::TextDelta { text, .. } | StreamEvent::ReasoningDelta { text, .. } => {
+                    text.as_str()
+                }
+                StreamEvent::ToolCallDelta { arguments_delta, .. } => arguments_delta.as_str(),
+                _ => continue,
+            };
+            if let Decision::Block(cut) | Decision::Abort(cut) = judge.text(text) {
+                self.cut_generation(cut, out);
+                return;
+            }
+        }
+
+        if self.hold_from.is_none() && carries_call {
+            self.hold_from = Some(self.released_upto);
+        }
+        if self.hold_from.is_some() {
+            for event in &frame.events {
+                match event {
+                    StreamEvent::ToolCallComplete { call, .. } => self.batch.push(call.clone()),
+                    StreamEvent::Usage { usage } => self.held_usage = Some(usage.clone()),
+                    StreamEvent::Done => self.held_done = true,
+                    _ => {}
+                }
+            }
+            let text_after_calls = has_text && !carries_call;
+            if ends_batch || text_after_calls {
+                self.judge_batch(judge, out, frame.end);
+            }
+        } else {
+            let bytes = self.take_upto(frame.end);
+            out.release.extend(bytes);
+            self.released_upto = frame.end;
+            if has_text {
+                out.headers_ready = true;
+            }
+        }
+    }
+
+    /// Judges the held batch and releases or replaces the held region, which
+    /// ends at `upto`.
+    fn judge_batch(&mut self, judge: &mut dyn ResponseJudge, out: &mut Output, upto: u64) {
+        out.headers_ready = true;
+        let decision = if self.batch.is_empty() {
+            Decision::Pass
+        } else {
+            judge.calls(&self.batch)
+        };
+        match decision {
+            Decision::Pass => {
+                let bytes = self.take_upto(upto);
+                out.release.extend(bytes);
+                self.released_upto = upto;
+            }
+            Decision::Block(cut) => {
+                self.drop_upto(upto);
+                out.release.push(Bytes::from(self.block_ending(&cut.message)));
+                self.state = State::Blocked;
+                out.cut = Some(Decision::Block(cut));
+            }
+            Decision::Abort(cut) => {
+                self.drop_upto(upto);
+                out.release.push(Bytes::from(self.error_event(&cut.message)));
+                self.state = State::Ended;
+                out.stop_upstream = true;
+                out.cut = Some(Decision::Abort(cut));
+            }
+        }
+        self.hold_from = None;
+        self.batch.clear();
+        self.held_usage = None;
+        self.held_done = false;
+    }
+
+    /// Cuts the generation (content detectors): what is unreleased is
+    /// dropped, the answer ends cleanly with the note, the upstream is dropped.
+    fn cut_generation(&mut self, cut: Cut, out: &mut Output) {
+        let everything = self.received;
+        self.drop_upto(everything);
+        let mut ending = self.block_ending(&cut.message);
+        if self.dialect == Dialect::OpenaiChat && self.mode == Mode::Sse {
+            if self.include_usage {
+                ending.extend(zero_usage_chunk(
+                    self.ending().id.as_deref(),
+                    self.ending().model.as_deref(),
+                ));
+            }
+            ending.extend_from_slice(b"data: [DONE]\n\n");
+        }
+        out.release.push(Bytes::from(ending));
+        out.headers_ready = true;
+        out.stop_upstream = true;
+        out.cut = Some(Decision::Block(cut));
+        self.state = State::Ended;
+    }
+
+    fn ending(&self) -> StreamEnding {
+        let meta = self.tap.meta().cloned().unwrap_or_default();
+        StreamEnding {
+            id: meta.id,
+            model: meta.model.or(meta.model_version),
+            created: meta.created,
+            choice: 0,
+        }
+    }
+
+    fn first_element(&self) -> bool {
+        self.released_upto == 0
+    }
+
+    fn block_ending(&self, message: &str) -> Vec<u8> {
+        let ending = self.ending();
+        match (self.dialect, self.mode) {
+            (Dialect::OpenaiChat, Mode::Whole) => {
+                action::block_answer(
+                    Dialect::OpenaiChat,
+                    Mode::Whole,
+                    ending.model.as_deref().unwrap_or_default(),
+                    message,
+                    false,
+                )
+                .body
+            }
+            (Dialect::OpenaiChat, _) => {
+                let mut out = action::openai_chat::block_stream_ending(&ending, message);
+                if let Some(usage) = &self.held_usage {
+                    out.extend(usage_chunk(&ending, usage));
+                }
+                if self.held_done {
+                    out.extend_from_slice(b"data: [DONE]\n\n");
+                }
+                out
+            }
+            (Dialect::Gemini, Mode::Whole) => {
+                action::block_answer(
+                    Dialect::Gemini,
+                    Mode::Whole,
+                    ending.model.as_deref().unwrap_or_default(),
+                    message,
+                    false,
+                )
+                .body
+            }
+            (Dialect::Gemini, mode) => action::gemini::block_stream_ending(
+                &ending,
+                message,
+                self.held_usage.as_ref(),
+                mode,
+                self.first_element(),
+            ),
+        }
+    }
+
+    fn error_event(&self, message: &str) -> Vec<u8> {
+        match (self.dialect, self.mode) {
+            (Dialect::OpenaiChat, Mode::Whole) | (Dialect::Gemini, Mode::Whole) => {
+                action::abort_body(self.dialect, message)
+            }
+            (Dialect::OpenaiChat, _) => action::openai_chat::stream_error_event(message),
+            (Dialect::Gemini, mode) => {
+                action::gemini::stream_error_event(message, mode, self.first_element())
+            }
+        }
+    }
+
+    fn check_cap(&mut self, out: &mut Output) {
+        if let Some(from) = self.hold_from {
+            let held = self.received.saturating_sub(from);
+            if held > self.max_held as u64 && self.state == State::Streaming {
+                crate::telemetry::fail_open("held_bytes_cap");
+                self.capped = true;
+                self.state = State::Passthrough;
+                self.hold_from = None;
+                let all = self.take_upto(self.received);
+                out.release.extend(all);
+                out.headers_ready = true;
+            }
+        }
+    }
+
+    /// Removes and returns the buffered bytes before stream offset `upto`.
+    fn take_upto(&mut self, upto: u64) -> Option<Bytes> {
+        let n = usize::try_from(upto.saturating_sub(self.buf_start))
+            .unwrap_or(usize::MAX)
+            .min(self.buf.len());
+        if n == 0 {
+            return None;
+        }
+        self.buf_start += n as u64;
+        Some(self.buf.split_to(n).freeze())
+    }
+
+    fn drop_upto(&mut self, upto: u64) {
+        let _ = self.take_upto(upto);
+        self.released_upto = self.released_upto.max(upto);
+    }
+}
+
+fn usage_chunk(ending: &StreamEnding, usage: &Value) -> Vec<u8> {
+    let chunk = serde_json::json!({
+        "id": ending.id, "object": "chat.completion.chunk", "created": ending.created,
+        "model": ending.model, "choices": [], "usage": usage,
+    });
+    format!("data: {chunk}\n\n").into_bytes()
+}
+
+fn zero_usage_chunk(id: Option<&str>, model: Option<&str>) -> Vec<u8> {
+    let chunk = serde_json::json!({
+        "id": id, "object": "chat.completion.chunk", "model": model, "choices": [],
+        "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
+    });
+    format!("data: {chunk}\n\n").into_bytes()
+}

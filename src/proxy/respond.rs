@@ -1,0 +1,206 @@
+//! The response driver for paths of a known dialect: reads the upstream's
+//! body, runs it through the [`Holder`], and hands the client its headers
+//! (possibly replaced by a verdict) and body.
+//!
+//! The driver runs as its own task so that response headers can be held
+//! while it reads: the handler waits for the driver's [`Head`] (or for
+//! `header_hold_ms`, or for the whole body of a non-streaming answer) and
+//! then answers. A client that goes away closes the body channel, which the
+//! driver notices at once and drops the upstream request.
+
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use futures_util::StreamExt;
+use tokio::sync::{mpsc, oneshot};
+
+use super::hold::{Cut, Decision, Holder, ResponseJudge};
+use super::stream::RequestLog;
+use super::tap::TapEnd;
+use crate::action::Mode;
+
+/// How often keep-alive bytes are written while a tool call is held after
+/// the headers went out.
+pub const KEEPALIVE_EVERY: Duration = Duration::from_secs(5);
+
+/// What the driver tells the handler about the response headers.
+#[derive(Debug)]
+pub enum Head {
+    /// Send the upstream's status and headers. `verdict` adds an
+    /// `x-loopguard-verdict` header; `content_length` is set for a whole
+    /// (non-streaming) body whose final length is known.
+    Pass {
+        /// Value for `x-loopguard-verdict`, when a verdict changed the body.
+        verdict: Option<String>,
+        /// Final body length, for non-streaming answers.
+        content_length: Option<usize>,
+    },
+    /// Answer with this instead of the upstream's response (abort before
+    /// headers: HTTP 400 in the dialect's error shape).
+    Abort(Cut),
+}
+
+/// One item of the client's body: bytes, or an error that aborts the response.
+pub type BodyItem = Result<Bytes, std::io::Error>;
+
+/// Runs one response to the end. See the module docs.
+#[allow(
+    clippy::too_many_arguments,
+    reason = "one call site; the parts are independent"
+)]
+pub async fn drive(
+    upstream: reqwest::Response,
+    mut holder: Holder,
+    mut judge: Box<dyn ResponseJudge>,
+    head_tx: oneshot::Sender<Head>,
+    body_tx: mpsc::Sender<BodyItem>,
+    idle: Duration,
+    mode: Mode,
+    log: RequestLog,
+) {
+    let mut head_tx = Some(head_tx);
+    let mut stream = upstream.bytes_stream();
+    let mut outcome = "complete";
+    let mut verdict: Option<String> = None;
+    let mut last_write = Instant::now();
+    loop {
+        let keepalive_due = holder.holding() && head_tx.is_none();
+        let wait = if keepalive_due {
+            KEEPALIVE_EVERY.saturating_sub(last_write.elapsed())
+        } else {
+            idle
+        };
+        let next = tokio::select! {
+            () = body_tx.closed() => {
+                outcome = "client_disconnected";
+                break;
+            }
+            next = tokio::time::timeout(wait.min(idle), stream.next()) => next,
+        };
+        let (out, end) = match next {
+            Ok(Some(Ok(chunk))) => (holder.push(&chunk, judge.as_mut()), None),
+            Ok(None) => {
+                let (out, end) = holder.finish(judge.as_mut());
+                (out, Some(end))
+            }
+            Ok(Some(Err(e))) => {
+                tracing::warn!(route = %log.route, error = %e, "upstream body broke off; aborting the client's response");
+                outcome = "upstream_broke_off";
+                send_head(&mut head_tx, None, None);
+                flush(&mut holder, &body_tx).await;
+                let _ = body_tx
+                    .send(Err(std::io::Error::other(format!(
+                        "upstream body broke off: {e}"
+                    ))))
+                    .await;
+                break;
+            }
+            Err(_) if keepalive_due && last_write.elapsed() < idle => {
+                if let Some(bytes) = holder.keepalive() {
+                    if body_tx.send(Ok(bytes)).await.is_err() {
+                        outcome = "client_disconnected";
+                        break;
+                    }
+                }
+                last_write = Instant::now();
+                continue;
+            }
+            Err(_) => {
+                tracing::warn!(route = %log.route, idle_secs = idle.as_secs(), "upstream idle timeout; aborting the client's response");
+                outcome = "upstream_idle_timeout";
+                send_head(&mut head_tx, None, None);
+                flush(&mut holder, &body_tx).await;
+                let _ = body_tx
+                    .send(Err(std::io::Error::other("upstream idle timeout")))
+                    .await;
+                break;
+            }
+        };
+
+        // A verdict that replaces the answer before the headers went out.
+        match &out.cut {
+            Some(Decision::Abort(cut)) => {
+                verdict = Some(cut.header.clone());
+                // When the headers already went out, the in-stream error below.
+                if let Some(tx) = head_tx.take() {
+                    if tx.send(Head::Abort(cut.clone())).is_ok() {
+                        outcome = "aborted";
+                        break;
+                    }
+                }
+                outcome = "aborted_in_stream";
+            }
+            Some(Decision::Block(cut)) => {
+                verdict = Some(cut.header.clone());
+                outcome = "blocked";
+            }
+            Some(Decision::Pass) | None => {}
+        }
+        if out.headers_ready || end.is_some() {
+            let length =
+                (mode == Mode::Whole && end.is_some()).then(|| out.release.iter().map(Bytes::len).sum());
+            let header = if out.cut.is_some() { verdict.clone() } else { None };
+            send_head(&mut head_tx, header, length);
+        }
+        for bytes in out.release {
+            if body_tx.send(Ok(bytes)).await.is_err() {
+                outcome = "client_disconnected";
+                break;
+            }
+            last_write = Instant::now();
+        }
+        if out.stop_upstream {
+            metrics::counter!("loopguard_generation_cut_total").increment(1);
+            break;
+        }
+        if let Some(end) = end {
+            if let TapEnd::Truncated(reason) = end {
+                tracing::warn!(route = %log.route, %reason, "upstream stream ended early; aborting the client's response");
+                outcome = "upstream_truncated";
+                let _ = body_tx
+                    .send(Err(std::io::Error::other(format!(
+                        "upstream stream truncated: {reason}"
+                    ))))
+                    .await;
+            }
+            break;
+        }
+    }
+    if let Some(reason) = holder.tap().failure() {
+        crate::telemetry::fail_open(reason);
+    }
+    let seen = holder.tap().seen();
+    tracing::info!(
+        route = %log.route,
+        dialect = log.dialect,
+        status = log.status,
+        duration_ms = u64::try_from(log.started.elapsed().as_millis()).unwrap_or(u64::MAX),
+        events = seen.events,
+        request_messages = log.request_messages.map_or(-1, |n| i64::try_from(n).unwrap_or(i64::MAX)),
+        text_chars = seen.text_chars,
+        tool_calls = %seen.tool_calls.join(","),
+        finish = %seen.finish.join(","),
+        verdict = verdict.as_deref().unwrap_or(""),
+        outcome,
+        "request"
+    );
+}
+
+async fn flush(holder: &mut Holder, body_tx: &mpsc::Sender<BodyItem>) {
+    if let Some(bytes) = holder.flush() {
+        let _ = body_tx.send(Ok(bytes)).await;
+    }
+}
+
+fn send_head(
+    head_tx: &mut Option<oneshot::Sender<Head>>,
+    verdict: Option<String>,
+    content_length: Option<usize>,
+) {
+    if let Some(tx) = head_tx.take() {
+        let _ = tx.send(Head::Pass {
+            verdict,
+            content_length,
+        });
+    }
+}
