@@ -2,10 +2,12 @@
 //!
 //! Idea: OpenHands' action/error loop, Goose, OpenClaw's typed errors, Cline's
 //! mistake tracker. Defaults: warning 3, critical 5. The streak is the
-//! trailing run of the judged tool's cycles (calls to other tools in between,
-//! such as a read before each failing edit, neither break nor count) that
-//! failed with the same fingerprint (see [`super::outcome`]: the first line
-//! matching an error pattern, digits and hex masked — not a banner line).
+//! trailing run of consecutive cycles (poll tools skipped) of the judged tool
+//! that failed with the same fingerprint — any other call in between ends it,
+//! so edit → build → edit → build is never an error streak (a read/edit
+//! ping-pong with a failing edit is `cycle`'s) — where the fingerprint (see [`super::outcome`]: the first line
+//! is the first line matching an error pattern, digits and hex masked — not a
+//! banner line (see [`super::outcome`]).
 //! Judged at request time only: a pending call's error is not known yet.
 //! Does not flag: different errors, successes in between, poll tools.
 //! Cost: O(epoch length) per judged call.
@@ -24,8 +26,9 @@ pub(crate) fn check(v: &View) -> Option<Finding> {
     }
     let count = v
         .run_rev(false)
-        .filter(|(_, c)| c.name == judged.name)
-        .take_while(|(_, c)| c.outcome.is_some_and(|o| o.is_error && o.fingerprint == outcome.fingerprint))
+        .take_while(|(_, c)| {
+            c.name == judged.name && c.outcome.is_some_and(|o| o.is_error && o.fingerprint == outcome.fingerprint)
+        })
         .count();
     let t = v.settings.thresholds(DetectorKind::ErrorRepeat);
     let level = [Level::Critical, Level::Warning]

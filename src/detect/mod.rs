@@ -65,3 +65,5 @@ pub use replay::{ReplayLine, replay};
 pub use session::{Absorbed, SessionState};
 pub use settings::{Settings, Thresholds, ToolMatcher};
 pub use verdict::{Action, DetectorKind, Level, Verdict, decisive, rank};
+#[cfg(test)]
+mod scenarios;

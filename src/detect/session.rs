@@ -131,14 +131,19 @@ impl SessionState {
         }
         let steps: Vec<&Step> = self.steps.iter().collect();
         let mut judged = Vec::new();
-        if let Some(last) = steps.last() {
-            let n = steps.len();
+        // The last turn's steps: its tool cycles, or its text turn, plus any
+        // canned replies after it.
+        let n = steps.len();
+        let canned = steps.iter().rev().take_while(|s| s.kind == StepKind::Canned).count();
+        if let Some(last) = steps.len().checked_sub(canned + 1).map(|i| steps[i]) {
             let first = if last.cycle().is_some() {
-                n - steps.iter().rev().take_while(|s| s.turn == last.turn && s.cycle().is_some()).count()
+                n - canned - steps[..n - canned].iter().rev().take_while(|s| s.turn == last.turn && s.cycle().is_some()).count()
             } else {
-                n - 1
+                n - canned - 1
             };
             judged.extend(first + 1..=n);
+        } else {
+            judged.extend(1..=n);
         }
         let mut verdicts = self.judge_at(&steps, &judged, settings);
         if settings.thresholds(super::DetectorKind::CompactionStorm).enabled {

@@ -18,7 +18,7 @@ pub(crate) enum Dialect {
 pub(crate) struct Builder {
     pub dialect: Dialect,
     pub t: Transcript,
-    next_id: usize,
+    pub next_id: usize,
 }
 
 impl Builder {
@@ -125,3 +125,56 @@ impl Builder {
 pub(crate) fn pending(name: &str, args: Value) -> ToolCall {
     ToolCall::new(Some("pending".into()), name, Arguments::Json(args))
 }
+
+/// A session driven one tool turn per request.
+pub(crate) struct Run {
+    pub b: Builder,
+    pub s: crate::detect::Settings,
+    pub session: crate::detect::SessionState,
+    pub clock: u64,
+    pub step_secs: u64,
+}
+
+impl Run {
+    /// A run with default settings, requests 10 s apart.
+    pub fn new(dialect: Dialect, tools: &[&str]) -> Self {
+        Self::with(dialect, tools, crate::detect::Settings::default())
+    }
+
+    /// A run with given settings.
+    pub fn with(dialect: Dialect, tools: &[&str], s: crate::detect::Settings) -> Self {
+        Self {
+            b: Builder::new(dialect, tools),
+            s,
+            session: crate::detect::SessionState::new(),
+            clock: 0,
+            step_secs: 10,
+        }
+    }
+
+    /// Sends the current request.
+    pub fn send(&mut self) -> Vec<crate::detect::Verdict> {
+        self.clock += self.step_secs;
+        let now = std::time::Duration::from_secs(self.clock);
+        self.session.on_request(&self.b.request(), now, &self.s)
+    }
+
+    /// One call with its result, then the request that carries it.
+    pub fn call(&mut self, name: &str, args: Value, result: &str, error: bool) -> Vec<crate::detect::Verdict> {
+        self.b.call(name, args, result, error);
+        self.send()
+    }
+}
+
+/// The level of a detector's verdict, if any.
+pub(crate) fn level(verdicts: &[crate::detect::Verdict], kind: crate::detect::DetectorKind) -> Option<crate::detect::Level> {
+    verdicts.iter().filter(|v| v.detector == kind).map(|v| v.level).max()
+}
+
+/// The highest level among verdicts.
+pub(crate) fn top(verdicts: &[crate::detect::Verdict]) -> Option<crate::detect::Level> {
+    verdicts.iter().map(|v| v.level).max()
+}
+
+/// Both dialects.
+pub(crate) const DIALECTS: [Dialect; 2] = [Dialect::OpenAi, Dialect::Gemini];
