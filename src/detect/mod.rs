@@ -67,3 +67,7 @@ pub use settings::{Settings, Thresholds, ToolMatcher};
 pub use verdict::{Action, DetectorKind, Level, Verdict, decisive, rank};
 #[cfg(test)]
 mod scenarios;
+#[cfg(test)]
+mod chanting_tests;
+#[cfg(test)]
+mod config_tests;
