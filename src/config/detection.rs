@@ -27,9 +27,9 @@ use serde::Deserialize;
 
 use super::Problems;
 use crate::detect::settings::{
-    ChantingParams, CompactionPatterns, DEFAULT_CANNED_PATTERNS, DEFAULT_DEDUP_NOTICES, DEFAULT_ERROR_PATTERNS,
-    DEFAULT_OUTCOME_MASKS, DEFAULT_SUMMARIZER_PATTERNS, DEFAULT_SUMMARY_PREFIXES, DEFAULT_VOLATILE_KEYS, Settings,
-    Thresholds, ToolMatcher,
+    ChantingParams, CompactionPatterns, DEFAULT_CANNED_PATTERNS, DEFAULT_DEDUP_NOTICES,
+    DEFAULT_ERROR_PATTERNS, DEFAULT_OUTCOME_MASKS, DEFAULT_SUMMARIZER_PATTERNS, DEFAULT_SUMMARY_PREFIXES,
+    DEFAULT_VOLATILE_KEYS, Settings, Thresholds, ToolMatcher,
 };
 use crate::detect::{Action, DetectorKind};
 
@@ -299,12 +299,15 @@ impl LoopDetection {
     /// Picks the settings for a request from its headers (`(name, value)`
     /// pairs, names in any case): the first agent whose rule matches, else
     /// the defaults. Returns the agent id too.
-    pub fn select<'a, 'h>(&'a self, headers: impl IntoIterator<Item = (&'h str, &'h str)>) -> (Option<&'a str>, &'a Arc<Settings>) {
+    pub fn select<'a, 'h>(
+        &'a self,
+        headers: impl IntoIterator<Item = (&'h str, &'h str)>,
+    ) -> (Option<&'a str>, &'a Arc<Settings>) {
         let headers: Vec<(&str, &str)> = headers.into_iter().collect();
         let agent = self.agents.iter().find(|a| match &a.rule {
-            AgentMatch::Header { name, value } => {
-                headers.iter().any(|(n, v)| n.eq_ignore_ascii_case(name) && v == value)
-            }
+            AgentMatch::Header { name, value } => headers
+                .iter()
+                .any(|(n, v)| n.eq_ignore_ascii_case(name) && v == value),
             AgentMatch::UserAgentPrefix(prefix) => headers
                 .iter()
                 .any(|(n, v)| n.eq_ignore_ascii_case("user-agent") && v.starts_with(prefix.as_str())),
@@ -318,7 +321,11 @@ impl LoopDetection {
 
 /// The built-in default settings.
 pub fn default_settings() -> Settings {
-    build(&RawLoopDetection::default(), "loop_detection", &mut Problems::default())
+    build(
+        &RawLoopDetection::default(),
+        "loop_detection",
+        &mut Problems::default(),
+    )
 }
 
 /// Validates `[loop_detection]` and `[[agents]]`, recording every problem.
@@ -332,12 +339,19 @@ pub fn validate(raw: &RawLoopDetection, agents: &[RawAgent], problems: &mut Prob
             problems.push(format!("{base}.id"), "must not be empty");
         }
         let rule = match &agent.matcher {
-            RawAgentMatch { header: Some(h), value: Some(v), user_agent_prefix: None } => {
-                Some(AgentMatch::Header { name: h.to_ascii_lowercase(), value: v.clone() })
-            }
-            RawAgentMatch { header: None, value: None, user_agent_prefix: Some(p) } => {
-                Some(AgentMatch::UserAgentPrefix(p.clone()))
-            }
+            RawAgentMatch {
+                header: Some(h),
+                value: Some(v),
+                user_agent_prefix: None,
+            } => Some(AgentMatch::Header {
+                name: h.to_ascii_lowercase(),
+                value: v.clone(),
+            }),
+            RawAgentMatch {
+                header: None,
+                value: None,
+                user_agent_prefix: Some(p),
+            } => Some(AgentMatch::UserAgentPrefix(p.clone())),
             _ => {
                 problems.push(
                     format!("{base}.match"),
@@ -354,17 +368,26 @@ pub fn validate(raw: &RawLoopDetection, agents: &[RawAgent], problems: &mut Prob
         }
         for n in own.notices {
             let inherited = problems.notices.iter().any(|p| {
-                p.message == n.message && p.path.strip_prefix("loop_detection") == n.path.strip_prefix(&format!("{base}.loop_detection"))
+                p.message == n.message
+                    && p.path.strip_prefix("loop_detection")
+                        == n.path.strip_prefix(&format!("{base}.loop_detection"))
             });
             if !inherited {
                 problems.notices.push(n);
             }
         }
         if let Some(rule) = rule {
-            validated.push(Agent { id: agent.id.clone(), rule, settings: Arc::new(settings) });
+            validated.push(Agent {
+                id: agent.id.clone(),
+                rule,
+                settings: Arc::new(settings),
+            });
         }
     }
-    LoopDetection { defaults, agents: validated }
+    LoopDetection {
+        defaults,
+        agents: validated,
+    }
 }
 
 fn merge(base: &RawLoopDetection, over: &RawLoopDetection) -> RawLoopDetection {
@@ -374,10 +397,16 @@ fn merge(base: &RawLoopDetection, over: &RawLoopDetection) -> RawLoopDetection {
         volatile_keys: over.volatile_keys.clone().or_else(|| base.volatile_keys.clone()),
         outcome_masks: over.outcome_masks.clone().or_else(|| base.outcome_masks.clone()),
         dedup_notices: over.dedup_notices.clone().or_else(|| base.dedup_notices.clone()),
-        error_patterns: over.error_patterns.clone().or_else(|| base.error_patterns.clone()),
+        error_patterns: over
+            .error_patterns
+            .clone()
+            .or_else(|| base.error_patterns.clone()),
         poll_tools: over.poll_tools.clone().or_else(|| base.poll_tools.clone()),
         exempt_tools: over.exempt_tools.clone().or_else(|| base.exempt_tools.clone()),
-        canned_patterns: over.canned_patterns.clone().or_else(|| base.canned_patterns.clone()),
+        canned_patterns: over
+            .canned_patterns
+            .clone()
+            .or_else(|| base.canned_patterns.clone()),
         actions: match (&base.actions, &over.actions) {
             (Some(a), Some(b)) => Some(RawActions {
                 warning: b.warning.clone().or_else(|| a.warning.clone()),
@@ -388,7 +417,10 @@ fn merge(base: &RawLoopDetection, over: &RawLoopDetection) -> RawLoopDetection {
         },
         compaction: match (&base.compaction, &over.compaction) {
             (Some(a), Some(b)) => Some(RawCompaction {
-                summarizer_patterns: b.summarizer_patterns.clone().or_else(|| a.summarizer_patterns.clone()),
+                summarizer_patterns: b
+                    .summarizer_patterns
+                    .clone()
+                    .or_else(|| a.summarizer_patterns.clone()),
                 summary_prefixes: b.summary_prefixes.clone().or_else(|| a.summary_prefixes.clone()),
             }),
             (a, b) => b.clone().or_else(|| a.clone()),
@@ -407,7 +439,9 @@ fn regexes(list: &[String], path: &str, anchor: bool, problems: &mut Problems) -
         .filter_map(|(i, p)| {
             let text = if anchor { format!("^(?:{p})") } else { p.clone() };
             Regex::new(&text)
-                .map_err(|e| problems.push(format!("{path}[{i}]"), format!("{p:?} is not a valid regex: {e}")))
+                .map_err(|e| {
+                    problems.push(format!("{path}[{i}]"), format!("{p:?} is not a valid regex: {e}"))
+                })
                 .ok()
         })
         .collect()
@@ -421,7 +455,10 @@ fn matchers(list: Option<&Vec<RawToolMatcher>>, defaults: &[DefaultMatcher]) -> 
         Some(list) => list
             .iter()
             .map(|m| match m {
-                RawToolMatcher::Name(name) => ToolMatcher { name: name.clone(), args: Vec::new() },
+                RawToolMatcher::Name(name) => ToolMatcher {
+                    name: name.clone(),
+                    args: Vec::new(),
+                },
                 RawToolMatcher::Spec(spec) => ToolMatcher {
                     name: spec.name.clone(),
                     args: spec
@@ -457,7 +494,10 @@ const DEFAULT_POLL_TOOLS: &[DefaultMatcher] = &[
 fn action(text: Option<&String>, default: Action, path: &str, problems: &mut Problems) -> Option<Action> {
     let text = text?;
     Some(Action::parse(text).unwrap_or_else(|| {
-        problems.push(path, format!("{text:?} is not one of \"observe\", \"warn\", \"block\", \"abort\""));
+        problems.push(
+            path,
+            format!("{text:?} is not one of \"observe\", \"warn\", \"block\", \"abort\""),
+        );
         default
     }))
 }
@@ -468,19 +508,35 @@ fn build(raw: &RawLoopDetection, path: &str, problems: &mut Problems) -> Setting
     let actions_raw = raw.actions.clone().unwrap_or_default();
     let default_actions = [Action::Warn, Action::Block, Action::Abort];
     let mut actions = default_actions;
-    for (i, (key, value)) in
-        [("warning", &actions_raw.warning), ("critical", &actions_raw.critical), ("breaker", &actions_raw.breaker)]
-            .into_iter()
-            .enumerate()
+    for (i, (key, value)) in [
+        ("warning", &actions_raw.warning),
+        ("critical", &actions_raw.critical),
+        ("breaker", &actions_raw.breaker),
+    ]
+    .into_iter()
+    .enumerate()
     {
-        if let Some(a) = action(value.as_ref(), default_actions[i], &format!("{path}.actions.{key}"), problems) {
+        if let Some(a) = action(
+            value.as_ref(),
+            default_actions[i],
+            &format!("{path}.actions.{key}"),
+            problems,
+        ) {
             actions[i] = a;
         }
     }
-    let error_patterns = regexes(&list(&raw.error_patterns, DEFAULT_ERROR_PATTERNS), &format!("{path}.error_patterns"), false, problems);
+    let error_patterns = regexes(
+        &list(&raw.error_patterns, DEFAULT_ERROR_PATTERNS),
+        &format!("{path}.error_patterns"),
+        false,
+        problems,
+    );
     let combined = (!error_patterns.is_empty())
         .then(|| {
-            let alternation: Vec<String> = error_patterns.iter().map(|r| format!("(?:{})", r.as_str())).collect();
+            let alternation: Vec<String> = error_patterns
+                .iter()
+                .map(|r| format!("(?:{})", r.as_str()))
+                .collect();
             Regex::new(&format!("^(?:{})", alternation.join("|"))).ok()
         })
         .flatten();
@@ -488,12 +544,27 @@ fn build(raw: &RawLoopDetection, path: &str, problems: &mut Problems) -> Setting
         enabled: raw.enabled.unwrap_or(true),
         history_size: raw.history_size.unwrap_or(30),
         volatile_keys: list(&raw.volatile_keys, DEFAULT_VOLATILE_KEYS),
-        outcome_masks: regexes(&list(&raw.outcome_masks, DEFAULT_OUTCOME_MASKS), &format!("{path}.outcome_masks"), false, problems),
-        dedup_notices: regexes(&list(&raw.dedup_notices, DEFAULT_DEDUP_NOTICES), &format!("{path}.dedup_notices"), false, problems),
+        outcome_masks: regexes(
+            &list(&raw.outcome_masks, DEFAULT_OUTCOME_MASKS),
+            &format!("{path}.outcome_masks"),
+            false,
+            problems,
+        ),
+        dedup_notices: regexes(
+            &list(&raw.dedup_notices, DEFAULT_DEDUP_NOTICES),
+            &format!("{path}.dedup_notices"),
+            false,
+            problems,
+        ),
         error_pattern: combined,
         poll_tools: matchers(raw.poll_tools.as_ref(), DEFAULT_POLL_TOOLS),
         exempt_tools: matchers(raw.exempt_tools.as_ref(), &[]),
-        canned_patterns: regexes(&list(&raw.canned_patterns, DEFAULT_CANNED_PATTERNS), &format!("{path}.canned_patterns"), false, problems),
+        canned_patterns: regexes(
+            &list(&raw.canned_patterns, DEFAULT_CANNED_PATTERNS),
+            &format!("{path}.canned_patterns"),
+            false,
+            problems,
+        ),
         detectors: [Thresholds::new(0, 0, 0); 13],
         actions,
         cycle_max_period: 5,
@@ -528,7 +599,13 @@ fn build(raw: &RawLoopDetection, path: &str, problems: &mut Problems) -> Setting
     }
     for kind in DetectorKind::ALL {
         let d = raw.detectors.get(kind).cloned().unwrap_or_default();
-        s.detectors[kind.index()] = crate::detect::ladder::thresholds(kind, &d, &format!("{path}.{}", kind.name()), &actions, problems);
+        s.detectors[kind.index()] = crate::detect::ladder::thresholds(
+            kind,
+            &d,
+            &format!("{path}.{}", kind.name()),
+            &actions,
+            problems,
+        );
         crate::detect::ladder::extras(kind, &d, &mut s, &format!("{path}.{}", kind.name()), problems);
     }
     crate::detect::ladder::raise_history(&mut s, path, problems);

@@ -43,9 +43,15 @@ fn a_repeated_bullet_is_critical() {
 /// The line ceiling applies inside code too.
 #[test]
 fn the_same_code_line_thirty_times_is_critical_even_in_a_fence() {
-    let text = format!("```python\n{}```\n", "    result = compute_value(data)\n".repeat(30));
+    let text = format!(
+        "```python\n{}```\n",
+        "    result = compute_value(data)\n".repeat(30)
+    );
     assert!(scan(&text).is_some());
-    let text = format!("```python\n{}```\n", "    result = compute_value(data)\n".repeat(29));
+    let text = format!(
+        "```python\n{}```\n",
+        "    result = compute_value(data)\n".repeat(29)
+    );
     assert!(scan(&text).is_none());
 }
 
@@ -54,7 +60,9 @@ fn the_same_code_line_thirty_times_is_critical_even_in_a_fence() {
 fn a_forty_row_markdown_table_is_silent() {
     let mut t = String::from("| id | name | status | owner |\n|----|------|--------|-------|\n");
     for i in 0..40 {
-        t.push_str(&format!("| {i} | service-{i} | running normally | team platform operations |\n"));
+        t.push_str(&format!(
+            "| {i} | service-{i} | running normally | team platform operations |\n"
+        ));
     }
     assert_eq!(scan(&t), None);
 }
@@ -64,7 +72,9 @@ fn a_forty_row_markdown_table_is_silent() {
 fn a_numbered_list_of_60_distinct_items_with_a_long_prefix_is_silent() {
     let mut t = String::new();
     for i in 1..=60 {
-        t.push_str(&format!("{i}. The configuration option that controls the behaviour of module {i} is `opt_{i}`\n"));
+        t.push_str(&format!(
+            "{i}. The configuration option that controls the behaviour of module {i} is `opt_{i}`\n"
+        ));
     }
     assert_eq!(scan(&t), None);
 }
@@ -74,7 +84,9 @@ fn a_numbered_list_of_60_distinct_items_with_a_long_prefix_is_silent() {
 fn a_long_code_block_with_repetitive_distinct_lines_is_silent() {
     let mut t = String::from("```rust\n");
     for i in 0..200 {
-        t.push_str(&format!("    assert_eq!(parse_value(\"input_{i}\"), Ok(expected_value_{i}));\n    }}\n"));
+        t.push_str(&format!(
+            "    assert_eq!(parse_value(\"input_{i}\"), Ok(expected_value_{i}));\n    }}\n"
+        ));
     }
     t.push_str("```\n");
     assert_eq!(scan(&t), None);
@@ -98,7 +110,9 @@ fn a_box_drawing_diagram_is_silent() {
 fn dividers_between_sections_are_silent() {
     let mut t = String::new();
     for i in 0..30 {
-        t.push_str(&format!("## Section {i}\n\nThis section explains part {i} of the design in a few words.\n\n---\n\n"));
+        t.push_str(&format!(
+            "## Section {i}\n\nThis section explains part {i} of the design in a few words.\n\n---\n\n"
+        ));
     }
     assert_eq!(scan(&t), None);
 }
@@ -109,7 +123,10 @@ fn memory_is_capped_on_long_distinct_text() {
     let s = Settings::default();
     let mut scanner = ContentScanner::new(&s);
     for i in 0..20_000 {
-        scanner.feed(Channel::Reasoning(0), &format!("token{i} is different from the one before it; "));
+        scanner.feed(
+            Channel::Reasoning(0),
+            &format!("token{i} is different from the one before it; "),
+        );
     }
     assert!(scanner.verdict().is_none());
     assert!(scanner.heap_size() < 200_000, "{}", scanner.heap_size());

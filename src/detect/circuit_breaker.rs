@@ -9,7 +9,8 @@
 use super::engine::{View, no_progress_run};
 use super::verdict::{DetectorKind, Finding, Level};
 
-const ADVICE: &str = "Stop this run and report what blocks you; repeating the same call will not change its result.";
+const ADVICE: &str =
+    "Stop this run and report what blocks you; repeating the same call will not change its result.";
 
 /// Checks the judged call.
 pub(crate) fn check(v: &View) -> Option<Finding> {
@@ -27,6 +28,12 @@ pub(crate) fn check(v: &View) -> Option<Finding> {
     let t = v.settings.thresholds(DetectorKind::CircuitBreaker);
     t.reached(Level::Breaker, stall as u32).then(|| {
         let detail = format!("returned the same result {stall} times in a row");
-        v.finding(DetectorKind::CircuitBreaker, Level::Breaker, stall, detail, ADVICE)
+        v.finding(
+            DetectorKind::CircuitBreaker,
+            Level::Breaker,
+            stall,
+            detail,
+            ADVICE,
+        )
     })
 }

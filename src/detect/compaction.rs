@@ -87,17 +87,29 @@ pub fn is_summarizer(transcript: &Transcript, settings: &Settings) -> bool {
 }
 
 /// Classifies a request given the summary of the lane's previous request.
-pub fn classify(previous: Option<&RequestSummary>, transcript: &Transcript, settings: &Settings) -> Classification {
+pub fn classify(
+    previous: Option<&RequestSummary>,
+    transcript: &Transcript,
+    settings: &Settings,
+) -> Classification {
     if is_summarizer(transcript, settings) {
         return Classification::Summarizer;
     }
     let Some(prev) = previous else {
         return Classification::Continuation;
     };
-    let marker = transcript.messages.iter().filter(|m| m.role == Role::User).any(|m| {
-        let own = own_text(&m.text);
-        settings.compaction.summary_prefixes.iter().any(|r| r.is_match(&own))
-    });
+    let marker = transcript
+        .messages
+        .iter()
+        .filter(|m| m.role == Role::User)
+        .any(|m| {
+            let own = own_text(&m.text);
+            settings
+                .compaction
+                .summary_prefixes
+                .iter()
+                .any(|r| r.is_match(&own))
+        });
     let now = RequestSummary::of(transcript, settings);
     let shorter = now.messages < prev.messages;
     if marker && (shorter || now.first_user != prev.first_user) {

@@ -9,7 +9,8 @@
 use super::settings::Settings;
 use super::verdict::{DetectorKind, Finding, Level};
 
-const ADVICE: &str = "The agent keeps compacting its context without doing any work; stop the run and start a fresh session.";
+const ADVICE: &str =
+    "The agent keeps compacting its context without doing any work; stop the run and start a fresh session.";
 
 /// Checks the session's count of compactions in a row.
 pub(crate) fn check(in_a_row: u32, settings: &Settings) -> Option<Finding> {

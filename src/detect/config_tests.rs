@@ -6,7 +6,8 @@ use super::testkit::{Dialect, Run, level};
 use super::{DetectorKind as D, Level as L, Settings};
 use crate::config::{DEFAULT_TOML, load_str};
 
-const ROUTE: &str = "[[routes]]\nprefix = \"/v1\"\nprovider = \"openai\"\nupstream = \"https://api.openai.com\"\n";
+const ROUTE: &str =
+    "[[routes]]\nprefix = \"/v1\"\nprovider = \"openai\"\nupstream = \"https://api.openai.com\"\n";
 
 /// The shipped file documents the defaults: loading it gives the built-in settings.
 #[test]
@@ -46,13 +47,25 @@ fn agent_overrides_change_verdicts_for_that_agent_only() {
 /// A broken ladder is repaired, not rejected, and the notice names the key.
 #[test]
 fn a_critical_at_or_below_warning_is_raised_with_a_notice() {
-    let text = format!("{ROUTE}\n[loop_detection.error_repeat]\nwarning = 4\ncritical = 4\n[loop_detection.circuit_breaker]\nbreaker = 50\n");
+    let text = format!(
+        "{ROUTE}\n[loop_detection.error_repeat]\nwarning = 4\ncritical = 4\n[loop_detection.circuit_breaker]\nbreaker = 50\n"
+    );
     let loaded = load_str(&text, "t.toml").unwrap_or_else(|e| panic!("{e}"));
     let s = &loaded.config.loop_detection.defaults;
     assert_eq!(s.thresholds(D::ErrorRepeat).at, [4, 5, 0]);
     let notices: Vec<String> = loaded.notices.iter().map(ToString::to_string).collect();
-    assert!(notices.iter().any(|n| n.starts_with("loop_detection.error_repeat.critical: raised from 4 to 5")), "{notices:?}");
-    assert!(notices.iter().any(|n| n.starts_with("loop_detection.history_size: raised from 30 to 50")), "{notices:?}");
+    assert!(
+        notices
+            .iter()
+            .any(|n| n.starts_with("loop_detection.error_repeat.critical: raised from 4 to 5")),
+        "{notices:?}"
+    );
+    assert!(
+        notices
+            .iter()
+            .any(|n| n.starts_with("loop_detection.history_size: raised from 30 to 50")),
+        "{notices:?}"
+    );
     assert_eq!(s.history_size, 50);
 }
 
@@ -60,16 +73,23 @@ fn a_critical_at_or_below_warning_is_raised_with_a_notice() {
 #[test]
 fn unknown_and_misplaced_keys_are_rejected_with_their_path() {
     let text = format!("{ROUTE}\n[loop_detection.identical_call]\nwarnin = 3\n");
-    let err = load_str(&text, "t.toml").err().unwrap_or_else(|| panic!("accepted"));
+    let err = load_str(&text, "t.toml")
+        .err()
+        .unwrap_or_else(|| panic!("accepted"));
     let shown = err.to_string();
-    assert!(shown.contains("`warnin`") && shown.contains("[loop_detection.identical_call]"), "{shown}");
+    assert!(
+        shown.contains("`warnin`") && shown.contains("[loop_detection.identical_call]"),
+        "{shown}"
+    );
     let err = load_str(&format!("{ROUTE}\n[loop_detection]\nhistory = 3\n"), "t.toml").err();
     let shown = err.map(|e| e.to_string()).unwrap_or_default();
     assert!(shown.contains("`history`"), "{shown}");
     let text = format!(
         "{ROUTE}\n[loop_detection]\nerror_patterns = [\"(unclosed\"]\n[loop_detection.identical_call]\nmin_stall_secs = 5\nbreaker = 9\naction_warning = \"shout\"\n[loop_detection.actions]\ncritical = \"nuke\"\n"
     );
-    let err = load_str(&text, "t.toml").err().unwrap_or_else(|| panic!("accepted"));
+    let err = load_str(&text, "t.toml")
+        .err()
+        .unwrap_or_else(|| panic!("accepted"));
     let paths: Vec<&str> = err.errors.iter().map(|p| p.path.as_str()).collect();
     for want in [
         "loop_detection.actions.critical",
@@ -85,8 +105,14 @@ fn unknown_and_misplaced_keys_are_rejected_with_their_path() {
 /// Poll tools accept bare names and argument matches.
 #[test]
 fn poll_tools_accept_names_and_argument_matches() {
-    let text = format!("{ROUTE}\n[loop_detection]\npoll_tools = [\"status\", {{ name = \"process\", args = {{ action = [\"poll\", \"log\"] }} }}]\n");
-    let s = &load_str(&text, "t.toml").unwrap_or_else(|e| panic!("{e}")).config.loop_detection.defaults;
+    let text = format!(
+        "{ROUTE}\n[loop_detection]\npoll_tools = [\"status\", {{ name = \"process\", args = {{ action = [\"poll\", \"log\"] }} }}]\n"
+    );
+    let s = &load_str(&text, "t.toml")
+        .unwrap_or_else(|e| panic!("{e}"))
+        .config
+        .loop_detection
+        .defaults;
     let args = |v| crate::transcript::Arguments::Json(v);
     assert!(s.is_poll("status", &args(json!({}))));
     assert!(s.is_poll("process", &args(json!({"action": "log"}))));

@@ -13,7 +13,8 @@ use super::engine::View;
 use super::step::StepKind;
 use super::verdict::{DetectorKind, Finding, Level};
 
-const ADVICE: &str = "Every recent step failed; stop and re-read the last error, then change approach or ask the user.";
+const ADVICE: &str =
+    "Every recent step failed; stop and re-read the last error, then change approach or ask the user.";
 
 /// Checks the judged step.
 pub(crate) fn check(v: &View) -> Option<Finding> {

@@ -28,6 +28,7 @@
 //! argument text are separate channels.
 
 use std::collections::{HashMap, VecDeque};
+use std::hash::{BuildHasherDefault, Hasher};
 
 use super::outcome::hash64;
 use super::settings::{ChantingParams, Settings};
@@ -40,7 +41,8 @@ const BASE: u64 = 0x100_0000_01b3;
 const MIN_DISTINCT: u16 = 8;
 const LINE_CAP: usize = 4096;
 const MAX_LINES: usize = 4096;
-const ADVICE: &str = "The response keeps repeating itself; stop, and answer once or make the tool call you need.";
+const ADVICE: &str =
+    "The response keeps repeating itself; stop, and answer once or make the tool call you need.";
 
 /// Which text of a response a delta belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -130,10 +132,31 @@ impl ContentScanner {
     }
 }
 
+/// Keys are already hashes: use them as they are.
+#[derive(Debug, Default, Clone, Copy)]
+struct Prehashed(u64);
+
+impl Hasher for Prehashed {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(b);
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n;
+    }
+}
+
+type Map<V> = HashMap<u64, V, BuildHasherDefault<Prehashed>>;
+
 /// Per-channel state.
 #[derive(Debug)]
 struct Track {
     ring: Vec<u8>,
+    slot: usize,
     filled: usize,
     hash: u64,
     pow: u64,
@@ -142,13 +165,15 @@ struct Track {
     pos: u64,
     mins: VecDeque<(u64, u64)>,
     selected: u64,
-    occ: HashMap<u64, VecDeque<u64>>,
-    order: VecDeque<(u64, u64)>,
+    /// hash → (count, first position, last position) within the buffer.
+    occ: Map<(usize, u64, u64)>,
+    /// Selected windows in position order: (position, hash, next position of the same hash or 0).
+    order: VecDeque<(u64, u64, u64)>,
     line: Vec<u8>,
     line_alnum: usize,
     prev_line: u64,
     in_code: bool,
-    lines: HashMap<u64, usize>,
+    lines: Map<usize>,
 }
 
 impl Track {
@@ -159,6 +184,7 @@ impl Track {
         }
         Self {
             ring: vec![0; p.chunk_size.max(1)],
+            slot: 0,
             filled: 0,
             hash: 0,
             pow,
@@ -167,13 +193,13 @@ impl Track {
             pos: 0,
             mins: VecDeque::new(),
             selected: u64::MAX,
-            occ: HashMap::new(),
+            occ: Map::default(),
             order: VecDeque::new(),
             line: Vec::new(),
             line_alnum: 0,
             prev_line: 0,
             in_code: false,
-            lines: HashMap::new(),
+            lines: Map::default(),
         }
     }
 
@@ -181,8 +207,8 @@ impl Track {
         self.ring.capacity()
             + self.mins.capacity() * 16
             + self.order.capacity() * 16
+            + self.order.capacity() * 8
             + self.occ.capacity() * 40
-            + self.occ.values().map(|v| v.capacity() * 8).sum::<usize>()
             + self.line.capacity()
             + self.lines.capacity() * 24
     }
@@ -229,11 +255,15 @@ impl Track {
         None
     }
 
+    #[inline]
     fn window_byte(&mut self, b: u8, p: &ChantingParams) -> Option<(usize, String)> {
         let n = self.ring.len();
-        let slot = (self.pos % n as u64) as usize;
-        let out = self.ring[slot];
-        self.ring[slot] = b;
+        let out = self.ring[self.slot];
+        self.ring[self.slot] = b;
+        self.slot += 1;
+        if self.slot == n {
+            self.slot = 0;
+        }
         self.pos += 1;
         self.hash = self.hash.wrapping_mul(BASE).wrapping_add(u64::from(b));
         if self.filled == n {
@@ -254,7 +284,11 @@ impl Track {
         if self.filled < n {
             return None;
         }
-        let h = if self.distinct >= MIN_DISTINCT { self.hash } else { u64::MAX };
+        let h = if self.distinct >= MIN_DISTINCT {
+            self.hash
+        } else {
+            u64::MAX
+        };
         while self.mins.back().is_some_and(|(_, bh)| *bh >= h) {
             self.mins.pop_back();
         }
@@ -270,40 +304,58 @@ impl Track {
         self.register(sel_pos, sel_hash, p)
     }
 
+    fn index_of(&self, pos: u64) -> Option<usize> {
+        self.order.binary_search_by_key(&pos, |e| e.0).ok()
+    }
+
     fn register(&mut self, pos: u64, h: u64, p: &ChantingParams) -> Option<(usize, String)> {
         let horizon = pos.saturating_sub(p.buffer_chars as u64);
-        while let Some(&(old_pos, old_h)) = self.order.front() {
+        while let Some(&(old_pos, old_h, next)) = self.order.front() {
             if old_pos >= horizon {
                 break;
             }
             self.order.pop_front();
-            if let Some(list) = self.occ.get_mut(&old_h) {
-                list.pop_front();
-                if list.is_empty() {
+            if let Some(entry) = self.occ.get_mut(&old_h) {
+                entry.0 -= 1;
+                entry.1 = next;
+                if entry.0 == 0 {
                     self.occ.remove(&old_h);
                 }
             }
         }
-        self.order.push_back((pos, h));
-        let list = self.occ.entry(h).or_default();
-        list.push_back(pos);
-        let count = list.len();
-        if count < p.min_repeats.max(2) {
+        let previous = self.occ.get(&h).map(|e| e.2);
+        if let Some(i) = previous.and_then(|last| self.index_of(last)) {
+            self.order[i].2 = pos;
+        }
+        self.order.push_back((pos, h, 0));
+        let entry = self.occ.entry(h).or_insert((0, pos, pos));
+        entry.0 += 1;
+        entry.2 = pos;
+        let (count, first, last) = *entry;
+        if count < p.min_repeats.max(2) || (last - first) / (count as u64 - 1) > p.max_mean_gap as u64 {
             return None;
         }
-        let (first, last) = (*list.front()?, *list.back()?);
-        if (last - first) / (count as u64 - 1) > p.max_mean_gap as u64 {
-            return None;
+        let mut gaps = Vec::with_capacity(count);
+        let mut at = first;
+        while let Some(i) = self.index_of(at) {
+            let next = self.order[i].2;
+            if next == 0 {
+                break;
+            }
+            gaps.push(next - at);
+            at = next;
         }
-        let mut gaps: Vec<u64> = list.iter().zip(list.iter().skip(1)).map(|(a, b)| b - a).collect();
         gaps.sort_unstable();
         gaps.dedup();
         if gaps.len() > p.max_periods {
             return None;
         }
-        let n = self.ring.len();
-        let start = (self.pos % n as u64) as usize;
-        let window: Vec<u8> = self.ring[start..].iter().chain(&self.ring[..start]).copied().collect();
+        let start = self.slot;
+        let window: Vec<u8> = self.ring[start..]
+            .iter()
+            .chain(&self.ring[..start])
+            .copied()
+            .collect();
         Some((count, truncate(&String::from_utf8_lossy(&window), 50)))
     }
 

@@ -61,7 +61,10 @@ pub(crate) fn check(v: &View) -> Option<Finding> {
         .min()
         .unwrap_or(0);
     if t.reached(Level::Critical, stall as u32) {
-        let detail = format!("the block [{}] repeated {stall} times with the same results", names.join(" → "));
+        let detail = format!(
+            "the block [{}] repeated {stall} times with the same results",
+            names.join(" → ")
+        );
         return Some(v.finding(DetectorKind::Cycle, Level::Critical, stall, detail, ADVICE));
     }
     t.reached(Level::Warning, repeats as u32).then(|| {

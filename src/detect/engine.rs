@@ -47,7 +47,11 @@ impl<'a> View<'a> {
     /// Steps of the judged step's epoch, newest first.
     pub fn epoch_rev(&self) -> impl Iterator<Item = &'a Step> + 'a {
         let epoch = self.judged().map_or(0, |s| s.epoch);
-        self.steps.iter().rev().copied().take_while(move |s| s.epoch == epoch)
+        self.steps
+            .iter()
+            .rev()
+            .copied()
+            .take_while(move |s| s.epoch == epoch)
     }
 
     /// Cycles of the epoch, newest first, up to the first assistant text turn
@@ -61,7 +65,14 @@ impl<'a> View<'a> {
     }
 
     /// A finding about the judged cycle's tool.
-    pub fn finding(&self, detector: DetectorKind, level: super::Level, count: usize, detail: String, advice: &'static str) -> Finding {
+    pub fn finding(
+        &self,
+        detector: DetectorKind,
+        level: super::Level,
+        count: usize,
+        detail: String,
+        advice: &'static str,
+    ) -> Finding {
         let cycle = self.judged_cycle();
         Finding {
             detector,

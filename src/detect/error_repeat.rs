@@ -27,7 +27,9 @@ pub(crate) fn check(v: &View) -> Option<Finding> {
     let count = v
         .run_rev(false)
         .take_while(|(_, c)| {
-            c.name == judged.name && c.outcome.is_some_and(|o| o.is_error && o.fingerprint == outcome.fingerprint)
+            c.name == judged.name
+                && c.outcome
+                    .is_some_and(|o| o.is_error && o.fingerprint == outcome.fingerprint)
         })
         .count();
     let t = v.settings.thresholds(DetectorKind::ErrorRepeat);

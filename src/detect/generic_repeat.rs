@@ -10,7 +10,8 @@
 use super::engine::View;
 use super::verdict::{DetectorKind, Finding, Level};
 
-const ADVICE: &str = "You already made this exact call with this exact result; use that result instead of calling again.";
+const ADVICE: &str =
+    "You already made this exact call with this exact result; use that result instead of calling again.";
 
 /// Checks the judged call.
 pub(crate) fn check(v: &View) -> Option<Finding> {
@@ -19,7 +20,11 @@ pub(crate) fn check(v: &View) -> Option<Finding> {
         return None;
     }
     let window = v.settings.history_size;
-    let mut cycles = v.epoch_rev().filter_map(|s| s.cycle()).filter(|c| !c.poll).take(window);
+    let mut cycles = v
+        .epoch_rev()
+        .filter_map(|s| s.cycle())
+        .filter(|c| !c.poll)
+        .take(window);
     let _ = cycles.next();
     let predicted = judged.outcome.map(|o| o.hash).or_else(|| {
         v.epoch_rev()

@@ -11,7 +11,8 @@
 use super::engine::{View, no_progress_run};
 use super::verdict::{DetectorKind, Finding, Level};
 
-const ADVICE: &str = "Use the result you already received instead of repeating the call, or change the arguments.";
+const ADVICE: &str =
+    "Use the result you already received instead of repeating the call, or change the arguments.";
 
 /// Checks the judged call.
 pub(crate) fn check(v: &View) -> Option<Finding> {
@@ -29,7 +30,13 @@ pub(crate) fn check(v: &View) -> Option<Finding> {
     let stall = no_progress_run(&streak);
     if t.reached(Level::Critical, stall as u32) {
         let detail = format!("was called {stall} times in a row with the same result");
-        return Some(v.finding(DetectorKind::IdenticalCall, Level::Critical, stall, detail, ADVICE));
+        return Some(v.finding(
+            DetectorKind::IdenticalCall,
+            Level::Critical,
+            stall,
+            detail,
+            ADVICE,
+        ));
     }
     let count = streak.len();
     t.reached(Level::Warning, count as u32).then(|| {

@@ -22,10 +22,18 @@ pub(crate) fn thresholds(
     let mut at = DETECTOR_DEFAULTS[kind.index()];
     let given = [raw.warning, raw.critical, raw.breaker];
     for level in Level::ALL {
-        let Some(value) = given[level.index()] else { continue };
+        let Some(value) = given[level.index()] else {
+            continue;
+        };
         let key = format!("{path}.{}", level.name());
         if flag_only {
-            problems.push(key, format!("{} has no thresholds (it fires on detection); use `enabled`", kind.name()));
+            problems.push(
+                key,
+                format!(
+                    "{} has no thresholds (it fires on detection); use `enabled`",
+                    kind.name()
+                ),
+            );
         } else if !reachable.contains(&level) {
             problems.push(key, format!("{} has no {} level", kind.name(), level.name()));
         } else {
@@ -38,7 +46,9 @@ pub(crate) fn thresholds(
     }
     let overrides = [&raw.action_warning, &raw.action_critical, &raw.action_breaker];
     for level in Level::ALL {
-        let Some(text) = overrides[level.index()] else { continue };
+        let Some(text) = overrides[level.index()] else {
+            continue;
+        };
         let key = format!("{path}.action_{}", level.name());
         if !reachable.contains(&level) {
             problems.push(key, format!("{} has no {} level", kind.name(), level.name()));
@@ -65,7 +75,10 @@ pub(crate) fn thresholds(
                 let raised = floor + 1;
                 problems.notice(
                     format!("{path}.{}", level.name()),
-                    format!("raised from {value} to {raised}: must exceed {} = {floor}", lower.name()),
+                    format!(
+                        "raised from {value} to {raised}: must exceed {} = {floor}",
+                        lower.name()
+                    ),
                 );
                 at[level.index()] = raised;
             }
@@ -80,7 +93,13 @@ pub(crate) fn thresholds(
 }
 
 /// Validates a detector's own keys (and rejects other detectors' keys).
-pub(crate) fn extras(kind: DetectorKind, raw: &RawDetector, s: &mut Settings, path: &str, problems: &mut Problems) {
+pub(crate) fn extras(
+    kind: DetectorKind,
+    raw: &RawDetector,
+    s: &mut Settings,
+    path: &str,
+    problems: &mut Problems,
+) {
     let own: &[&str] = match kind {
         DetectorKind::Cycle => &["max_period"],
         DetectorKind::PollNoProgress => &["min_stall_secs"],
@@ -116,21 +135,42 @@ pub(crate) fn extras(kind: DetectorKind, raw: &RawDetector, s: &mut Settings, pa
             if (lo..=hi).contains(&v) {
                 *target = v;
             } else {
-                problems.push(format!("{path}.{key}"), format!("must be between {lo} and {hi}, got {v}"));
+                problems.push(
+                    format!("{path}.{key}"),
+                    format!("must be between {lo} and {hi}, got {v}"),
+                );
             }
         }
     };
     match kind {
         DetectorKind::Cycle => range("max_period", raw.max_period, 2, 5, &mut s.cycle_max_period),
-        DetectorKind::PostCompaction => range("window_size", raw.window_size, 1, 100, &mut s.post_compaction_window),
+        DetectorKind::PostCompaction => range(
+            "window_size",
+            raw.window_size,
+            1,
+            100,
+            &mut s.post_compaction_window,
+        ),
         DetectorKind::ContentChanting => {
             let c = &mut s.chanting;
             range("chunk_size", raw.chunk_size, 8, 1000, &mut c.chunk_size);
             range("min_repeats", raw.min_repeats, 2, 10_000, &mut c.min_repeats);
             range("max_mean_gap", raw.max_mean_gap, 1, 100_000, &mut c.max_mean_gap);
             range("max_periods", raw.max_periods, 1, 1000, &mut c.max_periods);
-            range("buffer_chars", raw.buffer_chars, 100, 1_000_000, &mut c.buffer_chars);
-            range("max_line_repeats", raw.max_line_repeats, 0, 1_000_000, &mut c.max_line_repeats);
+            range(
+                "buffer_chars",
+                raw.buffer_chars,
+                100,
+                1_000_000,
+                &mut c.buffer_chars,
+            );
+            range(
+                "max_line_repeats",
+                raw.max_line_repeats,
+                0,
+                1_000_000,
+                &mut c.max_line_repeats,
+            );
         }
         DetectorKind::PollNoProgress => {
             if let Some(secs) = raw.min_stall_secs {
@@ -171,7 +211,10 @@ pub(crate) fn raise_history(s: &mut Settings, path: &str, problems: &mut Problem
     if s.history_size < needed {
         problems.notice(
             format!("{path}.history_size"),
-            format!("raised from {} to {needed}: the largest count threshold needs that much history", s.history_size),
+            format!(
+                "raised from {} to {needed}: the largest count threshold needs that much history",
+                s.history_size
+            ),
         );
         s.history_size = needed;
     }

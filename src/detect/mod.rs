@@ -27,7 +27,7 @@
 //! let mut session = SessionState::new();
 //! let verdicts = session.on_request(&transcript, Duration::from_secs(0), &settings);
 //! if let Some(v) = decisive(&verdicts) { println!("{} → {}", v.message, v.action.name()); }
-//! let mut scanner = ContentScanner::new(&settings); // per response
+//! let scanner = ContentScanner::new(&settings); // per response, fed each stream event
 //! let held = session.judge_pending(&[], Duration::from_secs(1), &settings);
 //! # let _ = (held, scanner.verdict());
 //! ```
@@ -66,8 +66,10 @@ pub use session::{Absorbed, SessionState};
 pub use settings::{Settings, Thresholds, ToolMatcher};
 pub use verdict::{Action, DetectorKind, Level, Verdict, decisive, rank};
 #[cfg(test)]
-mod scenarios;
-#[cfg(test)]
 mod chanting_tests;
 #[cfg(test)]
+mod compaction_tests;
+#[cfg(test)]
 mod config_tests;
+#[cfg(test)]
+mod scenarios;

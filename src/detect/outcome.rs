@@ -80,7 +80,11 @@ fn text_outcome(text: &str, flagged: bool, settings: &Settings) -> Outcome {
     Outcome {
         hash,
         is_error,
-        fingerprint: if is_error { fingerprint(body, hash, settings) } else { 0 },
+        fingerprint: if is_error {
+            fingerprint(body, hash, settings)
+        } else {
+            0
+        },
         dedup,
     }
 }
@@ -233,8 +237,14 @@ mod tests {
     #[test]
     fn codex_chunk_id_and_wall_time_lines_do_not_change_the_outcome() {
         let s = Settings::default();
-        let a = outcome_of(&text("Chunk ID: 8f2a\nWall time: 0.5 seconds\nOutput:\nhello"), &s);
-        let b = outcome_of(&text("Chunk ID: 11c9\nWall time: 1.25 seconds\nOutput:\nhello"), &s);
+        let a = outcome_of(
+            &text("Chunk ID: 8f2a\nWall time: 0.5 seconds\nOutput:\nhello"),
+            &s,
+        );
+        let b = outcome_of(
+            &text("Chunk ID: 11c9\nWall time: 1.25 seconds\nOutput:\nhello"),
+            &s,
+        );
         assert_eq!(a.hash, b.hash);
         assert!(!a.is_error);
     }
@@ -242,8 +252,14 @@ mod tests {
     #[test]
     fn volatile_keys_are_removed_at_any_depth_also_from_json_text() {
         let s = Settings::default();
-        let a = outcome_of(&text(r#"{"out": "x", "meta": {"request_id": "a1", "ts": 1}}"#), &s);
-        let b = outcome_of(&text(r#"{"meta": {"request_id": "b2", "ts": 2}, "out": "x"}"#), &s);
+        let a = outcome_of(
+            &text(r#"{"out": "x", "meta": {"request_id": "a1", "ts": 1}}"#),
+            &s,
+        );
+        let b = outcome_of(
+            &text(r#"{"meta": {"request_id": "b2", "ts": 2}, "out": "x"}"#),
+            &s,
+        );
         assert_eq!(a.hash, b.hash);
     }
 
@@ -257,7 +273,13 @@ mod tests {
             is_error: false,
         };
         assert!(outcome_of(&gem, &s).is_error);
-        assert!(outcome_of(&text("Exit code: 1\nWall time: 2 seconds\nOutput:\n== banner =="), &s).is_error);
+        assert!(
+            outcome_of(
+                &text("Exit code: 1\nWall time: 2 seconds\nOutput:\n== banner =="),
+                &s
+            )
+            .is_error
+        );
         assert!(outcome_of(&text("error: could not compile `x`"), &s).is_error);
         assert!(!outcome_of(&text("All good\nerror: mentioned later"), &s).is_error);
     }
@@ -265,9 +287,18 @@ mod tests {
     #[test]
     fn fingerprint_skips_banners_and_masks_numbers() {
         let s = Settings::default();
-        let a = outcome_of(&text("Exit code: 1\n=== test session starts ===\nValueError: bad id 123"), &s);
-        let b = outcome_of(&text("Exit code: 1\n=== test session starts ===\nValueError: bad id 987"), &s);
-        let c = outcome_of(&text("Exit code: 1\n=== test session starts ===\nKeyError: 'x'"), &s);
+        let a = outcome_of(
+            &text("Exit code: 1\n=== test session starts ===\nValueError: bad id 123"),
+            &s,
+        );
+        let b = outcome_of(
+            &text("Exit code: 1\n=== test session starts ===\nValueError: bad id 987"),
+            &s,
+        );
+        let c = outcome_of(
+            &text("Exit code: 1\n=== test session starts ===\nKeyError: 'x'"),
+            &s,
+        );
         assert_eq!(a.fingerprint, b.fingerprint);
         assert_ne!(a.fingerprint, c.fingerprint);
     }
@@ -276,7 +307,9 @@ mod tests {
     fn claude_code_dedup_notice_is_recognised() {
         let s = Settings::default();
         let o = outcome_of(
-            &text("Wasted call — file unchanged since your last Read. Refer to that earlier tool_result instead."),
+            &text(
+                "Wasted call — file unchanged since your last Read. Refer to that earlier tool_result instead.",
+            ),
             &s,
         );
         assert!(o.dedup && !o.is_error);

@@ -14,7 +14,8 @@
 use super::engine::{View, span};
 use super::verdict::{DetectorKind, Finding, Level};
 
-const WARN_ADVICE: &str = "The job's output has not changed; wait longer between polls (sleep first) or report the job as stuck.";
+const WARN_ADVICE: &str =
+    "The job's output has not changed; wait longer between polls (sleep first) or report the job as stuck.";
 const CRIT_ADVICE: &str = "The job has made no progress for minutes; stop polling and report the job as stuck, or kill and restart it.";
 
 /// Checks the judged call.
@@ -44,10 +45,22 @@ pub(crate) fn check(v: &View) -> Option<Finding> {
     let stalled = span(first_at, judged_step.at);
     if t.reached(Level::Critical, count as u32) && stalled >= v.settings.min_stall.as_secs() {
         let detail = format!("returned the same output {count} times over {stalled} s");
-        return Some(v.finding(DetectorKind::PollNoProgress, Level::Critical, count, detail, CRIT_ADVICE));
+        return Some(v.finding(
+            DetectorKind::PollNoProgress,
+            Level::Critical,
+            count,
+            detail,
+            CRIT_ADVICE,
+        ));
     }
     t.reached(Level::Warning, count as u32).then(|| {
         let detail = format!("returned the same output {count} times in a row");
-        v.finding(DetectorKind::PollNoProgress, Level::Warning, count, detail, WARN_ADVICE)
+        v.finding(
+            DetectorKind::PollNoProgress,
+            Level::Warning,
+            count,
+            detail,
+            WARN_ADVICE,
+        )
     })
 }

@@ -35,5 +35,11 @@ pub(crate) fn check(v: &View) -> Option<Finding> {
     }
     let count = after.len();
     let detail = format!("repeated {count} times right after a compaction, as before it");
-    Some(v.finding(DetectorKind::PostCompaction, Level::Breaker, count, detail, ADVICE))
+    Some(v.finding(
+        DetectorKind::PostCompaction,
+        Level::Breaker,
+        count,
+        detail,
+        ADVICE,
+    ))
 }

@@ -10,7 +10,8 @@ use super::engine::View;
 use super::step::StepKind;
 use super::verdict::{DetectorKind, Finding, Level};
 
-const ADVICE: &str = "You keep sending the same reply; make the tool call you intend, or ask the user for what you need.";
+const ADVICE: &str =
+    "You keep sending the same reply; make the tool call you intend, or ask the user for what you need.";
 
 /// Checks the judged step.
 pub(crate) fn check(v: &View) -> Option<Finding> {

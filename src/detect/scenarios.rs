@@ -6,7 +6,14 @@ use super::testkit::{DIALECTS, Dialect, Run, level, pending, top};
 use super::{DetectorKind as D, Level as L, Settings};
 use crate::transcript::Role;
 
-const TOOLS: &[&str] = &["read_file", "edit_file", "search", "move_file", "run", "BashOutput"];
+const TOOLS: &[&str] = &[
+    "read_file",
+    "edit_file",
+    "search",
+    "move_file",
+    "run",
+    "BashOutput",
+];
 
 /// The headline ladder: identical no-progress calls warn at 3, block at 5, break at 30.
 #[test]
@@ -48,7 +55,10 @@ fn four_identical_one_different_four_identical_is_never_critical() {
                 } else {
                     r.call("read_file", json!({"path": "a.rs"}), "same content", false)
                 };
-                assert!(top(&v) < Some(L::Critical), "{d:?} {different_result} call {i}: {v:#?}");
+                assert!(
+                    top(&v) < Some(L::Critical),
+                    "{d:?} {different_result} call {i}: {v:#?}"
+                );
             }
         }
     }
@@ -63,10 +73,25 @@ fn batch_over_12_files_is_silent() {
             let path = format!("src/mod{f}.rs");
             let new = format!("src/new/mod{f}.rs");
             let steps = [
-                r.call("search", json!({"query": "TODO", "path": path}), &format!("{path}:3: TODO"), false),
+                r.call(
+                    "search",
+                    json!({"query": "TODO", "path": path}),
+                    &format!("{path}:3: TODO"),
+                    false,
+                ),
                 r.call("move_file", json!({"from": path, "to": new}), "moved", false),
-                r.call("search", json!({"query": "TODO", "path": new}), &format!("{new}:3: TODO"), false),
-                r.call("edit_file", json!({"path": new, "old": "TODO", "new": "done"}), "ok", false),
+                r.call(
+                    "search",
+                    json!({"query": "TODO", "path": new}),
+                    &format!("{new}:3: TODO"),
+                    false,
+                ),
+                r.call(
+                    "edit_file",
+                    json!({"path": new, "old": "TODO", "new": "done"}),
+                    "ok",
+                    false,
+                ),
             ];
             for v in steps {
                 assert!(v.is_empty(), "{d:?} file {f}: {v:#?}");
@@ -81,12 +106,27 @@ fn repeated_edits_and_edit_build_with_changing_output_are_never_critical_nor_gen
     for d in DIALECTS {
         let mut r = Run::new(d, TOOLS);
         for i in 0..6 {
-            let v = r.call("edit_file", json!({"path": "a.rs", "content": format!("v{i}")}), "File edited.", false);
+            let v = r.call(
+                "edit_file",
+                json!({"path": "a.rs", "content": format!("v{i}")}),
+                "File edited.",
+                false,
+            );
             assert!(v.is_empty(), "{v:#?}");
         }
         for i in 0..15 {
-            let e = r.call("edit_file", json!({"path": "a.rs", "content": format!("fix {i}")}), "File edited.", false);
-            let b = r.call("run", json!({"cmd": "cargo build"}), &format!("error[E0308]: mismatched types at line {}", 10 + i), i % 3 == 0);
+            let e = r.call(
+                "edit_file",
+                json!({"path": "a.rs", "content": format!("fix {i}")}),
+                "File edited.",
+                false,
+            );
+            let b = r.call(
+                "run",
+                json!({"cmd": "cargo build"}),
+                &format!("error[E0308]: mismatched types at line {}", 10 + i),
+                i % 3 == 0,
+            );
             for v in [e, b] {
                 assert!(top(&v) < Some(L::Critical), "{d:?} round {i}: {v:#?}");
                 assert_eq!(level(&v, D::GenericRepeat), None, "{d:?} round {i}");
@@ -102,13 +142,22 @@ fn codex_headers_and_claude_dedup_notices_count_as_no_progress() {
         let mut r = Run::new(d, TOOLS);
         let mut last = Vec::new();
         for i in 0..5 {
-            let out = format!("Chunk ID: {:x}\nWall time: {}.{} seconds\nProcess exited with code 0\nOutput:\nsame", 0xabc123 * (i + 7), i, i * 7);
+            let out = format!(
+                "Chunk ID: {:x}\nWall time: {}.{} seconds\nProcess exited with code 0\nOutput:\nsame",
+                0xabc123 * (i + 7),
+                i,
+                i * 7
+            );
             last = r.call("run", json!({"cmd": "ls"}), &out, false);
         }
         assert_eq!(level(&last, D::IdenticalCall), Some(L::Critical), "{d:?}");
         let mut r = Run::new(d, TOOLS);
         for i in 0..5 {
-            let out = if i == 0 { "1\tfn main() {}" } else { "Wasted call — file unchanged since your last Read. Use the earlier result." };
+            let out = if i == 0 {
+                "1\tfn main() {}"
+            } else {
+                "Wasted call — file unchanged since your last Read. Use the earlier result."
+            };
             last = r.call("read_file", json!({"path": "a.rs"}), out, false);
         }
         assert_eq!(level(&last, D::IdenticalCall), Some(L::Critical), "{d:?}");
@@ -118,11 +167,18 @@ fn codex_headers_and_claude_dedup_notices_count_as_no_progress() {
 /// A shared banner is not a shared error: the fingerprint is the first error line.
 #[test]
 fn different_failures_behind_the_same_banner_are_not_error_repeat() {
-    let errors = ["ImportError: no module x", "AssertionError: 1 != 2", "KeyError: 'name'", "TypeError: bad operand", "ValueError: empty"];
+    let errors = [
+        "ImportError: no module x",
+        "AssertionError: 1 != 2",
+        "KeyError: 'name'",
+        "TypeError: bad operand",
+        "ValueError: empty",
+    ];
     for d in DIALECTS {
         let mut r = Run::new(d, TOOLS);
         for (i, e) in errors.iter().enumerate() {
-            let out = format!("Exit code: 1\n============ test session starts ============\nplatform linux\n{e}");
+            let out =
+                format!("Exit code: 1\n============ test session starts ============\nplatform linux\n{e}");
             let v = r.call("run", json!({"cmd": format!("pytest tests/t{i}.py")}), &out, true);
             assert_eq!(level(&v, D::ErrorRepeat), None, "{d:?} {i}: {v:#?}");
         }
@@ -141,7 +197,12 @@ fn polling_rules_growing_output_short_stall_and_long_stall() {
             assert!(v.is_empty(), "{d:?} growing {i}: {v:#?}");
         }
         let mut r = Run::new(d, TOOLS);
-        r.call("run", json!({"cmd": "make", "background": true}), "started 1", false);
+        r.call(
+            "run",
+            json!({"cmd": "make", "background": true}),
+            "started 1",
+            false,
+        );
         for i in 0..8 {
             let v = r.call("BashOutput", json!({"bash_id": "1"}), "building…", false);
             assert!(v.is_empty(), "{d:?} after launch {i}: {v:#?}");
@@ -150,8 +211,16 @@ fn polling_rules_growing_output_short_stall_and_long_stall() {
         r.step_secs = 3;
         for i in 1..=20 {
             let v = r.call("BashOutput", json!({"bash_id": "1"}), "building…", false);
-            assert_eq!(level(&v, D::PollNoProgress), (i >= 10).then_some(L::Warning), "{d:?} fast {i}");
-            assert_eq!(level(&v, D::IdenticalCall), None, "polls are judged by poll_no_progress only");
+            assert_eq!(
+                level(&v, D::PollNoProgress),
+                (i >= 10).then_some(L::Warning),
+                "{d:?} fast {i}"
+            );
+            assert_eq!(
+                level(&v, D::IdenticalCall),
+                None,
+                "polls are judged by poll_no_progress only"
+            );
         }
         let mut r = Run::new(d, TOOLS);
         r.step_secs = 20;
@@ -169,7 +238,12 @@ fn reading_one_file_in_consecutive_ranges_is_silent() {
     for d in DIALECTS {
         let mut r = Run::new(d, TOOLS);
         for i in 0..20 {
-            let v = r.call("read_file", json!({"path": "big.rs", "offset": i * 100, "limit": 100}), &format!("lines {}..", i * 100), false);
+            let v = r.call(
+                "read_file",
+                json!({"path": "big.rs", "offset": i * 100, "limit": 100}),
+                &format!("lines {}..", i * 100),
+                false,
+            );
             assert!(v.is_empty(), "{d:?} {i}: {v:#?}");
         }
     }
@@ -183,7 +257,12 @@ fn read_edit_ping_pong_with_the_same_failure_is_critical_by_the_5th_repeat() {
         let mut v = Vec::new();
         for i in 1..=5 {
             r.call("read_file", json!({"path": "a.rs"}), "fn a() {}", false);
-            v = r.call("edit_file", json!({"path": "a.rs", "old": "fn b", "new": "fn c"}), "Error: old_string not found in a.rs", true);
+            v = r.call(
+                "edit_file",
+                json!({"path": "a.rs", "old": "fn b", "new": "fn c"}),
+                "Error: old_string not found in a.rs",
+                true,
+            );
             if i < 5 {
                 assert!(top(&v) < Some(L::Critical), "{d:?} round {i}: {v:#?}");
             }
@@ -199,7 +278,11 @@ fn same_error_with_rotating_arguments_is_error_repeat_critical_at_5() {
     for d in DIALECTS {
         let mut r = Run::new(d, TOOLS);
         for i in 1..=5 {
-            let out = format!("Traceback (most recent call last):\n  File \"t.py\", line {}\nImportError: cannot import name 'x' from 'y' (0x{:x})", 10 + i, 0xdead0 + i);
+            let out = format!(
+                "Traceback (most recent call last):\n  File \"t.py\", line {}\nImportError: cannot import name 'x' from 'y' (0x{:x})",
+                10 + i,
+                0xdead0 + i
+            );
             let v = r.call("run", json!({"cmd": "python t.py", "attempt": i}), &out, true);
             let expect = match i {
                 1 | 2 => None,
@@ -217,7 +300,12 @@ fn unknown_tool_fires_at_3_and_10_but_not_without_declared_tools() {
     for d in DIALECTS {
         let mut r = Run::new(d, TOOLS);
         for i in 1..=10 {
-            let v = r.call("delete_all", json!({"n": i}), "Error: unknown tool delete_all", true);
+            let v = r.call(
+                "delete_all",
+                json!({"n": i}),
+                "Error: unknown tool delete_all",
+                true,
+            );
             let expect = match i {
                 1 | 2 => None,
                 3..=9 => Some(L::Warning),
@@ -238,9 +326,21 @@ fn unknown_tool_fires_at_3_and_10_but_not_without_declared_tools() {
 fn consecutive_failures_critical_at_6_and_reset_by_a_success() {
     for d in DIALECTS {
         let mut r = Run::new(d, TOOLS);
-        let tools = ["read_file", "edit_file", "search", "move_file", "run", "read_file"];
+        let tools = [
+            "read_file",
+            "edit_file",
+            "search",
+            "move_file",
+            "run",
+            "read_file",
+        ];
         for (i, t) in tools.iter().enumerate() {
-            let v = r.call(t, json!({"i": i}), &format!("Error: failure number {} of kind {t}", i + 1), true);
+            let v = r.call(
+                t,
+                json!({"i": i}),
+                &format!("Error: failure number {} of kind {t}", i + 1),
+                true,
+            );
             let n = i + 1;
             let expect = match n {
                 1 | 2 => None,
@@ -263,9 +363,15 @@ fn unparsable_arguments_and_canned_reminders_count_as_failures() {
     let mut r = Run::new(Dialect::OpenAi, TOOLS);
     r.b.raw_call("edit_file", "{\"path\": ", "Error parsing arguments");
     r.send();
-    r.b.say(Role::Assistant, "I will now edit the file.").say(Role::User, "No tool calls found in the response. Every response MUST include a tool call.");
+    r.b.say(Role::Assistant, "I will now edit the file.").say(
+        Role::User,
+        "No tool calls found in the response. Every response MUST include a tool call.",
+    );
     r.send();
-    r.b.say(Role::Assistant, "Let me edit it.").say(Role::User, "No tool calls found in the response. Every response MUST include a tool call.");
+    r.b.say(Role::Assistant, "Let me edit it.").say(
+        Role::User,
+        "No tool calls found in the response. Every response MUST include a tool call.",
+    );
     let v = r.send();
     assert_eq!(level(&v, D::ConsecutiveFailures), Some(L::Warning), "{v:#?}");
 }
@@ -281,9 +387,15 @@ fn the_same_request_absorbed_twice_changes_no_counts() {
         let request = r.b.request();
         let first = r.session.judge_request(&r.s);
         for _ in 0..3 {
-            let absorbed = r.session.absorb(&request, std::time::Duration::from_secs(99), &r.s);
+            let absorbed = r
+                .session
+                .absorb(&request, std::time::Duration::from_secs(99), &r.s);
             assert_eq!(absorbed.new_steps, 0, "{d:?}");
-            assert_eq!(r.session.judge_request(&r.s), first, "{d:?}: verdicts repeat while the condition holds");
+            assert_eq!(
+                r.session.judge_request(&r.s),
+                first,
+                "{d:?}: verdicts repeat while the condition holds"
+            );
         }
         assert_eq!(level(&first, D::IdenticalCall), Some(L::Warning));
         let v = r.call("read_file", json!({"path": "a.rs"}), "x", false);
@@ -301,9 +413,13 @@ fn pending_calls_are_judged_as_continuing_the_streak_without_mutation() {
         }
         let before = r.session.judge_request(&r.s);
         let now = std::time::Duration::from_secs(1000);
-        let v = r.session.judge_pending(&[pending("read_file", json!({"path": "a.rs"}))], now, &r.s);
+        let v = r
+            .session
+            .judge_pending(&[pending("read_file", json!({"path": "a.rs"}))], now, &r.s);
         assert_eq!(level(&v, D::IdenticalCall), Some(L::Critical), "{d:?}");
-        let other = r.session.judge_pending(&[pending("read_file", json!({"path": "b.rs"}))], now, &r.s);
+        let other = r
+            .session
+            .judge_pending(&[pending("read_file", json!({"path": "b.rs"}))], now, &r.s);
         assert!(other.is_empty(), "{other:#?}");
         assert_eq!(r.session.judge_request(&r.s), before);
     }
@@ -317,9 +433,19 @@ fn the_person_speaking_restarts_streaks_but_canned_messages_do_not() {
         for _ in 0..3 {
             r.call("read_file", json!({"path": "a.rs"}), "x", false);
         }
-        r.b.say(Role::User, "<system-reminder>todo list is empty</system-reminder>");
-        assert_eq!(level(&r.call("read_file", json!({"path": "a.rs"}), "x", false), D::IdenticalCall), Some(L::Warning));
-        r.b.say(Role::Assistant, "Done reading.").say(Role::User, "Please look at b.rs instead.");
+        r.b.say(
+            Role::User,
+            "<system-reminder>todo list is empty</system-reminder>",
+        );
+        assert_eq!(
+            level(
+                &r.call("read_file", json!({"path": "a.rs"}), "x", false),
+                D::IdenticalCall
+            ),
+            Some(L::Warning)
+        );
+        r.b.say(Role::Assistant, "Done reading.")
+            .say(Role::User, "Please look at b.rs instead.");
         let v = r.call("read_file", json!({"path": "a.rs"}), "x", false);
         assert!(v.is_empty(), "{d:?}: {v:#?}");
     }
@@ -330,7 +456,8 @@ fn the_person_speaking_restarts_streaks_but_canned_messages_do_not() {
 fn repeated_message_warns_at_3_and_is_critical_at_5() {
     let mut r = Run::new(Dialect::OpenAi, TOOLS);
     for i in 1..=5 {
-        r.b.say(Role::Assistant, "I need to check the file first.").say(Role::User, "No tool calls found in the response.");
+        r.b.say(Role::Assistant, "I need to check the file first.")
+            .say(Role::User, "No tool calls found in the response.");
         let v = r.send();
         let expect = match i {
             1 | 2 => None,
@@ -392,7 +519,8 @@ fn post_compaction_loop_and_compaction_storm_break() {
     let ids = r.b.next_id;
     r.b = super::testkit::Builder::new(Dialect::OpenAi, TOOLS);
     r.b.next_id = ids;
-    r.b.t.messages[0].text = "This session is being continued from a previous conversation. Summary: reading a.rs".into();
+    r.b.t.messages[0].text =
+        "This session is being continued from a previous conversation. Summary: reading a.rs".into();
     let mut v = Vec::new();
     for i in 1..=3 {
         v = r.call("read_file", json!({"path": "a.rs"}), "x", false);
@@ -408,7 +536,11 @@ fn post_compaction_loop_and_compaction_storm_break() {
     for n in 1..=3 {
         r.session.note_compaction();
         let v = r.send();
-        assert_eq!(level(&v, D::CompactionStorm), (n == 3).then_some(L::Breaker), "{n}");
+        assert_eq!(
+            level(&v, D::CompactionStorm),
+            (n == 3).then_some(L::Breaker),
+            "{n}"
+        );
     }
 }
 
@@ -421,7 +553,15 @@ fn messages_name_detector_tool_arguments_count_and_an_alternative() {
         v = r.call("read_file", json!({"path": "a.rs"}), "x", false);
     }
     let m = &v[0].message;
-    assert!(m.starts_with("[loopguard] identical_call (warning, count 3)"), "{m}");
-    assert!(m.contains("`read_file`") && m.contains(r#"{"path":"a.rs"}"#) && m.to_lowercase().contains("use the result"), "{m}");
+    assert!(
+        m.starts_with("[loopguard] identical_call (warning, count 3)"),
+        "{m}"
+    );
+    assert!(
+        m.contains("`read_file`")
+            && m.contains(r#"{"path":"a.rs"}"#)
+            && m.to_lowercase().contains("use the result"),
+        "{m}"
+    );
     assert_eq!(v[0].header_value(), "warn; detector=identical_call; count=3");
 }

@@ -68,7 +68,12 @@ impl SessionState {
     /// Absorbs a request and returns the request-time verdicts, ranked (the
     /// first decides, see [`super::verdict::rank`]). `now` is the session
     /// clock (any monotonic origin).
-    pub fn on_request(&mut self, transcript: &Transcript, now: Duration, settings: &Settings) -> Vec<Verdict> {
+    pub fn on_request(
+        &mut self,
+        transcript: &Transcript,
+        now: Duration,
+        settings: &Settings,
+    ) -> Vec<Verdict> {
         self.absorb(transcript, now, settings);
         self.judge_request(settings)
     }
@@ -81,14 +86,21 @@ impl SessionState {
         let mut absorbed = Absorbed::default();
         for (i, item) in items.iter().enumerate() {
             if i < start {
-                if let Item::User { key, text: UserText::Own } = item {
+                if let Item::User {
+                    key,
+                    text: UserText::Own,
+                } = item
+                {
                     self.remember_user(*key);
                 }
                 continue;
             }
             let after_assistant = i > 0 && !matches!(items[i - 1], Item::User { .. });
             let kind = match item {
-                Item::User { text: UserText::Synthetic, .. } => None,
+                Item::User {
+                    text: UserText::Synthetic,
+                    ..
+                } => None,
                 Item::User { key, text } => {
                     let repeated = *text == UserText::Canned || self.user_texts.contains(key);
                     if !repeated {
@@ -103,7 +115,9 @@ impl SessionState {
                     self.turn += 1;
                     Some(StepKind::Said(*key))
                 }
-                Item::Cycle { cycle, turn_start, .. } => {
+                Item::Cycle {
+                    cycle, turn_start, ..
+                } => {
                     if *turn_start {
                         self.turn += 1;
                     }
@@ -134,10 +148,19 @@ impl SessionState {
         // The last turn's steps: its tool cycles, or its text turn, plus any
         // canned replies after it.
         let n = steps.len();
-        let canned = steps.iter().rev().take_while(|s| s.kind == StepKind::Canned).count();
+        let canned = steps
+            .iter()
+            .rev()
+            .take_while(|s| s.kind == StepKind::Canned)
+            .count();
         if let Some(last) = steps.len().checked_sub(canned + 1).map(|i| steps[i]) {
             let first = if last.cycle().is_some() {
-                n - canned - steps[..n - canned].iter().rev().take_while(|s| s.turn == last.turn && s.cycle().is_some()).count()
+                n - canned
+                    - steps[..n - canned]
+                        .iter()
+                        .rev()
+                        .take_while(|s| s.turn == last.turn && s.cycle().is_some())
+                        .count()
             } else {
                 n - canned - 1
             };
@@ -267,7 +290,10 @@ impl SessionState {
         }
         for width in (1..=k).rev() {
             let tail = &self.tail[k - width..];
-            if let Some(end) = (width..=keys.len()).rev().find(|&end| keys[end - width..end] == *tail) {
+            if let Some(end) = (width..=keys.len())
+                .rev()
+                .find(|&end| keys[end - width..end] == *tail)
+            {
                 return end;
             }
         }

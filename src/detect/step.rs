@@ -14,7 +14,9 @@ use regex::Regex;
 
 use super::outcome::{Outcome, hash64, outcome_of};
 use super::settings::Settings;
-use crate::transcript::{Arguments, Message, Role, Signature, ToolCall, ToolResult, Transcript, canonical_json};
+use crate::transcript::{
+    Arguments, Message, Role, Signature, ToolCall, ToolResult, Transcript, canonical_json,
+};
 
 /// Longest argument preview kept per cycle, in characters.
 pub(crate) const ARGS_PREVIEW: usize = 120;
@@ -109,7 +111,11 @@ pub(crate) enum Item {
     /// An assistant text turn without calls.
     Said { key: u64 },
     /// A tool cycle; `turn_start` marks the first cycle of an assistant turn.
-    Cycle { key: u64, cycle: Cycle, turn_start: bool },
+    Cycle {
+        key: u64,
+        cycle: Cycle,
+        turn_start: bool,
+    },
 }
 
 impl Item {
@@ -242,7 +248,13 @@ pub(crate) fn extract(transcript: &Transcript, s: &Settings) -> Vec<Item> {
     items
 }
 
-fn push_cycles(message: &Message, rest: &[Message], transcript: &Transcript, s: &Settings, items: &mut Vec<Item>) {
+fn push_cycles(
+    message: &Message,
+    rest: &[Message],
+    transcript: &Transcript,
+    s: &Settings,
+    items: &mut Vec<Item>,
+) {
     let results: Vec<&ToolResult> = rest
         .iter()
         .take_while(|m| m.role != Role::Assistant)

@@ -29,7 +29,11 @@ impl Builder {
             tools: tools.iter().map(|s| (*s).to_owned()).collect(),
             messages: vec![Message::text(Role::User, "Fix the failing test in the repo.")],
         };
-        Self { dialect, t, next_id: 0 }
+        Self {
+            dialect,
+            t,
+            next_id: 0,
+        }
     }
 
     /// One assistant turn with one call and its result (text for OpenAI; for
@@ -59,7 +63,11 @@ impl Builder {
                     is_error: false,
                 },
                 Dialect::Gemini => {
-                    let response = if *error { json!({"error": result}) } else { json!({"output": result}) };
+                    let response = if *error {
+                        json!({"error": result})
+                    } else {
+                        json!({"output": result})
+                    };
                     ToolResult {
                         call_id: None,
                         name: Some((*name).to_owned()),
@@ -75,7 +83,11 @@ impl Builder {
             tool_calls,
             tool_results: Vec::new(),
         });
-        let role = if self.dialect == Dialect::OpenAi { Role::Tool } else { Role::User };
+        let role = if self.dialect == Dialect::OpenAi {
+            Role::Tool
+        } else {
+            Role::User
+        };
         self.t.messages.push(Message {
             role,
             text: String::new(),
@@ -92,7 +104,11 @@ impl Builder {
         self.t.messages.push(Message {
             role: Role::Assistant,
             text: String::new(),
-            tool_calls: vec![ToolCall::new(Some(id.clone()), name, Arguments::from_json_str(raw))],
+            tool_calls: vec![ToolCall::new(
+                Some(id.clone()),
+                name,
+                Arguments::from_json_str(raw),
+            )],
             tool_results: Vec::new(),
         });
         self.t.messages.push(Message {
@@ -160,15 +176,28 @@ impl Run {
     }
 
     /// One call with its result, then the request that carries it.
-    pub fn call(&mut self, name: &str, args: Value, result: &str, error: bool) -> Vec<crate::detect::Verdict> {
+    pub fn call(
+        &mut self,
+        name: &str,
+        args: Value,
+        result: &str,
+        error: bool,
+    ) -> Vec<crate::detect::Verdict> {
         self.b.call(name, args, result, error);
         self.send()
     }
 }
 
 /// The level of a detector's verdict, if any.
-pub(crate) fn level(verdicts: &[crate::detect::Verdict], kind: crate::detect::DetectorKind) -> Option<crate::detect::Level> {
-    verdicts.iter().filter(|v| v.detector == kind).map(|v| v.level).max()
+pub(crate) fn level(
+    verdicts: &[crate::detect::Verdict],
+    kind: crate::detect::DetectorKind,
+) -> Option<crate::detect::Level> {
+    verdicts
+        .iter()
+        .filter(|v| v.detector == kind)
+        .map(|v| v.level)
+        .max()
 }
 
 /// The highest level among verdicts.

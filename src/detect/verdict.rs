@@ -196,7 +196,12 @@ impl Verdict {
 
     /// The `x-loopguard-verdict` header value: `<action>; detector=<name>; count=<n>`.
     pub fn header_value(&self) -> String {
-        format!("{}; detector={}; count={}", self.action.name(), self.detector.name(), self.count)
+        format!(
+            "{}; detector={}; count={}",
+            self.action.name(),
+            self.detector.name(),
+            self.count
+        )
     }
 }
 
