@@ -1,38 +1,238 @@
-//! `[loop_detection]` and `[[agents]]`: raw and validated forms.
+//! `[loop_detection]` and `[[agents]]`: raw serde structs and their validation.
 //!
-//! Placeholder owned by the detection engine (issue "Detection engine"):
-//! only the top-level switches exist so far.
+//! Raw form: every key optional (`None` = inherit), unknown keys rejected.
+//! The effective settings of the defaults are the built-in defaults (the
+//! `DEFAULT_*` constants in [`crate::detect::settings`] and [`DETECTOR_DEFAULTS`])
+//! overlaid with `[loop_detection]`; those of an agent are these overlaid with
+//! the agent's `loop_detection` sub-table, which has the same keys:
+//!
+//! ```toml
+//! [[agents]]
+//! id = "codex"
+//! match = { header = "originator", value = "codex_cli_rs" }   # or { user_agent_prefix = "codex" }
+//! [agents.loop_detection.identical_call]
+//! warning = 4
+//! ```
+//!
+//! Lists (`volatile_keys`, `poll_tools`, …) replace the inherited list whole.
+//! Validation reports every problem with its key path; the threshold ladder
+//! is repaired with a notice naming the key (DESIGN §3).
 
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use regex::Regex;
 use serde::Deserialize;
 
 use super::Problems;
+use crate::detect::settings::{
+    ChantingParams, CompactionPatterns, DEFAULT_CANNED_PATTERNS, DEFAULT_DEDUP_NOTICES,
+    DEFAULT_ERROR_PATTERNS, DEFAULT_OUTCOME_MASKS, DEFAULT_SUMMARIZER_PATTERNS, DEFAULT_SUMMARY_PREFIXES,
+    DEFAULT_VOLATILE_KEYS, Settings, Thresholds, ToolMatcher,
+};
+use crate::detect::{Action, DetectorKind};
 
-/// Raw `[loop_detection]`.
-#[derive(Debug, Clone, Deserialize)]
+/// Built-in thresholds (warning, critical, breaker) per detector, in table
+/// order. `content_chanting` and `post_compaction` have no counts: 1 means on.
+pub const DETECTOR_DEFAULTS: [[u32; 3]; 13] = [
+    [3, 5, 0],   // identical_call
+    [3, 5, 0],   // cycle
+    [10, 20, 0], // generic_repeat
+    [10, 20, 0], // poll_no_progress
+    [3, 5, 0],   // error_repeat
+    [3, 6, 0],   // consecutive_failures
+    [0, 0, 0],   // tool_budget (off)
+    [3, 10, 0],  // unknown_tool
+    [0, 1, 0],   // content_chanting
+    [3, 5, 0],   // repeated_message
+    [0, 0, 1],   // post_compaction
+    [0, 0, 3],   // compaction_storm
+    [0, 0, 30],  // circuit_breaker
+];
+
+/// Raw `[loop_detection]` (also an agent's `loop_detection`).
+#[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawLoopDetection {
-    /// Master switch for every detector.
-    #[serde(default = "default_enabled")]
-    pub enabled: bool,
+    /// Master switch.
+    pub enabled: Option<bool>,
     /// Tool cycles kept per session.
-    #[serde(default = "default_history_size")]
-    pub history_size: usize,
+    pub history_size: Option<usize>,
+    /// JSON keys removed from results before hashing.
+    pub volatile_keys: Option<Vec<String>>,
+    /// Regexes removed from result text.
+    pub outcome_masks: Option<Vec<String>>,
+    /// Regexes recognising dedup notices.
+    pub dedup_notices: Option<Vec<String>>,
+    /// Error patterns, anchored at a line start.
+    pub error_patterns: Option<Vec<String>>,
+    /// Poll tools.
+    pub poll_tools: Option<Vec<RawToolMatcher>>,
+    /// Tools never counted.
+    pub exempt_tools: Option<Vec<RawToolMatcher>>,
+    /// Canned user messages.
+    pub canned_patterns: Option<Vec<String>>,
+    /// `[loop_detection.actions]`.
+    pub actions: Option<RawActions>,
+    /// `[loop_detection.compaction]`.
+    pub compaction: Option<RawCompaction>,
+    /// Per-detector tables.
+    #[serde(flatten)]
+    pub detectors: RawDetectors,
 }
 
-impl Default for RawLoopDetection {
-    fn default() -> Self {
+/// The thirteen `[loop_detection.<detector>]` tables.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[expect(missing_docs, reason = "one field per detector, named as in DESIGN §3")]
+pub struct RawDetectors {
+    pub identical_call: Option<RawDetector>,
+    pub cycle: Option<RawDetector>,
+    pub generic_repeat: Option<RawDetector>,
+    pub poll_no_progress: Option<RawDetector>,
+    pub error_repeat: Option<RawDetector>,
+    pub consecutive_failures: Option<RawDetector>,
+    pub tool_budget: Option<RawDetector>,
+    pub unknown_tool: Option<RawDetector>,
+    pub content_chanting: Option<RawDetector>,
+    pub repeated_message: Option<RawDetector>,
+    pub post_compaction: Option<RawDetector>,
+    pub compaction_storm: Option<RawDetector>,
+    pub circuit_breaker: Option<RawDetector>,
+}
+
+impl RawDetectors {
+    fn get(&self, kind: DetectorKind) -> Option<&RawDetector> {
+        [
+            &self.identical_call,
+            &self.cycle,
+            &self.generic_repeat,
+            &self.poll_no_progress,
+            &self.error_repeat,
+            &self.consecutive_failures,
+            &self.tool_budget,
+            &self.unknown_tool,
+            &self.content_chanting,
+            &self.repeated_message,
+            &self.post_compaction,
+            &self.compaction_storm,
+            &self.circuit_breaker,
+        ][kind.index()]
+        .as_ref()
+    }
+
+    fn merged(&self, over: &Self) -> Self {
+        let m = |a: &Option<RawDetector>, b: &Option<RawDetector>| match (a, b) {
+            (Some(a), Some(b)) => Some(a.merged(b)),
+            (a, b) => b.clone().or_else(|| a.clone()),
+        };
         Self {
-            enabled: default_enabled(),
-            history_size: default_history_size(),
+            identical_call: m(&self.identical_call, &over.identical_call),
+            cycle: m(&self.cycle, &over.cycle),
+            generic_repeat: m(&self.generic_repeat, &over.generic_repeat),
+            poll_no_progress: m(&self.poll_no_progress, &over.poll_no_progress),
+            error_repeat: m(&self.error_repeat, &over.error_repeat),
+            consecutive_failures: m(&self.consecutive_failures, &over.consecutive_failures),
+            tool_budget: m(&self.tool_budget, &over.tool_budget),
+            unknown_tool: m(&self.unknown_tool, &over.unknown_tool),
+            content_chanting: m(&self.content_chanting, &over.content_chanting),
+            repeated_message: m(&self.repeated_message, &over.repeated_message),
+            post_compaction: m(&self.post_compaction, &over.post_compaction),
+            compaction_storm: m(&self.compaction_storm, &over.compaction_storm),
+            circuit_breaker: m(&self.circuit_breaker, &over.circuit_breaker),
         }
     }
 }
 
-fn default_enabled() -> bool {
-    true
+macro_rules! raw_detector {
+    ($($field:ident: $ty:ty, $doc:literal;)*) => {
+        /// Raw `[loop_detection.<detector>]`: levels, action overrides and
+        /// the detector's own keys (a key of another detector is an error).
+        #[derive(Debug, Clone, Default, Deserialize)]
+        #[serde(deny_unknown_fields)]
+        pub struct RawDetector {
+            $(#[doc = $doc] pub $field: Option<$ty>,)*
+        }
+
+        impl RawDetector {
+            fn merged(&self, over: &Self) -> Self {
+                Self { $($field: over.$field.clone().or_else(|| self.$field.clone()),)* }
+            }
+        }
+    };
 }
-fn default_history_size() -> usize {
-    30
+
+raw_detector! {
+    enabled: bool, "The detector runs.";
+    warning: u32, "Warning threshold (0 = off).";
+    critical: u32, "Critical threshold (0 = off).";
+    breaker: u32, "Breaker threshold (0 = off).";
+    action_warning: String, "Action for a warning.";
+    action_critical: String, "Action for a critical verdict.";
+    action_breaker: String, "Action for a breaker verdict.";
+    max_period: usize, "`cycle`: longest block (2..=5).";
+    min_stall_secs: u64, "`poll_no_progress`: wall time for critical.";
+    window_size: usize, "`post_compaction`: cycles watched after a compaction.";
+    chunk_size: usize, "`content_chanting`: window bytes.";
+    min_repeats: usize, "`content_chanting`: recurrences.";
+    max_mean_gap: usize, "`content_chanting`: largest mean gap.";
+    max_periods: usize, "`content_chanting`: most distinct gaps.";
+    buffer_chars: usize, "`content_chanting`: tracked bytes.";
+    max_line_repeats: usize, "`content_chanting`: same line ceiling.";
+}
+
+/// A tool matcher: a bare name, or `{ name, args = { key = value | [values] } }`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum RawToolMatcher {
+    /// Any call of this tool.
+    Name(String),
+    /// Calls with matching arguments.
+    Spec(RawToolSpec),
+}
+
+/// The table form of a tool matcher.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawToolSpec {
+    /// Tool name.
+    pub name: String,
+    /// Argument key → accepted value(s).
+    #[serde(default)]
+    pub args: BTreeMap<String, OneOrMany>,
+}
+
+/// One string or a list of strings.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum OneOrMany {
+    /// A single value.
+    One(String),
+    /// Several values.
+    Many(Vec<String>),
+}
+
+/// Raw `[loop_detection.actions]`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawActions {
+    /// Action for warnings (`warn`).
+    pub warning: Option<String>,
+    /// Action for critical verdicts (`block`).
+    pub critical: Option<String>,
+    /// Action for breakers (`abort`).
+    pub breaker: Option<String>,
+}
+
+/// Raw `[loop_detection.compaction]`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawCompaction {
+    /// Summarizer prompt regexes.
+    pub summarizer_patterns: Option<Vec<String>>,
+    /// Post-compaction prefix regexes.
+    pub summary_prefixes: Option<Vec<String>>,
 }
 
 /// Raw `[[agents]]` entry.
@@ -41,24 +241,373 @@ fn default_history_size() -> usize {
 pub struct RawAgent {
     /// The agent's name in logs and metrics.
     pub id: String,
+    /// How requests are recognised as this agent's.
+    #[serde(rename = "match")]
+    pub matcher: RawAgentMatch,
+    /// Overrides of `[loop_detection]` for this agent.
+    #[serde(default)]
+    pub loop_detection: RawLoopDetection,
 }
 
-/// Validated loop-detection settings.
-#[derive(Debug, Clone, PartialEq)]
+/// Raw `match` of an agent.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawAgentMatch {
+    /// Header name (case-insensitive).
+    pub header: Option<String>,
+    /// Exact header value.
+    pub value: Option<String>,
+    /// Prefix of the `user-agent` header.
+    pub user_agent_prefix: Option<String>,
+}
+
+/// How an agent's requests are recognised.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AgentMatch {
+    /// A header (lowercase name) with an exact value.
+    Header {
+        /// Lowercase header name.
+        name: String,
+        /// Exact value.
+        value: String,
+    },
+    /// A `user-agent` starting with this prefix.
+    UserAgentPrefix(String),
+}
+
+/// One validated `[[agents]]` entry.
+#[derive(Debug, Clone)]
+pub struct Agent {
+    /// Name in logs and metrics.
+    pub id: String,
+    /// How its requests are recognised.
+    pub rule: AgentMatch,
+    /// Its effective settings.
+    pub settings: Arc<Settings>,
+}
+
+/// Validated loop-detection settings: the defaults and per-agent overrides.
+#[derive(Debug, Clone)]
 pub struct LoopDetection {
-    /// Master switch.
-    pub enabled: bool,
-    /// Tool cycles kept per session.
-    pub history_size: usize,
+    /// Settings for requests of no configured agent.
+    pub defaults: Arc<Settings>,
+    /// Agents in file order; the first match wins.
+    pub agents: Vec<Agent>,
+}
+
+impl LoopDetection {
+    /// Picks the settings for a request from its headers (`(name, value)`
+    /// pairs, names in any case): the first agent whose rule matches, else
+    /// the defaults. Returns the agent id too.
+    pub fn select<'a, 'h>(
+        &'a self,
+        headers: impl IntoIterator<Item = (&'h str, &'h str)>,
+    ) -> (Option<&'a str>, &'a Arc<Settings>) {
+        let headers: Vec<(&str, &str)> = headers.into_iter().collect();
+        let agent = self.agents.iter().find(|a| match &a.rule {
+            AgentMatch::Header { name, value } => headers
+                .iter()
+                .any(|(n, v)| n.eq_ignore_ascii_case(name) && v == value),
+            AgentMatch::UserAgentPrefix(prefix) => headers
+                .iter()
+                .any(|(n, v)| n.eq_ignore_ascii_case("user-agent") && v.starts_with(prefix.as_str())),
+        });
+        match agent {
+            Some(a) => (Some(a.id.as_str()), &a.settings),
+            None => (None, &self.defaults),
+        }
+    }
+}
+
+/// The built-in default settings.
+pub fn default_settings() -> Settings {
+    build(
+        &RawLoopDetection::default(),
+        "loop_detection",
+        &mut Problems::default(),
+    )
 }
 
 /// Validates `[loop_detection]` and `[[agents]]`, recording every problem.
-pub fn validate(raw: &RawLoopDetection, _agents: &[RawAgent], problems: &mut Problems) -> LoopDetection {
-    if raw.history_size == 0 {
-        problems.push("loop_detection.history_size", "must be at least 1");
+pub fn validate(raw: &RawLoopDetection, agents: &[RawAgent], problems: &mut Problems) -> LoopDetection {
+    let defaults = Arc::new(build(raw, "loop_detection", problems));
+    let base_ok = problems.errors.is_empty();
+    let mut validated = Vec::new();
+    for (i, agent) in agents.iter().enumerate() {
+        let base = format!("agents[{i}]");
+        if agent.id.trim().is_empty() {
+            problems.push(format!("{base}.id"), "must not be empty");
+        }
+        let rule = match &agent.matcher {
+            RawAgentMatch {
+                header: Some(h),
+                value: Some(v),
+                user_agent_prefix: None,
+            } => Some(AgentMatch::Header {
+                name: h.to_ascii_lowercase(),
+                value: v.clone(),
+            }),
+            RawAgentMatch {
+                header: None,
+                value: None,
+                user_agent_prefix: Some(p),
+            } => Some(AgentMatch::UserAgentPrefix(p.clone())),
+            _ => {
+                problems.push(
+                    format!("{base}.match"),
+                    "needs either `header` and `value`, or `user_agent_prefix` alone",
+                );
+                None
+            }
+        };
+        let merged = merge(raw, &agent.loop_detection);
+        let mut own = Problems::default();
+        let settings = build(&merged, &format!("{base}.loop_detection"), &mut own);
+        if base_ok {
+            problems.errors.extend(own.errors);
+        }
+        for n in own.notices {
+            let inherited = problems.notices.iter().any(|p| {
+                p.message == n.message
+                    && p.path.strip_prefix("loop_detection")
+                        == n.path.strip_prefix(&format!("{base}.loop_detection"))
+            });
+            if !inherited {
+                problems.notices.push(n);
+            }
+        }
+        if let Some(rule) = rule {
+            validated.push(Agent {
+                id: agent.id.clone(),
+                rule,
+                settings: Arc::new(settings),
+            });
+        }
     }
     LoopDetection {
-        enabled: raw.enabled,
-        history_size: raw.history_size.max(1),
+        defaults,
+        agents: validated,
     }
+}
+
+fn merge(base: &RawLoopDetection, over: &RawLoopDetection) -> RawLoopDetection {
+    RawLoopDetection {
+        enabled: over.enabled.or(base.enabled),
+        history_size: over.history_size.or(base.history_size),
+        volatile_keys: over.volatile_keys.clone().or_else(|| base.volatile_keys.clone()),
+        outcome_masks: over.outcome_masks.clone().or_else(|| base.outcome_masks.clone()),
+        dedup_notices: over.dedup_notices.clone().or_else(|| base.dedup_notices.clone()),
+        error_patterns: over
+            .error_patterns
+            .clone()
+            .or_else(|| base.error_patterns.clone()),
+        poll_tools: over.poll_tools.clone().or_else(|| base.poll_tools.clone()),
+        exempt_tools: over.exempt_tools.clone().or_else(|| base.exempt_tools.clone()),
+        canned_patterns: over
+            .canned_patterns
+            .clone()
+            .or_else(|| base.canned_patterns.clone()),
+        actions: match (&base.actions, &over.actions) {
+            (Some(a), Some(b)) => Some(RawActions {
+                warning: b.warning.clone().or_else(|| a.warning.clone()),
+                critical: b.critical.clone().or_else(|| a.critical.clone()),
+                breaker: b.breaker.clone().or_else(|| a.breaker.clone()),
+            }),
+            (a, b) => b.clone().or_else(|| a.clone()),
+        },
+        compaction: match (&base.compaction, &over.compaction) {
+            (Some(a), Some(b)) => Some(RawCompaction {
+                summarizer_patterns: b
+                    .summarizer_patterns
+                    .clone()
+                    .or_else(|| a.summarizer_patterns.clone()),
+                summary_prefixes: b.summary_prefixes.clone().or_else(|| a.summary_prefixes.clone()),
+            }),
+            (a, b) => b.clone().or_else(|| a.clone()),
+        },
+        detectors: base.detectors.merged(&over.detectors),
+    }
+}
+
+fn owned(list: &[&str]) -> Vec<String> {
+    list.iter().map(|s| (*s).to_owned()).collect()
+}
+
+fn regexes(list: &[String], path: &str, anchor: bool, problems: &mut Problems) -> Vec<Regex> {
+    list.iter()
+        .enumerate()
+        .filter_map(|(i, p)| {
+            let text = if anchor { format!("^(?:{p})") } else { p.clone() };
+            Regex::new(&text)
+                .map_err(|e| {
+                    problems.push(format!("{path}[{i}]"), format!("{p:?} is not a valid regex: {e}"))
+                })
+                .ok()
+        })
+        .collect()
+}
+
+/// A built-in tool matcher: name and (argument, accepted values).
+type DefaultMatcher = (&'static str, &'static [(&'static str, &'static [&'static str])]);
+
+fn matchers(list: Option<&Vec<RawToolMatcher>>, defaults: &[DefaultMatcher]) -> Vec<ToolMatcher> {
+    match list {
+        Some(list) => list
+            .iter()
+            .map(|m| match m {
+                RawToolMatcher::Name(name) => ToolMatcher {
+                    name: name.clone(),
+                    args: Vec::new(),
+                },
+                RawToolMatcher::Spec(spec) => ToolMatcher {
+                    name: spec.name.clone(),
+                    args: spec
+                        .args
+                        .iter()
+                        .map(|(k, v)| match v {
+                            OneOrMany::One(s) => (k.clone(), vec![s.clone()]),
+                            OneOrMany::Many(list) => (k.clone(), list.clone()),
+                        })
+                        .collect(),
+                },
+            })
+            .collect(),
+        None => defaults
+            .iter()
+            .map(|(name, args)| ToolMatcher {
+                name: (*name).to_owned(),
+                args: args.iter().map(|(k, vs)| ((*k).to_owned(), owned(vs))).collect(),
+            })
+            .collect(),
+    }
+}
+
+/// Default poll tools (DESIGN §3).
+const DEFAULT_POLL_TOOLS: &[DefaultMatcher] = &[
+    ("command_status", &[]),
+    ("process", &[("action", &["poll", "log"])]),
+    ("BashOutput", &[]),
+    ("write_stdin", &[("chars", &[""])]),
+    ("read_background_output", &[]),
+];
+
+fn action(text: Option<&String>, default: Action, path: &str, problems: &mut Problems) -> Option<Action> {
+    let text = text?;
+    Some(Action::parse(text).unwrap_or_else(|| {
+        problems.push(
+            path,
+            format!("{text:?} is not one of \"observe\", \"warn\", \"block\", \"abort\""),
+        );
+        default
+    }))
+}
+
+fn build(raw: &RawLoopDetection, path: &str, problems: &mut Problems) -> Settings {
+    let list = |v: &Option<Vec<String>>, d: &[&str]| v.clone().unwrap_or_else(|| owned(d));
+    let comp = raw.compaction.clone().unwrap_or_default();
+    let actions_raw = raw.actions.clone().unwrap_or_default();
+    let default_actions = [Action::Warn, Action::Block, Action::Abort];
+    let mut actions = default_actions;
+    for (i, (key, value)) in [
+        ("warning", &actions_raw.warning),
+        ("critical", &actions_raw.critical),
+        ("breaker", &actions_raw.breaker),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        if let Some(a) = action(
+            value.as_ref(),
+            default_actions[i],
+            &format!("{path}.actions.{key}"),
+            problems,
+        ) {
+            actions[i] = a;
+        }
+    }
+    let error_patterns = regexes(
+        &list(&raw.error_patterns, DEFAULT_ERROR_PATTERNS),
+        &format!("{path}.error_patterns"),
+        false,
+        problems,
+    );
+    let combined = (!error_patterns.is_empty())
+        .then(|| {
+            let alternation: Vec<String> = error_patterns
+                .iter()
+                .map(|r| format!("(?:{})", r.as_str()))
+                .collect();
+            Regex::new(&format!("^(?:{})", alternation.join("|"))).ok()
+        })
+        .flatten();
+    let mut s = Settings {
+        enabled: raw.enabled.unwrap_or(true),
+        history_size: raw.history_size.unwrap_or(30),
+        volatile_keys: list(&raw.volatile_keys, DEFAULT_VOLATILE_KEYS),
+        outcome_masks: regexes(
+            &list(&raw.outcome_masks, DEFAULT_OUTCOME_MASKS),
+            &format!("{path}.outcome_masks"),
+            false,
+            problems,
+        ),
+        dedup_notices: regexes(
+            &list(&raw.dedup_notices, DEFAULT_DEDUP_NOTICES),
+            &format!("{path}.dedup_notices"),
+            false,
+            problems,
+        ),
+        error_pattern: combined,
+        poll_tools: matchers(raw.poll_tools.as_ref(), DEFAULT_POLL_TOOLS),
+        exempt_tools: matchers(raw.exempt_tools.as_ref(), &[]),
+        canned_patterns: regexes(
+            &list(&raw.canned_patterns, DEFAULT_CANNED_PATTERNS),
+            &format!("{path}.canned_patterns"),
+            false,
+            problems,
+        ),
+        detectors: [Thresholds::new(0, 0, 0); 13],
+        actions,
+        cycle_max_period: 5,
+        min_stall: Duration::from_secs(300),
+        post_compaction_window: 3,
+        chanting: ChantingParams {
+            chunk_size: 50,
+            min_repeats: 10,
+            max_mean_gap: 250,
+            max_periods: 5,
+            buffer_chars: 5000,
+            max_line_repeats: 30,
+        },
+        compaction: CompactionPatterns {
+            summarizer: regexes(
+                &list(&comp.summarizer_patterns, DEFAULT_SUMMARIZER_PATTERNS),
+                &format!("{path}.compaction.summarizer_patterns"),
+                false,
+                problems,
+            ),
+            summary_prefixes: regexes(
+                &list(&comp.summary_prefixes, DEFAULT_SUMMARY_PREFIXES),
+                &format!("{path}.compaction.summary_prefixes"),
+                false,
+                problems,
+            ),
+        },
+    };
+    if raw.history_size == Some(0) {
+        problems.push(format!("{path}.history_size"), "must be at least 1, got 0");
+        s.history_size = 1;
+    }
+    for kind in DetectorKind::ALL {
+        let d = raw.detectors.get(kind).cloned().unwrap_or_default();
+        s.detectors[kind.index()] = crate::detect::ladder::thresholds(
+            kind,
+            &d,
+            &format!("{path}.{}", kind.name()),
+            &actions,
+            problems,
+        );
+        crate::detect::ladder::extras(kind, &d, &mut s, &format!("{path}.{}", kind.name()), problems);
+    }
+    crate::detect::ladder::raise_history(&mut s, path, problems);
+    s
 }

@@ -1,1 +1,75 @@
-//! Placeholder: the detectors (issue "Detection engine").
+//! The loop detectors: pure, synchronous judgement of transcripts and streams.
+//!
+//! Map of the module, in the order a request meets it:
+//!
+//! - [`settings`]: validated thresholds, actions, tool matchers, patterns.
+//! - [`outcome`]: a tool result → normalised hash, error flag, fingerprint.
+//! - `step`: a transcript → tool cycles, text turns, user texts.
+//! - [`session`]: [`SessionState`], per session lane — merges requests,
+//!   judges them (request time) and pending calls (stream time).
+//! - `engine`: the judged view, the shared no-progress rule, the detector list.
+//! - one file per detector: [`identical_call`], [`cycle`], [`generic_repeat`],
+//!   [`poll_no_progress`], [`error_repeat`], [`consecutive_failures`],
+//!   [`tool_budget`], [`unknown_tool`], [`content_chanting`] (stream text,
+//!   [`ContentScanner`]), [`repeated_message`], [`post_compaction`],
+//!   [`compaction_storm`], [`circuit_breaker`].
+//! - [`verdict`]: levels, actions, [`Verdict`] and ranking.
+//! - [`compaction`]: summarizer and compacted-request recognition.
+//! - [`replay`]: offline replay of a recorded session.
+//!
+//! Usage from the proxy, per request of a session lane:
+//!
+//! ```
+//! use std::time::Duration;
+//! use loopguard::detect::{ContentScanner, SessionState, Settings, decisive};
+//! # let transcript = loopguard::transcript::Transcript::default();
+//! let settings = Settings::default(); // or config.loop_detection.select(headers).1
+//! let mut session = SessionState::new();
+//! let verdicts = session.on_request(&transcript, Duration::from_secs(0), &settings);
+//! if let Some(v) = decisive(&verdicts) { println!("{} → {}", v.message, v.action.name()); }
+//! let scanner = ContentScanner::new(&settings); // per response, fed each stream event
+//! let held = session.judge_pending(&[], Duration::from_secs(1), &settings);
+//! # let _ = (held, scanner.verdict());
+//! ```
+
+pub mod circuit_breaker;
+pub mod compaction;
+pub mod compaction_storm;
+pub mod consecutive_failures;
+pub mod content_chanting;
+pub mod cycle;
+mod engine;
+pub mod error_repeat;
+pub mod generic_repeat;
+pub mod identical_call;
+pub(crate) mod ladder;
+pub mod outcome;
+pub mod poll_no_progress;
+pub mod post_compaction;
+pub mod repeated_message;
+pub mod replay;
+pub mod session;
+pub mod settings;
+mod step;
+pub mod tool_budget;
+pub mod unknown_tool;
+pub mod verdict;
+
+#[cfg(test)]
+mod testkit;
+
+pub use compaction::{Classification, RequestSummary, classify, is_summarizer};
+pub use content_chanting::{Channel, ContentScanner};
+pub use outcome::{Outcome, outcome_of};
+pub use replay::{ReplayLine, replay};
+pub use session::{Absorbed, SessionState};
+pub use settings::{Settings, Thresholds, ToolMatcher};
+pub use verdict::{Action, DetectorKind, Level, Verdict, decisive, rank};
+#[cfg(test)]
+mod chanting_tests;
+#[cfg(test)]
+mod compaction_tests;
+#[cfg(test)]
+mod config_tests;
+#[cfg(test)]
+mod scenarios;

@@ -1,0 +1,133 @@
+//! Tests of `content_chanting`: real chants fire, markdown structure and code do not.
+
+use super::content_chanting::{Channel, ContentScanner};
+use super::{DetectorKind, Level, Settings};
+
+fn scan(text: &str) -> Option<(DetectorKind, Level, u32)> {
+    let s = Settings::default();
+    let mut scanner = ContentScanner::new(&s);
+    // Feed in small deltas, as a stream would.
+    let bytes = text.as_bytes();
+    let mut start = 0;
+    while start < bytes.len() {
+        let mut end = (start + 7).min(bytes.len());
+        while !text.is_char_boundary(end) {
+            end += 1;
+        }
+        scanner.feed(Channel::Answer(0), &text[start..end]);
+        start = end;
+    }
+    scanner.verdict().map(|v| (v.detector, v.level, v.count))
+}
+
+/// The classic failure: one short sentence over and over.
+#[test]
+fn two_hundred_repeated_short_lines_are_critical() {
+    let text = "I will check the configuration again.\n".repeat(200);
+    let (kind, level, _) = scan(&text).unwrap_or_else(|| panic!("not detected"));
+    assert_eq!((kind, level), (DetectorKind::ContentChanting, Level::Critical));
+}
+
+/// Repeats without newlines are caught by the window, not only the line ceiling.
+#[test]
+fn a_repeated_phrase_without_newlines_is_critical() {
+    assert!(scan(&"Let me try that once more, carefully this time. ".repeat(40)).is_some());
+}
+
+/// A repeated bullet still counts: identical structured lines do not reset.
+#[test]
+fn a_repeated_bullet_is_critical() {
+    assert!(scan(&"- check the build output for the error\n".repeat(40)).is_some());
+}
+
+/// The line ceiling applies inside code too.
+#[test]
+fn the_same_code_line_thirty_times_is_critical_even_in_a_fence() {
+    let text = format!(
+        "```python\n{}```\n",
+        "    result = compute_value(data)\n".repeat(30)
+    );
+    assert!(scan(&text).is_some());
+    let text = format!(
+        "```python\n{}```\n",
+        "    result = compute_value(data)\n".repeat(29)
+    );
+    assert!(scan(&text).is_none());
+}
+
+/// A long table is structure, not chanting.
+#[test]
+fn a_forty_row_markdown_table_is_silent() {
+    let mut t = String::from("| id | name | status | owner |\n|----|------|--------|-------|\n");
+    for i in 0..40 {
+        t.push_str(&format!(
+            "| {i} | service-{i} | running normally | team platform operations |\n"
+        ));
+    }
+    assert_eq!(scan(&t), None);
+}
+
+/// Distinct list items sharing a long prefix are not a loop.
+#[test]
+fn a_numbered_list_of_60_distinct_items_with_a_long_prefix_is_silent() {
+    let mut t = String::new();
+    for i in 1..=60 {
+        t.push_str(&format!(
+            "{i}. The configuration option that controls the behaviour of module {i} is `opt_{i}`\n"
+        ));
+    }
+    assert_eq!(scan(&t), None);
+}
+
+/// Repetitive but distinct code lines are fine.
+#[test]
+fn a_long_code_block_with_repetitive_distinct_lines_is_silent() {
+    let mut t = String::from("```rust\n");
+    for i in 0..200 {
+        t.push_str(&format!(
+            "    assert_eq!(parse_value(\"input_{i}\"), Ok(expected_value_{i}));\n    }}\n"
+        ));
+    }
+    t.push_str("```\n");
+    assert_eq!(scan(&t), None);
+}
+
+/// Box drawing repeats characters, not content.
+#[test]
+fn a_box_drawing_diagram_is_silent() {
+    let mut t = String::new();
+    for _ in 0..6 {
+        t.push_str("┌──────────────────────┐      ┌──────────────────────┐\n");
+        t.push_str("│                      │ ───▶ │                      │\n");
+        t.push_str("└──────────────────────┘      └──────────────────────┘\n");
+    }
+    assert_eq!(scan(&t), None);
+    assert_eq!(scan(&format!("```\n{t}```\n")), None);
+}
+
+/// Dividers between sections reset tracking; prose sections are distinct.
+#[test]
+fn dividers_between_sections_are_silent() {
+    let mut t = String::new();
+    for i in 0..30 {
+        t.push_str(&format!(
+            "## Section {i}\n\nThis section explains part {i} of the design in a few words.\n\n---\n\n"
+        ));
+    }
+    assert_eq!(scan(&t), None);
+}
+
+/// Memory stays capped however long the response.
+#[test]
+fn memory_is_capped_on_long_distinct_text() {
+    let s = Settings::default();
+    let mut scanner = ContentScanner::new(&s);
+    for i in 0..20_000 {
+        scanner.feed(
+            Channel::Reasoning(0),
+            &format!("token{i} is different from the one before it; "),
+        );
+    }
+    assert!(scanner.verdict().is_none());
+    assert!(scanner.heap_size() < 200_000, "{}", scanner.heap_size());
+}

@@ -1,0 +1,137 @@
+//! Compaction recognition (DESIGN §6): summarizer requests and compacted sessions.
+//!
+//! Pure functions over transcripts; the session layer decides what to do
+//! with the answer (skip detection for a summarizer request, call
+//! [`super::SessionState::note_compaction`] for a compaction, reset the
+//! session for a fresh start). A request is compared with a
+//! [`RequestSummary`] of the lane's previous request, which is all the
+//! session needs to keep (a few hashes and counts).
+//!
+//! Default summarizer prompts (matched in the last user message or the
+//! system text): Gemini CLI ("…the component that summarizes internal chat
+//! history…"), Codex ("CONTEXT CHECKPOINT COMPACTION"), Claude Code and
+//! Cline's summarize_task ("create a detailed summary of the conversation so
+//! far"), OpenCode ("Provide a detailed prompt for continuing our
+//! conversation"), OpenClaw / pi ("create a structured context checkpoint
+//! summary"), Aider ("Briefly summarize this partial conversation").
+//! Default post-compaction prefixes: Gemini CLI `<state_snapshot>`, Cline
+//! `Context summary:`, Claude Code / Cline "This session is being continued
+//! from a previous conversation", Codex "Another language model started to
+//! solve this problem", OpenClaw / pi "The conversation history before this
+//! point was compacted", Aider "I spoke to you previously about a number of
+//! things". Explicit wire signals (Codex `/responses/compact`,
+//! `compaction_trigger` items, `x-claude-code-compaction`) are the proxy's to
+//! check; they never reach a transcript.
+
+use super::outcome::hash64;
+use super::settings::Settings;
+use super::step::{UserText, classify_user, own_text};
+use crate::transcript::{Role, Transcript};
+
+/// What the compaction classifier needs to remember of a lane's previous request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RequestSummary {
+    /// Hash of the system text.
+    pub system: u64,
+    /// Hash of the declared tool names, in order.
+    pub tools: u64,
+    /// Hash of the first real user message (synthetic parts stripped), 0 if none.
+    pub first_user: u64,
+    /// Number of messages.
+    pub messages: usize,
+}
+
+impl RequestSummary {
+    /// Summarises a request.
+    pub fn of(transcript: &Transcript, settings: &Settings) -> Self {
+        Self {
+            system: hash64(transcript.system.as_bytes()),
+            tools: hash64(transcript.tools.join("\u{0}").as_bytes()),
+            first_user: first_real_user(transcript, settings).map_or(0, |t| hash64(t.as_bytes())),
+            messages: transcript.messages.len(),
+        }
+    }
+}
+
+/// How a request relates to the lane's previous one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Classification {
+    /// A request asking the model to summarise the history: feeds no detector.
+    Summarizer,
+    /// The history was replaced by a summary: call `note_compaction`.
+    Compacted(Evidence),
+    /// A shorter history with the same first message and no marker: a new run
+    /// of the same task (reset the session's state).
+    FreshStart,
+    /// Anything else: the conversation continues (pruning included).
+    Continuation,
+}
+
+/// Why a request counts as compacted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Evidence {
+    /// A user message starts with a known post-compaction prefix.
+    SummaryPrefix,
+    /// Same system text and tools, the first real user message replaced, and
+    /// at most half the previous message count.
+    ReplacedHistory,
+}
+
+/// Whether a request is a summarizer request: its last user message or its
+/// system text matches a known summarizer prompt.
+pub fn is_summarizer(transcript: &Transcript, settings: &Settings) -> bool {
+    let patterns = &settings.compaction.summarizer;
+    let last_user = transcript.messages.iter().rev().find(|m| m.role == Role::User);
+    last_user.is_some_and(|m| patterns.iter().any(|r| r.is_match(&m.text)))
+        || patterns.iter().any(|r| r.is_match(&transcript.system))
+}
+
+/// Classifies a request given the summary of the lane's previous request.
+pub fn classify(
+    previous: Option<&RequestSummary>,
+    transcript: &Transcript,
+    settings: &Settings,
+) -> Classification {
+    if is_summarizer(transcript, settings) {
+        return Classification::Summarizer;
+    }
+    let Some(prev) = previous else {
+        return Classification::Continuation;
+    };
+    let marker = transcript
+        .messages
+        .iter()
+        .filter(|m| m.role == Role::User)
+        .any(|m| {
+            let own = own_text(&m.text);
+            settings
+                .compaction
+                .summary_prefixes
+                .iter()
+                .any(|r| r.is_match(&own))
+        });
+    let now = RequestSummary::of(transcript, settings);
+    let shorter = now.messages < prev.messages;
+    if marker && (shorter || now.first_user != prev.first_user) {
+        return Classification::Compacted(Evidence::SummaryPrefix);
+    }
+    let same_lane = now.system == prev.system && now.tools == prev.tools;
+    if same_lane && now.first_user != prev.first_user && now.messages * 2 <= prev.messages {
+        return Classification::Compacted(Evidence::ReplacedHistory);
+    }
+    if same_lane && shorter && now.first_user == prev.first_user && now.first_user != 0 {
+        return Classification::FreshStart;
+    }
+    Classification::Continuation
+}
+
+/// The first user message with text of its own (not synthetic, not a summary).
+fn first_real_user(transcript: &Transcript, settings: &Settings) -> Option<String> {
+    transcript
+        .messages
+        .iter()
+        .filter(|m| m.role == Role::User)
+        .map(|m| classify_user(&m.text, settings))
+        .find(|(kind, _)| *kind != UserText::Synthetic)
+        .map(|(_, own)| own)
+}

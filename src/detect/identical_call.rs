@@ -1,0 +1,46 @@
+//! `identical_call`: the same tool-call signature N times in a row.
+//!
+//! Idea: Cline's soft/hard mistake limits and Gemini CLI's five identical
+//! calls. Defaults: warning at 3 calls in a row; critical at 5 when the
+//! streak's no-progress run (see [`super::engine::no_progress_run`]) is 5
+//! long, i.e. the results are identical too. Does not flag: poll tools (judged
+//! by `poll_no_progress`), the same call returning changing results (warning
+//! only), calls separated by an assistant text turn or by the person speaking.
+//! Cost: O(streak length) per judged call.
+
+use super::engine::{View, no_progress_run};
+use super::verdict::{DetectorKind, Finding, Level};
+
+const ADVICE: &str =
+    "Use the result you already received instead of repeating the call, or change the arguments.";
+
+/// Checks the judged call.
+pub(crate) fn check(v: &View) -> Option<Finding> {
+    let judged = v.judged_cycle()?;
+    if judged.poll {
+        return None;
+    }
+    let mut streak: Vec<_> = v
+        .run_rev(false)
+        .take_while(|(_, c)| c.signature == judged.signature)
+        .map(|(_, c)| c.outcome)
+        .collect();
+    streak.reverse();
+    let t = v.settings.thresholds(DetectorKind::IdenticalCall);
+    let stall = no_progress_run(&streak);
+    if t.reached(Level::Critical, stall as u32) {
+        let detail = format!("was called {stall} times in a row with the same result");
+        return Some(v.finding(
+            DetectorKind::IdenticalCall,
+            Level::Critical,
+            stall,
+            detail,
+            ADVICE,
+        ));
+    }
+    let count = streak.len();
+    t.reached(Level::Warning, count as u32).then(|| {
+        let detail = format!("was called {count} times in a row");
+        v.finding(DetectorKind::IdenticalCall, Level::Warning, count, detail, ADVICE)
+    })
+}
