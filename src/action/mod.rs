@@ -16,32 +16,7 @@ use serde_json::Value;
 
 use crate::dialect::Dialect;
 
-/// What loopguard does for a verdict's level (DESIGN §4).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Action {
-    /// Log and count only.
-    Observe,
-    /// Add a warning the model will read.
-    Warn,
-    /// Answer in the upstream's place, or withhold the looping call.
-    Block,
-    /// Stop with a dialect-correct error.
-    Abort,
-}
-
-impl Action {
-    /// The action's name as used in config, logs, metrics and the
-    /// `x-loopguard-verdict` header.
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Observe => "observe",
-            Self::Warn => "warn",
-            Self::Block => "block",
-            Self::Abort => "abort",
-        }
-    }
-}
+pub use crate::detect::verdict::Action;
 
 /// How the client asked to receive the answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

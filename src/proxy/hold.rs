@@ -48,9 +48,10 @@ pub struct Cut {
 pub trait ResponseJudge: Send {
     /// A complete batch of tool calls the model emitted (not yet executed).
     fn calls(&mut self, calls: &[ToolCall]) -> Decision;
-    /// Text the model emitted (answer or reasoning): for content detectors.
-    /// A `Block` cuts the generation.
-    fn text(&mut self, text: &str) -> Decision;
+    /// Every event the response carried, in order (content detectors scan
+    /// answer text, reasoning and tool-call arguments). A `Block` or `Abort`
+    /// cuts the generation.
+    fn event(&mut self, event: &StreamEvent) -> Decision;
 }
 
 /// A judge that passes everything (detection off, or a bypassed request).
@@ -61,7 +62,7 @@ impl ResponseJudge for PassJudge {
     fn calls(&mut self, _calls: &[ToolCall]) -> Decision {
         Decision::Pass
     }
-    fn text(&mut self, _text: &str) -> Decision {
+    fn event(&mut self, _event: &StreamEvent) -> Decision {
         Decision::Pass
     }
 }
