@@ -291,14 +291,7 @@ impl Holder {
 
         // Content detectors see every piece of text as it passes.
         for event in &frame.events {
-            let text = match event {
-                StreamEvent::TextDelta { text, .. } | StreamEvent::ReasoningDelta { text, .. } => {
-                    text.as_str()
-                }
-                StreamEvent::ToolCallDelta { arguments_delta, .. } => arguments_delta.as_str(),
-                _ => continue,
-            };
-            if let Decision::Block(cut) | Decision::Abort(cut) = judge.text(text) {
+            if let Decision::Block(cut) | Decision::Abort(cut) = judge.event(event) {
                 self.cut_generation(cut, out);
                 return;
             }
