@@ -15,6 +15,9 @@
 //!   response payloads → [`dialect::StreamEvent`]s.
 //! - [`transcript`]: the dialect-neutral history and tool-call signatures.
 //! - [`detect`]: the loop detectors (pure, synchronous).
+//! - [`session`]: session keys and the bounded store of per-session state.
+//! - [`guard`]: connects sessions and detectors to the proxy (request-time
+//!   verdicts, the stream-time judge).
 //! - [`action`]: what loopguard writes for warn / block / abort, per dialect.
 //! - [`mock`]: a scripted upstream for tests, benchmarks and demos.
 //! - [`telemetry`]: logging setup and the fail-open counter.
@@ -24,11 +27,13 @@ pub mod cli;
 pub mod config;
 pub mod detect;
 pub mod dialect;
+pub mod guard;
 pub mod json_array;
 pub mod mock;
 pub mod proxy;
 pub mod route;
 pub mod server;
+pub mod session;
 pub mod sse;
 pub mod telemetry;
 pub mod transcript;

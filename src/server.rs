@@ -41,7 +41,12 @@ pub enum ServeError {
 /// When the upstream client cannot be built.
 pub fn proxy_app(config: Arc<Config>) -> Result<Router, reqwest::Error> {
     let client = proxy::upstream::client(config.server.connect_timeout)?;
-    let state = Arc::new(ProxyState { config, client });
+    let guard = crate::guard::Guard::new(&config);
+    let state = Arc::new(ProxyState {
+        config,
+        client,
+        guard,
+    });
     Ok(Router::new().fallback(proxy::handle).with_state(state))
 }
 

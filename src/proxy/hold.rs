@@ -116,6 +116,8 @@ pub struct Holder {
     released_upto: u64,
     /// Held bytes went over the cap (reported once).
     capped: bool,
+    /// Answer text already went to the client (an ending then starts on a new paragraph).
+    text_released: bool,
 }
 
 impl std::fmt::Debug for Holder {
@@ -150,6 +152,7 @@ impl Holder {
             frames: Vec::new(),
             released_upto: 0,
             capped: false,
+            text_released: false,
         }
     }
 
@@ -319,6 +322,7 @@ impl Holder {
             self.released_upto = frame.end;
             if has_text {
                 out.headers_ready = true;
+                self.text_released = true;
             }
         }
     }
@@ -396,6 +400,13 @@ impl Holder {
 
     fn block_ending(&self, message: &str) -> Vec<u8> {
         let ending = self.ending();
+        let separated;
+        let message = if self.text_released && self.mode != Mode::Whole {
+            separated = format!("\n\n{message}");
+            separated.as_str()
+        } else {
+            message
+        };
         match (self.dialect, self.mode) {
             (Dialect::OpenaiChat, Mode::Whole) => {
                 action::block_answer(

@@ -23,6 +23,7 @@ use axum::response::{IntoResponse, Response};
 
 use crate::config::Config;
 use crate::dialect::{Dialect, ParsedRequest};
+use crate::guard::{Guard, RequestDecision, RequestView};
 use crate::route;
 use error::ProxyError;
 use hold::{Holder, PassJudge, ResponseJudge};
@@ -38,6 +39,8 @@ pub struct ProxyState {
     pub config: Arc<Config>,
     /// The upstream client (pooled).
     pub client: reqwest::Client,
+    /// Sessions and detectors.
+    pub guard: Guard,
 }
 
 /// The axum handler for every path on the proxy listener.
@@ -85,23 +88,61 @@ pub async fn handle(State(state): State<Arc<ProxyState>>, request: Request) -> R
     };
 
     let dialect = matched.dialect;
-    let parsed =
+    let side =
         dialect.and_then(|d| parse_side_copy(d, &parts.headers, &body, config.server.max_request_bytes));
-    if let Some(parsed) = &parsed {
-        tracing::debug!(
-            messages = parsed.transcript.messages.len(),
-            tools = parsed.transcript.tools.len(),
-            stream = parsed.stream,
-            "request parsed"
-        );
+    let parsed = side.as_ref().map(|(_, p)| p);
+    let mut forward = body;
+    let mut judge: Box<dyn ResponseJudge> = Box::new(PassJudge);
+    let mut body_replaced = false;
+    if let (Some(d), Some((decoded, parsed))) = (dialect, &side) {
+        let view = RequestView {
+            route: matched.route,
+            dialect: d,
+            path: &path,
+            query: query.as_deref(),
+            headers: &parts.headers,
+            decoded,
+            parsed,
+        };
+        match state.guard.on_request(&config, &view) {
+            RequestDecision::Forward {
+                body: Some(replaced),
+                judge: j,
+            } => {
+                forward = replaced;
+                body_replaced = true;
+                judge = j;
+            }
+            RequestDecision::Forward { body: None, judge: j } => judge = j,
+            RequestDecision::Answer {
+                status,
+                answer,
+                verdict,
+            } => {
+                tracing::info!(
+                    route = %matched.route.prefix,
+                    dialect = d.name(),
+                    status = status.as_u16(),
+                    duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+                    verdict = %verdict,
+                    outcome = "answered_by_loopguard",
+                    "request"
+                );
+                return answer_response(status, answer, &verdict);
+            }
+        }
     }
 
-    let headers = headers::upstream_request_headers(&parts.headers, dialect.is_some());
+    let mut headers = headers::upstream_request_headers(&parts.headers, dialect.is_some());
+    if body_replaced {
+        // The injected warning went into the decoded body, which is sent as is.
+        headers.remove(http::header::CONTENT_ENCODING);
+    }
     let upstream_req = state
         .client
         .request(parts.method.clone(), matched.upstream_url.as_str())
         .headers(headers)
-        .body(body);
+        .body(forward);
     let origin = matched.upstream_url.origin().ascii_serialization();
     let sent = Instant::now();
     let response = match tokio::time::timeout(config.server.first_byte_timeout, upstream_req.send()).await {
@@ -141,7 +182,7 @@ pub async fn handle(State(state): State<Arc<ProxyState>>, request: Request) -> R
         dialect: dialect_name,
         status: status.as_u16(),
         started,
-        request_messages: parsed.as_ref().map(|p| p.transcript.messages.len()),
+        request_messages: parsed.map(|p| p.transcript.messages.len()),
     };
     let Some(dialect) = dialect.filter(|_| status.is_success()) else {
         let body: Body = stream::client_body(response, config.server.idle_timeout, log);
@@ -157,9 +198,8 @@ pub async fn handle(State(state): State<Arc<ProxyState>>, request: Request) -> R
         Framing::Json => Mode::Whole,
     };
     let tap = Tap::new(dialect, framing, config.server.max_response_bytes);
-    let include_usage = parsed.as_ref().is_some_and(|p| p.include_usage);
+    let include_usage = parsed.is_some_and(|p| p.include_usage);
     let holder = Holder::new(tap, dialect, mode, include_usage, config.server.max_held_bytes);
-    let judge: Box<dyn ResponseJudge> = Box::new(PassJudge);
     let (head_tx, mut head_rx) = oneshot::channel();
     let (body_tx, body_rx) = mpsc::channel::<respond::BodyItem>(64);
     tokio::spawn(respond::drive(
@@ -237,6 +277,23 @@ fn respond_with(
     out
 }
 
+fn answer_response(status: http::StatusCode, answer: crate::action::Answer, verdict: &str) -> Response {
+    let mut out = (status, answer.body).into_response();
+    let headers = out.headers_mut();
+    headers.insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static(answer.content_type),
+    );
+    if answer.content_type == "text/event-stream" {
+        headers.insert(
+            http::header::CACHE_CONTROL,
+            http::HeaderValue::from_static("no-cache"),
+        );
+    }
+    set_verdict_header(headers, verdict);
+    out
+}
+
 fn set_verdict_header(headers: &mut http::HeaderMap, value: &str) {
     if let Ok(v) = http::HeaderValue::from_str(value) {
         headers.insert(http::HeaderName::from_static("x-loopguard-verdict"), v);
@@ -250,7 +307,7 @@ fn parse_side_copy(
     headers: &http::HeaderMap,
     body: &bytes::Bytes,
     limit: usize,
-) -> Option<ParsedRequest> {
+) -> Option<(bytes::Bytes, ParsedRequest)> {
     let decoded = match body::decoded_for_parsing(headers, body, limit) {
         Ok(decoded) => decoded,
         Err(e) => {
@@ -260,7 +317,7 @@ fn parse_side_copy(
         }
     };
     match dialect.parse_request(&decoded) {
-        Ok(parsed) => Some(parsed),
+        Ok(parsed) => Some((decoded, parsed)),
         Err(e) => {
             tracing::warn!(dialect = dialect.name(), error = %e, "request body not understood; no detection");
             crate::telemetry::fail_open("request_unparsable");

@@ -65,8 +65,7 @@ def mock():
     proc.stop()
 
 
-@pytest.fixture(scope="session")
-def loopguard(mock):
+def start_loopguard(mock, extra=""):
     config = f"""
 [server]
 listen = "127.0.0.1:0"
@@ -87,6 +86,8 @@ prefix = "/gemini"
 provider = "gemini"
 upstream = "{mock.url}"
 strip_prefix = true
+
+{extra}
 """
     path = tempfile.NamedTemporaryFile(prefix="loopguard-py-", suffix=".toml", delete=False)
     path.write(config.encode())
@@ -94,8 +95,31 @@ strip_prefix = true
     proc = Proc(["serve", "--config", path.name], "loopguard")
     proc.url = "http://" + proc.addr("proxy=")
     proc.admin = "http://" + proc.addr("admin=")
+    return proc
+
+
+@pytest.fixture(scope="session")
+def loopguard(mock):
+    proc = start_loopguard(mock)
     yield proc
     proc.stop()
+
+
+@pytest.fixture(scope="session")
+def loopguard_abort(mock):
+    """loopguard with critical verdicts answered by abort (the CI setting)."""
+    proc = start_loopguard(mock, '[loop_detection.actions]\ncritical = "abort"\n')
+    yield proc
+    proc.stop()
+
+
+def mock_requests(mock, session):
+    """The requests the mock received for one session header value."""
+    import urllib.request
+
+    with urllib.request.urlopen(mock.url + "/_mock/requests") as r:
+        every = json.load(r)
+    return [x for x in every if x["headers"].get("x-loopguard-session") == session]
 
 
 def request_log_lines(proc):

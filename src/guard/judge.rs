@@ -1,0 +1,124 @@
+//! The stream-time judge of one response: the tool calls the model emits
+//! are judged against the session's history ("would this call continue the
+//! streak?") without changing it, and the text is scanned for chanting.
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::{Arc, PoisonError};
+
+use super::{abort_message, record};
+use crate::detect::{Action, ContentScanner, Settings, Verdict, decisive};
+use crate::dialect::StreamEvent;
+use crate::proxy::hold::{Cut, Decision, ResponseJudge};
+use crate::session::{SharedSession, Store};
+use crate::transcript::ToolCall;
+
+/// Judges one response of a session lane.
+pub struct SessionJudge {
+    session: SharedSession,
+    key: String,
+    lane: u64,
+    settings: Arc<Settings>,
+    scanner: ContentScanner,
+    store: Arc<Store>,
+    agent: Option<String>,
+    chanting_reported: bool,
+    panic_for_test: bool,
+}
+
+impl std::fmt::Debug for SessionJudge {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SessionJudge")
+            .field("key", &self.key)
+            .field("lane", &self.lane)
+            .finish()
+    }
+}
+
+impl SessionJudge {
+    /// A judge for one response.
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "built in one place from the request's context"
+    )]
+    pub fn new(
+        session: SharedSession,
+        key: String,
+        lane: u64,
+        settings: Arc<Settings>,
+        scanner: ContentScanner,
+        store: Arc<Store>,
+        agent: Option<String>,
+        panic_for_test: bool,
+    ) -> Self {
+        Self {
+            session,
+            key,
+            lane,
+            settings,
+            scanner,
+            store,
+            agent,
+            chanting_reported: false,
+            panic_for_test,
+        }
+    }
+
+    fn decide(&self, verdict: &Verdict) -> Decision {
+        match verdict.action {
+            Action::Observe | Action::Warn => Decision::Pass,
+            Action::Block => Decision::Block(Cut {
+                message: verdict.message.clone(),
+                header: verdict.header_value(),
+            }),
+            Action::Abort => Decision::Abort(Cut {
+                message: abort_message(verdict),
+                header: verdict.header_value(),
+            }),
+        }
+    }
+}
+
+impl ResponseJudge for SessionJudge {
+    fn calls(&mut self, calls: &[ToolCall]) -> Decision {
+        let now = self.store.now();
+        let judged = catch_unwind(AssertUnwindSafe(|| {
+            if self.panic_for_test {
+                panic!("fault injection: stream-time detector panic");
+            }
+            let mut session = self.session.lock().unwrap_or_else(PoisonError::into_inner);
+            let lane = session.lane(self.lane);
+            let verdicts = lane.state.judge_pending(calls, now, &self.settings);
+            for v in &verdicts {
+                lane.remember(v);
+            }
+            verdicts
+        }));
+        let verdicts = match judged {
+            Ok(v) => v,
+            Err(_) => {
+                tracing::error!(session = %self.key, "detector panicked at stream time; releasing the calls");
+                crate::telemetry::fail_open("detector_panic");
+                return Decision::Pass;
+            }
+        };
+        for v in &verdicts {
+            record(v, &self.key, self.agent.as_deref(), "stream");
+        }
+        decisive(&verdicts).map_or(Decision::Pass, |v| self.decide(v))
+    }
+
+    fn event(&mut self, event: &StreamEvent) -> Decision {
+        if self.chanting_reported {
+            return Decision::Pass;
+        }
+        let Some(verdict) = self.scanner.observe(event).cloned() else {
+            return Decision::Pass;
+        };
+        self.chanting_reported = true;
+        record(&verdict, &self.key, self.agent.as_deref(), "stream");
+        if let Ok(mut session) = self.session.lock() {
+            session.lane(self.lane).remember(&verdict);
+        }
+        self.decide(&verdict)
+    }
+}

@@ -1,0 +1,357 @@
+//! The guard: connects sessions and detectors to the proxy.
+//!
+//! At request time ([`Guard::on_request`]) it finds the request's session and
+//! lane, recognises compaction, runs the detectors over the history, and
+//! decides: forward unchanged, forward with a warning injected, answer with a
+//! block, or answer with an abort. At stream time the [`judge::SessionJudge`]
+//! it returns judges the tool calls the model is emitting and scans the text
+//! for chanting. Every verdict is one structured log event and a metric.
+//! Detector faults fail open: logged, counted, traffic passes.
+
+pub mod judge;
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::{Arc, PoisonError};
+
+use bytes::Bytes;
+use http::HeaderMap;
+
+use crate::action::{self, Action, Answer, Mode};
+use crate::config::{Config, Route};
+use crate::detect::compaction::{Classification, RequestSummary, classify};
+use crate::detect::outcome::hash64;
+use crate::detect::{ContentScanner, Settings, Verdict, decisive};
+use crate::dialect::{Dialect, ParsedRequest};
+use crate::proxy::hold::{PassJudge, ResponseJudge};
+use crate::session::key::{self, BodyIds};
+use crate::session::{SharedSession, Store};
+use judge::SessionJudge;
+
+/// Header that makes the detectors panic, honoured only when the process was
+/// started with `LOOPGUARD_FAULT_INJECTION=1` (tests of the fail-open path).
+pub const TEST_PANIC_HEADER: &str = "x-loopguard-test-panic";
+
+/// What to do with a request after request-time detection.
+pub enum RequestDecision {
+    /// Send it upstream.
+    Forward {
+        /// A replaced body (a warning was injected); `None`: as received.
+        body: Option<Bytes>,
+        /// The judge for the response.
+        judge: Box<dyn ResponseJudge>,
+    },
+    /// Answer in the upstream's place.
+    Answer {
+        /// HTTP status (200 for a block, 400 for an abort).
+        status: http::StatusCode,
+        /// The answer.
+        answer: Answer,
+        /// `x-loopguard-verdict` value.
+        verdict: String,
+    },
+}
+
+impl std::fmt::Debug for RequestDecision {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Forward { body, .. } => f.debug_struct("Forward").field("body", &body.is_some()).finish(),
+            Self::Answer { status, verdict, .. } => f
+                .debug_struct("Answer")
+                .field("status", status)
+                .field("verdict", verdict)
+                .finish(),
+        }
+    }
+}
+
+/// The request as the guard needs it.
+#[derive(Debug)]
+pub struct RequestView<'a> {
+    /// The matched route.
+    pub route: &'a Route,
+    /// The dialect.
+    pub dialect: Dialect,
+    /// Path (without query).
+    pub path: &'a str,
+    /// Query string.
+    pub query: Option<&'a str>,
+    /// Request headers.
+    pub headers: &'a HeaderMap,
+    /// The body decoded for parsing.
+    pub decoded: &'a Bytes,
+    /// The parsed body.
+    pub parsed: &'a ParsedRequest,
+}
+
+impl RequestView<'_> {
+    /// How the client asked for the answer.
+    pub fn mode(&self) -> Mode {
+        match self.dialect {
+            Dialect::OpenaiChat if self.parsed.stream => Mode::Sse,
+            Dialect::OpenaiChat => Mode::Whole,
+            Dialect::Gemini if self.path.ends_with(":streamGenerateContent") => {
+                if self.query.is_some_and(|q| q.split('&').any(|kv| kv == "alt=sse")) {
+                    Mode::Sse
+                } else {
+                    Mode::JsonArray
+                }
+            }
+            Dialect::Gemini => Mode::Whole,
+        }
+    }
+
+    fn model(&self) -> String {
+        self.parsed.model.clone().unwrap_or_else(|| {
+            self.path
+                .rsplit('/')
+                .next()
+                .and_then(|last| last.split(':').next())
+                .unwrap_or_default()
+                .to_owned()
+        })
+    }
+}
+
+/// Sessions plus the detectors.
+#[derive(Debug)]
+pub struct Guard {
+    store: Arc<Store>,
+    fault_injection: bool,
+}
+
+/// Logs a verdict and counts it.
+pub fn record(verdict: &Verdict, session: &str, agent: Option<&str>, at: &'static str) {
+    tracing::warn!(
+        session,
+        agent = agent.unwrap_or(""),
+        at,
+        detector = verdict.detector.name(),
+        level = verdict.level.name(),
+        action = verdict.action.name(),
+        tool = verdict.tool.as_deref().unwrap_or(""),
+        count = verdict.count,
+        text = %verdict.message,
+        "verdict"
+    );
+    metrics::counter!(
+        "loopguard_verdicts_total",
+        "detector" => verdict.detector.name(),
+        "level" => verdict.level.name(),
+        "action" => verdict.action.name()
+    )
+    .increment(1);
+}
+
+/// The message of an abort: the error code, then the verdict's message.
+pub fn abort_message(verdict: &Verdict) -> String {
+    format!("{}: {}", verdict.error_code(), verdict.message)
+}
+
+fn lane_id(summary: &RequestSummary) -> u64 {
+    hash64(&[summary.system.to_le_bytes(), summary.tools.to_le_bytes()].concat())
+}
+
+impl Guard {
+    /// A guard over a fresh store sized by `[sessions]`.
+    pub fn new(config: &Config) -> Self {
+        Self {
+            store: Arc::new(Store::new(config.sessions.max_sessions, config.sessions.idle_ttl)),
+            fault_injection: std::env::var("LOOPGUARD_FAULT_INJECTION").is_ok_and(|v| v == "1"),
+        }
+    }
+
+    /// The session store (admin API, metrics).
+    pub fn store(&self) -> &Arc<Store> {
+        &self.store
+    }
+
+    fn wants_panic(&self, headers: &HeaderMap, at: &str) -> bool {
+        self.fault_injection
+            && headers
+                .get(TEST_PANIC_HEADER)
+                .is_some_and(|v| v.as_bytes() == at.as_bytes())
+    }
+
+    /// Request-time detection. Never fails: a detector fault is logged,
+    /// counted as fail-open and the request forwarded unchanged.
+    pub fn on_request(&self, config: &Config, request: &RequestView<'_>) -> RequestDecision {
+        let header_pairs = request
+            .headers
+            .iter()
+            .filter_map(|(n, v)| v.to_str().ok().map(|v| (n.as_str(), v)));
+        let (agent, settings) = config.loop_detection.select(header_pairs);
+        let settings = Arc::clone(settings);
+        let agent = agent.map(str::to_owned);
+        let bypass = config
+            .server
+            .bypass_header
+            .as_deref()
+            .is_some_and(|h| request.headers.contains_key(h));
+        if !settings.enabled || bypass {
+            return pass();
+        }
+        let header = config.sessions.header.as_str();
+        let result = catch_unwind(AssertUnwindSafe(|| {
+            self.judge_request(request, header, &settings, agent.as_deref())
+        }));
+        match result {
+            Ok(decision) => decision,
+            Err(_) => {
+                tracing::error!("detector panicked at request time; forwarding unchanged");
+                crate::telemetry::fail_open("detector_panic");
+                pass()
+            }
+        }
+    }
+
+    fn judge_request(
+        &self,
+        request: &RequestView<'_>,
+        session_header: &str,
+        settings: &Arc<Settings>,
+        agent: Option<&str>,
+    ) -> RequestDecision {
+        let transcript = &request.parsed.transcript;
+        let summary = RequestSummary::of(transcript, settings);
+        let lane = lane_id(&summary);
+        let ids: BodyIds = serde_json::from_slice(request.decoded).unwrap_or_default();
+        let key = key::resolve(
+            request.headers,
+            request.query,
+            session_header,
+            &ids,
+            &request.route.prefix,
+            &summary,
+        );
+        let session = self.session_for(&key, lane, transcript, settings);
+        if self.wants_panic(request.headers, "request") {
+            panic!("fault injection: request-time detector panic");
+        }
+        let now = self.store.now();
+        let mut guard = session.lock().unwrap_or_else(PoisonError::into_inner);
+        guard.agent = agent.map(str::to_owned);
+        guard.last_seen = std::time::SystemTime::now();
+        let session_key = guard.key.clone();
+        let lane_state = guard.lane(lane);
+        let classification = classify(lane_state.prev.as_ref(), transcript, settings);
+        match classification {
+            Classification::Summarizer => {
+                tracing::debug!(session = %session_key, "summarizer request: no detection");
+                return pass();
+            }
+            Classification::Compacted(evidence) => {
+                tracing::info!(session = %session_key, ?evidence, "compaction");
+                lane_state.state.note_compaction();
+            }
+            Classification::FreshStart => {
+                tracing::info!(session = %session_key, "fresh start of the same task: session state reset");
+                lane_state.state.reset();
+            }
+            Classification::Continuation => {}
+        }
+        lane_state.prev = Some(summary);
+        let verdicts = lane_state.state.on_request(transcript, now, settings);
+        for v in &verdicts {
+            lane_state.remember(v);
+        }
+        drop(guard);
+        self.store.note_lane(&key.tenant, lane, &session_key);
+        for v in &verdicts {
+            record(v, &session_key, agent, "request");
+        }
+        let judge = Box::new(SessionJudge::new(
+            Arc::clone(&session),
+            session_key.clone(),
+            lane,
+            Arc::clone(settings),
+            ContentScanner::new(settings),
+            Arc::clone(&self.store),
+            agent.map(str::to_owned),
+            self.fault_injection
+                && request
+                    .headers
+                    .get(TEST_PANIC_HEADER)
+                    .is_some_and(|v| v == "stream"),
+        ));
+        let Some(verdict) = decisive(&verdicts) else {
+            return RequestDecision::Forward { body: None, judge };
+        };
+        match verdict.action {
+            Action::Observe => RequestDecision::Forward { body: None, judge },
+            Action::Warn => {
+                let body = inject(request, &verdict.message);
+                RequestDecision::Forward { body, judge }
+            }
+            Action::Block => {
+                metrics::counter!("loopguard_upstream_requests_avoided_total").increment(1);
+                RequestDecision::Answer {
+                    status: http::StatusCode::OK,
+                    answer: action::block_answer(
+                        request.dialect,
+                        request.mode(),
+                        &request.model(),
+                        &verdict.message,
+                        request.parsed.include_usage,
+                    ),
+                    verdict: verdict.header_value(),
+                }
+            }
+            Action::Abort => {
+                metrics::counter!("loopguard_upstream_requests_avoided_total").increment(1);
+                RequestDecision::Answer {
+                    status: http::StatusCode::BAD_REQUEST,
+                    answer: Answer {
+                        content_type: "application/json",
+                        body: action::abort_body(request.dialect, &abort_message(verdict)),
+                    },
+                    verdict: verdict.header_value(),
+                }
+            }
+        }
+    }
+
+    /// The session for a key; a new fingerprinted session whose request is a
+    /// compaction of the lane's most recent session is that session.
+    fn session_for(
+        &self,
+        key: &key::SessionKey,
+        lane: u64,
+        transcript: &crate::transcript::Transcript,
+        settings: &Settings,
+    ) -> SharedSession {
+        if key.source == key::KeySource::Fingerprint && self.store.get(&key.key).is_none() {
+            if let Some(previous) = self.store.by_lane(&key.tenant, lane) {
+                let compacted = {
+                    let mut s = previous.lock().unwrap_or_else(PoisonError::into_inner);
+                    let prev = s.lane(lane).prev;
+                    matches!(
+                        classify(prev.as_ref(), transcript, settings),
+                        Classification::Compacted(_)
+                    )
+                };
+                if compacted {
+                    return previous;
+                }
+            }
+        }
+        self.store.get_or_create(&key.key).0
+    }
+}
+
+fn pass() -> RequestDecision {
+    RequestDecision::Forward {
+        body: None,
+        judge: Box::new(PassJudge),
+    }
+}
+
+/// The body with the warning injected, or `None` when it has no tool result
+/// to carry it (then the request is forwarded unchanged).
+fn inject(request: &RequestView<'_>, warning: &str) -> Option<Bytes> {
+    let mut value: serde_json::Value = serde_json::from_slice(request.decoded).ok()?;
+    if !action::inject_warning(request.dialect, &mut value, warning) {
+        tracing::debug!("no tool result to carry the warning; forwarded unchanged");
+        return None;
+    }
+    serde_json::to_vec(&value).ok().map(Bytes::from)
+}

@@ -1,0 +1,323 @@
+//! Session keys (DESIGN §5): which conversation a request belongs to.
+//!
+//! First hit wins: the configured header; known agent headers; body fields
+//! (`metadata.session_id`; `prompt_cache_key` only from Codex, which sets it
+//! per conversation); else a fingerprint of the route, the declared tools,
+//! the system text and the first real user message. Every key is scoped by a
+//! hash of the caller's credential, so one tenant can never read or steer
+//! another's session; sub-agent headers make a child key.
+
+use http::HeaderMap;
+use sha2::{Digest, Sha256};
+
+use crate::detect::compaction::RequestSummary;
+
+/// Agent headers that carry a conversation id, in priority order.
+const AGENT_HEADERS: [&str; 9] = [
+    "x-claude-code-session-id",
+    "session_id",
+    "session-id",
+    "conversation_id",
+    "thread-id",
+    "x-session-affinity",
+    "x-opencode-session",
+    "x-session-id",
+    "x-task-id",
+];
+
+/// Headers naming a sub-agent within a session.
+const SUBAGENT_HEADERS: [&str; 3] = [
+    "x-claude-code-agent-id",
+    "x-openai-subagent",
+    "x-parent-session-id",
+];
+
+/// Headers and query parameters that carry a credential.
+const CREDENTIAL_HEADERS: [&str; 5] = [
+    "authorization",
+    "x-api-key",
+    "api-key",
+    "x-goog-api-key",
+    "proxy-authorization",
+];
+
+/// Where a session key came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum KeySource {
+    /// The configured session header.
+    Header,
+    /// A known agent header.
+    AgentHeader,
+    /// A body field.
+    Body,
+    /// The request fingerprint.
+    Fingerprint,
+}
+
+/// A resolved session key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionKey {
+    /// The key: `<credential hash>:<source>:<value hash>[/<sub-agent>]`,
+    /// hashed values only, so it can be logged and shown by the admin API.
+    pub key: String,
+    /// Where it came from.
+    pub source: KeySource,
+    /// Hash of the caller's credential (empty credential hashes too).
+    pub tenant: String,
+}
+
+/// Body fields that may identify a conversation.
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+pub struct BodyIds {
+    /// `metadata.session_id` / `metadata.user_id` (Claude Code puts a JSON
+    /// string with `session_id` there).
+    #[serde(default)]
+    pub metadata: Option<serde_json::Value>,
+    /// OpenAI `prompt_cache_key`.
+    #[serde(default)]
+    pub prompt_cache_key: Option<String>,
+}
+
+fn short_hash(parts: &[&[u8]]) -> String {
+    let mut h = Sha256::new();
+    for p in parts {
+        h.update((p.len() as u64).to_le_bytes());
+        h.update(p);
+    }
+    h.finalize()[..8].iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Hash of the caller's credential: every credential header and a `key`
+/// query parameter, so two tenants never share a key.
+pub fn tenant(headers: &HeaderMap, query: Option<&str>) -> String {
+    let mut parts: Vec<Vec<u8>> = Vec::new();
+    for name in CREDENTIAL_HEADERS {
+        for v in headers.get_all(name) {
+            parts.push([name.as_bytes(), b"=", v.as_bytes()].concat());
+        }
+    }
+    if let Some(q) = query {
+        for kv in q.split('&').filter(|kv| kv.starts_with("key=")) {
+            parts.push(kv.as_bytes().to_vec());
+        }
+    }
+    let refs: Vec<&[u8]> = parts.iter().map(Vec::as_slice).collect();
+    short_hash(&refs)
+}
+
+fn header_value<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    headers
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .map(str::trim)
+        .filter(|v| !v.is_empty())
+}
+
+fn body_session_id(ids: &BodyIds, user_agent: &str) -> Option<String> {
+    if let Some(meta) = &ids.metadata {
+        if let Some(id) = meta.get("session_id").and_then(|v| v.as_str()) {
+            return Some(id.to_owned());
+        }
+        // Claude Code: metadata.user_id is a JSON string carrying session_id.
+        if let Some(user_id) = meta.get("user_id").and_then(|v| v.as_str()) {
+            if let Ok(inner) = serde_json::from_str::<serde_json::Value>(user_id) {
+                if let Some(id) = inner.get("session_id").and_then(|v| v.as_str()) {
+                    return Some(id.to_owned());
+                }
+            }
+        }
+    }
+    // Apps often set prompt_cache_key to a constant; Codex sets it per conversation.
+    if user_agent.to_ascii_lowercase().starts_with("codex") {
+        return ids.prompt_cache_key.clone();
+    }
+    None
+}
+
+/// Resolves the session key of a request.
+///
+/// `configured` is `[sessions] header`; `route` the route prefix; `summary`
+/// the request's [`RequestSummary`] (system, tools and first real user
+/// message hashes) for the fingerprint.
+pub fn resolve(
+    headers: &HeaderMap,
+    query: Option<&str>,
+    configured: &str,
+    ids: &BodyIds,
+    route: &str,
+    summary: &RequestSummary,
+) -> SessionKey {
+    let tenant = tenant(headers, query);
+    let user_agent = header_value(headers, "user-agent").unwrap_or_default();
+    let (source, value) = if let Some(v) = header_value(headers, configured) {
+        (KeySource::Header, v.to_owned())
+    } else if let Some(v) = AGENT_HEADERS.iter().find_map(|h| header_value(headers, h)) {
+        (KeySource::AgentHeader, v.to_owned())
+    } else if let Some(v) = header_value(headers, "x-codex-window-id") {
+        let conversation = v.split(':').next().unwrap_or(v);
+        (KeySource::AgentHeader, conversation.to_owned())
+    } else if let Some(v) = body_session_id(ids, user_agent) {
+        (KeySource::Body, v)
+    } else {
+        let fp = [summary.system, summary.tools, summary.first_user]
+            .iter()
+            .map(|h| format!("{h:016x}"))
+            .collect::<Vec<_>>()
+            .join("");
+        (KeySource::Fingerprint, format!("{route}|{fp}"))
+    };
+    let source_name = match source {
+        KeySource::Header => "h",
+        KeySource::AgentHeader => "a",
+        KeySource::Body => "b",
+        KeySource::Fingerprint => "f",
+    };
+    let mut key = format!("{tenant}:{source_name}:{}", short_hash(&[value.as_bytes()]));
+    if let Some(child) = SUBAGENT_HEADERS.iter().find_map(|h| header_value(headers, h)) {
+        key.push('/');
+        key.push_str(&short_hash(&[child.as_bytes()]));
+    }
+    SessionKey { key, source, tenant }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::HeaderValue;
+
+    fn summary(first: u64) -> RequestSummary {
+        RequestSummary {
+            system: 1,
+            tools: 2,
+            first_user: first,
+            messages: 3,
+        }
+    }
+
+    fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.insert(*k, HeaderValue::from_static(v));
+        }
+        h
+    }
+
+    #[test]
+    fn configured_header_wins_over_everything() {
+        let h = headers(&[("x-loopguard-session", "abc"), ("session_id", "zzz")]);
+        let k = resolve(
+            &h,
+            None,
+            "x-loopguard-session",
+            &BodyIds::default(),
+            "/v1",
+            &summary(9),
+        );
+        assert_eq!(k.source, KeySource::Header);
+        let same = resolve(
+            &headers(&[("x-loopguard-session", "abc")]),
+            None,
+            "x-loopguard-session",
+            &BodyIds::default(),
+            "/v1",
+            &summary(10),
+        );
+        assert_eq!(
+            k.key, same.key,
+            "the fingerprint plays no part once a header names the session"
+        );
+    }
+
+    #[test]
+    fn fingerprint_separates_conversations_and_tenants() {
+        let a = resolve(
+            &HeaderMap::new(),
+            None,
+            "x",
+            &BodyIds::default(),
+            "/v1",
+            &summary(1),
+        );
+        let b = resolve(
+            &HeaderMap::new(),
+            None,
+            "x",
+            &BodyIds::default(),
+            "/v1",
+            &summary(2),
+        );
+        assert_ne!(a.key, b.key);
+        assert_eq!(a.source, KeySource::Fingerprint);
+        let other_tenant = resolve(
+            &headers(&[("authorization", "Bearer other")]),
+            None,
+            "x",
+            &BodyIds::default(),
+            "/v1",
+            &summary(1),
+        );
+        assert_ne!(a.key, other_tenant.key);
+    }
+
+    #[test]
+    fn codex_window_id_keeps_the_conversation_part() {
+        let a = resolve(
+            &headers(&[("x-codex-window-id", "conv1:0")]),
+            None,
+            "x",
+            &BodyIds::default(),
+            "/v1",
+            &summary(1),
+        );
+        let b = resolve(
+            &headers(&[("x-codex-window-id", "conv1:7")]),
+            None,
+            "x",
+            &BodyIds::default(),
+            "/v1",
+            &summary(2),
+        );
+        assert_eq!(a.key, b.key);
+    }
+
+    #[test]
+    fn prompt_cache_key_counts_only_for_codex() {
+        let ids = BodyIds {
+            metadata: None,
+            prompt_cache_key: Some("constant".to_owned()),
+        };
+        let app = resolve(&HeaderMap::new(), None, "x", &ids, "/v1", &summary(1));
+        assert_eq!(app.source, KeySource::Fingerprint);
+        let codex = resolve(
+            &headers(&[("user-agent", "codex_cli_rs/0.1")]),
+            None,
+            "x",
+            &ids,
+            "/v1",
+            &summary(1),
+        );
+        assert_eq!(codex.source, KeySource::Body);
+    }
+
+    #[test]
+    fn subagents_get_child_keys() {
+        let parent = resolve(
+            &headers(&[("session_id", "s")]),
+            None,
+            "x",
+            &BodyIds::default(),
+            "/v1",
+            &summary(1),
+        );
+        let child = resolve(
+            &headers(&[("session_id", "s"), ("x-claude-code-agent-id", "a1")]),
+            None,
+            "x",
+            &BodyIds::default(),
+            "/v1",
+            &summary(1),
+        );
+        assert!(child.key.starts_with(&parent.key) && child.key.len() > parent.key.len());
+    }
+}

@@ -1,0 +1,223 @@
+//! Sessions (DESIGN §5): per-conversation detector state, kept in a bounded
+//! store with an idle TTL.
+//!
+//! - [`key`]: which conversation a request belongs to.
+//! - [`Store`]: the bounded map from session key to [`Session`]; a
+//!   session has lanes (one per system text + tool set, so side requests such
+//!   as title generation keep their own state), each with its
+//!   [`SessionState`] and the summary of its previous request (for
+//!   compaction recognition). Updates to one session are serialised by its
+//!   mutex; detection is synchronous, so no lock is held across an await.
+
+pub mod key;
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use crate::detect::compaction::RequestSummary;
+use crate::detect::{SessionState, Verdict};
+
+/// Most lanes kept per session (oldest dropped first).
+pub const MAX_LANES: usize = 8;
+/// Recent verdicts kept per lane, for the admin API.
+pub const RECENT_VERDICTS: usize = 10;
+
+/// One lane of a session: requests with one system text and tool set.
+#[derive(Debug)]
+pub struct Lane {
+    /// Hash of the system text and tool set.
+    pub id: u64,
+    /// The detectors' state.
+    pub state: SessionState,
+    /// Summary of the lane's previous request (compaction recognition).
+    pub prev: Option<RequestSummary>,
+    /// The last verdicts, newest last.
+    pub recent: VecDeque<Verdict>,
+    /// When the lane last saw a request.
+    pub last_seen: Instant,
+}
+
+/// One conversation.
+#[derive(Debug)]
+pub struct Session {
+    /// The session key (hashes only).
+    pub key: String,
+    /// The agent id from `[[agents]]`, if one matched.
+    pub agent: Option<String>,
+    /// When the session last saw a request (wall clock, for the admin API).
+    pub last_seen: SystemTime,
+    /// The lanes, most recently used last.
+    pub lanes: Vec<Lane>,
+}
+
+impl Session {
+    fn new(key: &str) -> Self {
+        Self {
+            key: key.to_owned(),
+            agent: None,
+            last_seen: SystemTime::now(),
+            lanes: Vec::new(),
+        }
+    }
+
+    /// The lane `id`, created if needed (the least recently used lane is
+    /// dropped past [`MAX_LANES`]).
+    pub fn lane(&mut self, id: u64) -> &mut Lane {
+        let now = Instant::now();
+        let index = match self.lanes.iter().position(|l| l.id == id) {
+            Some(i) => i,
+            None => {
+                if self.lanes.len() >= MAX_LANES {
+                    if let Some(oldest) = (0..self.lanes.len()).min_by_key(|&i| self.lanes[i].last_seen) {
+                        self.lanes.remove(oldest);
+                    }
+                }
+                self.lanes.push(Lane {
+                    id,
+                    state: SessionState::new(),
+                    prev: None,
+                    recent: VecDeque::new(),
+                    last_seen: now,
+                });
+                self.lanes.len() - 1
+            }
+        };
+        let lane = &mut self.lanes[index];
+        lane.last_seen = now;
+        lane
+    }
+
+    /// Tool cycles across lanes.
+    pub fn cycles(&self) -> usize {
+        self.lanes.iter().map(|l| l.state.cycles()).sum()
+    }
+}
+
+impl Lane {
+    /// Remembers a verdict for the admin API.
+    pub fn remember(&mut self, verdict: &Verdict) {
+        if self.recent.len() >= RECENT_VERDICTS {
+            self.recent.pop_front();
+        }
+        self.recent.push_back(verdict.clone());
+    }
+}
+
+/// A shared, lockable session.
+pub type SharedSession = Arc<Mutex<Session>>;
+
+/// The bounded session store.
+pub struct Store {
+    sessions: moka::sync::Cache<String, SharedSession>,
+    /// (tenant, lane id) → key of the most recently active session of that
+    /// lane: finds a fingerprinted session again after a compaction replaced
+    /// the first message its fingerprint was made of.
+    lanes: moka::sync::Cache<(String, u64), String>,
+    epoch: Instant,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store")
+            .field("sessions", &self.sessions.entry_count())
+            .finish()
+    }
+}
+
+impl Store {
+    /// A store keeping at most `max_sessions`, forgetting a session idle for `idle_ttl`.
+    pub fn new(max_sessions: u64, idle_ttl: Duration) -> Self {
+        Self {
+            sessions: moka::sync::Cache::builder()
+                .max_capacity(max_sessions)
+                .time_to_idle(idle_ttl)
+                .build(),
+            lanes: moka::sync::Cache::builder()
+                .max_capacity(max_sessions)
+                .time_to_idle(idle_ttl)
+                .build(),
+            epoch: Instant::now(),
+        }
+    }
+
+    /// The detectors' clock: time since the store was created.
+    pub fn now(&self) -> Duration {
+        self.epoch.elapsed()
+    }
+
+    /// The session for `key`, and whether it was just created.
+    pub fn get_or_create(&self, key: &str) -> (SharedSession, bool) {
+        let mut created = false;
+        let session = self.sessions.get_with_by_ref(key, || {
+            created = true;
+            Arc::new(Mutex::new(Session::new(key)))
+        });
+        (session, created)
+    }
+
+    /// The session for `key`, if it exists.
+    pub fn get(&self, key: &str) -> Option<SharedSession> {
+        self.sessions.get(key)
+    }
+
+    /// Forgets a session.
+    pub fn remove(&self, key: &str) -> bool {
+        self.sessions.remove(key).is_some()
+    }
+
+    /// The most recently active session of a lane of a tenant.
+    pub fn by_lane(&self, tenant: &str, lane: u64) -> Option<SharedSession> {
+        let key = self.lanes.get(&(tenant.to_owned(), lane))?;
+        self.sessions.get(&key)
+    }
+
+    /// Records that `key` is the most recently active session of a lane.
+    pub fn note_lane(&self, tenant: &str, lane: u64, key: &str) {
+        self.lanes.insert((tenant.to_owned(), lane), key.to_owned());
+    }
+
+    /// Sessions kept (after pending evictions are applied).
+    pub fn len(&self) -> u64 {
+        self.sessions.run_pending_tasks();
+        self.sessions.entry_count()
+    }
+
+    /// No session is kept.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Every session (for the admin API), in no particular order.
+    pub fn all(&self) -> Vec<SharedSession> {
+        self.sessions.iter().map(|(_, v)| v).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_store_stays_within_its_capacity() {
+        let store = Store::new(100, Duration::from_secs(60));
+        for i in 0..1_000 {
+            let _ = store.get_or_create(&format!("k{i}"));
+        }
+        assert!(store.len() <= 100, "{}", store.len());
+    }
+
+    #[test]
+    fn a_session_is_found_again_and_lanes_are_bounded() {
+        let store = Store::new(10, Duration::from_secs(60));
+        let (a, created) = store.get_or_create("k");
+        assert!(created);
+        let (b, created) = store.get_or_create("k");
+        assert!(!created && Arc::ptr_eq(&a, &b));
+        let mut s = a.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        for id in 0..20 {
+            let _ = s.lane(id);
+        }
+        assert_eq!(s.lanes.len(), MAX_LANES);
+    }
+}
