@@ -182,7 +182,11 @@ fn addr_after(line: &str, key: &str) -> SocketAddr {
 
 /// Starts the mock upstream on an ephemeral port.
 pub fn mock() -> Proc {
-    let fixtures = fixtures_dir();
+    mock_with_fixtures(&fixtures_dir())
+}
+
+/// Starts the mock upstream serving fixtures from `fixtures`.
+pub fn mock_with_fixtures(fixtures: &std::path::Path) -> Proc {
     let (mut proc, line) = spawn(
         &[
             "mock-upstream",
