@@ -124,14 +124,16 @@ async fn session(State(state): State<AdminState>, Path(key): Path<String>) -> Re
     axum::Json(out).into_response()
 }
 
-/// Checks the bearer token of a mutating request.
-fn authorised(state: &AdminState, headers: &HeaderMap) -> Result<(), Response> {
+/// Checks the bearer token of a mutating request: the refusal, if any.
+fn refusal(state: &AdminState, headers: &HeaderMap) -> Option<Response> {
     let Some(expected) = &state.token else {
-        return Err((
-            StatusCode::FORBIDDEN,
-            axum::Json(json!({"error": "mutating admin endpoints are disabled: set server.admin_token"})),
-        )
-            .into_response());
+        return Some(
+            (
+                StatusCode::FORBIDDEN,
+                axum::Json(json!({"error": "mutating admin endpoints are disabled: set server.admin_token"})),
+            )
+                .into_response(),
+        );
     };
     let given = headers
         .get(http::header::AUTHORIZATION)
@@ -153,7 +155,7 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 }
 
 async fn forget(State(state): State<AdminState>, headers: HeaderMap, Path(key): Path<String>) -> Response {
-    if let Err(refused) = authorised(&state, &headers) {
+    if let Some(refused) = refusal(&state, &headers) {
         return refused;
     }
     if state.store.remove(&key) {
