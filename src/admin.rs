@@ -140,13 +140,15 @@ fn refusal(state: &AdminState, headers: &HeaderMap) -> Option<Response> {
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "));
     if given.is_some_and(|g| constant_time_eq(g.as_bytes(), expected.as_bytes())) {
-        Ok(())
+        None
     } else {
-        Err((
-            StatusCode::UNAUTHORIZED,
-            axum::Json(json!({"error": "missing or wrong bearer token"})),
+        Some(
+            (
+                StatusCode::UNAUTHORIZED,
+                axum::Json(json!({"error": "missing or wrong bearer token"})),
+            )
+                .into_response(),
         )
-            .into_response())
     }
 }
 
