@@ -53,6 +53,8 @@ pub enum Command {
         #[arg(required = true)]
         files: Vec<PathBuf>,
     },
+    /// See it work in ten seconds: a scripted looping model, loopguard in front, both dialects.
+    Demo,
     /// Probe the admin listener's /healthz (exit 0 when healthy); for container health checks.
     Healthcheck {
         /// URL to probe.

@@ -20,6 +20,7 @@
 //!   verdicts, the stream-time judge).
 //! - [`action`]: what loopguard writes for warn / block / abort, per dialect.
 //! - [`replay`]: `loopguard replay`, the detectors over recorded traffic.
+//! - [`demo`]: `loopguard demo`, a scripted loop stopped in ten seconds.
 //! - [`mock`]: a scripted upstream for tests, benchmarks and demos.
 //! - [`admin`]: health, metrics and the session API on the admin listener.
 //! - [`telemetry`]: logging setup and the fail-open counter.
@@ -28,6 +29,7 @@ pub mod action;
 pub mod admin;
 pub mod cli;
 pub mod config;
+pub mod demo;
 pub mod detect;
 pub mod dialect;
 pub mod guard;

@@ -9,7 +9,13 @@ use loopguard::config::{self, ConfigError, Loaded};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    loopguard::telemetry::init_logging(cli.log_format);
+    // The demo prints its own story; its logs stay quiet unless asked for.
+    let default_level = if matches!(cli.command, Command::Demo) {
+        "error"
+    } else {
+        "info"
+    };
+    loopguard::telemetry::init_logging(cli.log_format, default_level);
     match cli.command {
         Command::Serve { config } => serve(config.as_deref()),
         Command::CheckConfig { file } => check_config(&file),
@@ -26,6 +32,7 @@ fn main() -> ExitCode {
             fail_on.as_deref(),
             &files,
         ),
+        Command::Demo => run(loopguard::demo::run()),
         Command::Healthcheck { url } => run(healthcheck(url)),
         Command::MockUpstream(args) => run(loopguard::mock::run(args)),
     }
