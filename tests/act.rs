@@ -5,7 +5,7 @@
 mod common;
 
 use common::{
-    client, config_for, loopguard, loopguard_with_env, metric_value, metrics, mock, mock_requests, pair,
+    client, config_for, loopguard, loopguard_with_env, metric_value, metrics, mock, mock_requests, pair, post,
 };
 use serde_json::{Value, json};
 
@@ -250,14 +250,12 @@ async fn a_chanting_stream_is_cut_with_a_clean_finish() {
     let (mock, lg) = pair("");
     let chant = "I will check the configuration file again now.\n".repeat(200);
     let script = json!({"turns": [{"text": chant}]}).to_string();
-    let response = client()
-        .post(format!("{}{CHAT}", lg.url()))
-        .header("x-mock-script", script)
-        .header("x-mock-pace-ms", "2")
-        .body(r#"{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}"#)
-        .send()
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    let response = post(
+        format!("{}{CHAT}", lg.url()),
+        &[("x-mock-script", script.as_str()), ("x-mock-pace-ms", "2")],
+        r#"{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}"#,
+    )
+    .await;
     let text = response
         .text()
         .await
@@ -311,13 +309,12 @@ async fn an_unparsable_stream_passes_unchanged() {
     let mock = common::mock_with_fixtures(&own);
     let lg = loopguard(&config_for(&mock.url(), ""));
     let expected = std::fs::read(own.join("openai-chat/unparsable.sse")).unwrap_or_else(|e| panic!("{e}"));
-    let response = client()
-        .post(format!("{}{CHAT}", lg.url()))
-        .header("x-mock-fixture", "openai-chat/unparsable.sse")
-        .body(r#"{"model":"m","stream":true,"messages":[]}"#)
-        .send()
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    let response = post(
+        format!("{}{CHAT}", lg.url()),
+        &[("x-mock-fixture", "openai-chat/unparsable.sse")],
+        r#"{"model":"m","stream":true,"messages":[]}"#,
+    )
+    .await;
     let body = response.bytes().await.unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(body.to_vec(), expected);
 }

@@ -3,18 +3,17 @@
 
 mod common;
 
-use common::{client, config_for, loopguard, metric_value, metrics, mock, mock_requests, pair};
+use common::{client, config_for, loopguard, metric_value, metrics, mock, mock_requests, pair, post};
 use serde_json::{Value, json};
 
 async fn one_session(lg: &common::Proc) {
     let body = json!({"model": "m", "messages": [{"role": "user", "content": "hello"}]});
-    let r = client()
-        .post(format!("{}/v1/chat/completions", lg.url()))
-        .header("x-loopguard-session", "admin-test")
-        .body(body.to_string())
-        .send()
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    let r = post(
+        format!("{}/v1/chat/completions", lg.url()),
+        &[("x-loopguard-session", "admin-test")],
+        body.to_string(),
+    )
+    .await;
     let _ = r.bytes().await;
 }
 
@@ -107,17 +106,15 @@ async fn verdict_metrics_match_the_logged_verdicts() {
     let (_mock, lg) = pair("");
     let mut messages = vec![json!({"role": "user", "content": "list the files"})];
     let tools = json!([{"type": "function", "function": {"name": "list_directory", "parameters": {"type": "object"}}}]);
-    let http = client();
     let mut blocked = 0;
     for i in 0..6 {
         let body = json!({"model": "m", "stream": true, "messages": messages, "tools": tools});
-        let r = http
-            .post(format!("{}/v1/chat/completions", lg.url()))
-            .header("x-loopguard-session", "metrics")
-            .body(body.to_string())
-            .send()
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
+        let r = post(
+            format!("{}/v1/chat/completions", lg.url()),
+            &[("x-loopguard-session", "metrics")],
+            body.to_string(),
+        )
+        .await;
         let text = r.text().await.unwrap_or_default();
         if text.contains("[loopguard]") {
             blocked += 1;

@@ -6,7 +6,8 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{
-    client, config_for, loopguard, metric_value, metrics, mock_requests, pair, read_body, wait_mock_stat,
+    client, config_for, loopguard, metric_value, metrics, mock_requests, pair, post, read_body,
+    wait_mock_stat,
 };
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -23,12 +24,7 @@ async fn oversized_request_body_gets_413_and_never_reaches_upstream() {
         r#"{{"messages":[{{"role":"user","content":"{}"}}]}}"#,
         "x".repeat(4096)
     );
-    let response = client()
-        .post(format!("{}{CHAT}", lg.url()))
-        .body(body)
-        .send()
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    let response = post(format!("{}{CHAT}", lg.url()), &[], body).await;
     assert_eq!(response.status(), 413);
     let json: Value = response.json().await.unwrap_or_else(|e| panic!("{e}"));
     let message = json["error"]["message"].as_str().unwrap_or_default();
@@ -43,12 +39,7 @@ async fn oversized_request_body_gets_413_and_never_reaches_upstream() {
 async fn invalid_json_is_forwarded_unchanged_and_counted_as_fail_open() {
     let (mock, lg) = pair("");
     let body = "{\"messages\": [ this is not json";
-    let response = client()
-        .post(format!("{}{CHAT}", lg.url()))
-        .body(body)
-        .send()
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    let response = post(format!("{}{CHAT}", lg.url()), &[], body).await;
     assert_eq!(response.status(), 200);
     let recorded = mock_requests(&mock).await;
     assert_eq!(recorded.len(), 1);
@@ -70,13 +61,7 @@ async fn unreachable_upstream_gets_502_in_the_dialect_error_shape() {
         .map(|a| a.port())
         .unwrap_or_else(|e| panic!("{e}"));
     let lg = loopguard(&config_for(&format!("http://127.0.0.1:{port}"), ""));
-    let http = client();
-    let response = http
-        .post(format!("{}{CHAT}", lg.url()))
-        .body(STREAM_BODY)
-        .send()
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    let response = post(format!("{}{CHAT}", lg.url()), &[], STREAM_BODY).await;
     assert_eq!(response.status(), 502);
     let json: Value = response.json().await.unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(json["error"]["code"], "loopguard_upstream_unreachable", "{json}");
@@ -87,12 +72,7 @@ async fn unreachable_upstream_gets_502_in_the_dialect_error_shape() {
             .contains("unreachable")
     );
 
-    let response = http
-        .post(format!("{}/v1beta/models/g:generateContent", lg.url()))
-        .body("{}")
-        .send()
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    let response = post(format!("{}/v1beta/models/g:generateContent", lg.url()), &[], "{}").await;
     assert_eq!(response.status(), 502);
     let json: Value = response.json().await.unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(json["error"]["code"], 502, "{json}");
@@ -129,13 +109,12 @@ async fn slow_first_byte_gets_504() {
 #[tokio::test(flavor = "multi_thread")]
 async fn idle_upstream_mid_stream_breaks_the_client_stream() {
     let (_mock, lg) = pair("idle_timeout_secs = 1");
-    let response = client()
-        .post(format!("{}{CHAT}", lg.url()))
-        .header("x-mock-fault", "stall-after:2")
-        .body(STREAM_BODY)
-        .send()
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    let response = post(
+        format!("{}{CHAT}", lg.url()),
+        &[("x-mock-fault", "stall-after:2")],
+        STREAM_BODY,
+    )
+    .await;
     assert_eq!(response.status(), 200);
     let started = Instant::now();
     let (body, end) = read_body(response).await;
@@ -151,14 +130,12 @@ async fn idle_upstream_mid_stream_breaks_the_client_stream() {
 async fn upstream_dying_mid_stream_aborts_the_client_after_forwarding_everything() {
     let (mock, lg) = pair("");
     let fixture = "openai-chat/gpt4o-single-tool-call.sse";
-    let response = client()
-        .post(format!("{}{CHAT}", lg.url()))
-        .header("x-mock-fixture", fixture)
-        .header("x-mock-fault", "die-after:4")
-        .body(STREAM_BODY)
-        .send()
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    let response = post(
+        format!("{}{CHAT}", lg.url()),
+        &[("x-mock-fixture", fixture), ("x-mock-fault", "die-after:4")],
+        STREAM_BODY,
+    )
+    .await;
     let (body, end) = read_body(response).await;
     assert!(end.is_err(), "truncation must not look like a clean end");
     let recording = std::fs::read(common::fixtures_dir().join(fixture)).unwrap_or_else(|e| panic!("{e}"));
@@ -177,13 +154,12 @@ async fn upstream_dying_mid_stream_aborts_the_client_after_forwarding_everything
 #[tokio::test(flavor = "multi_thread")]
 async fn clean_close_before_the_finish_is_reported_as_truncation() {
     let (_mock, lg) = pair("");
-    let response = client()
-        .post(format!("{}{CHAT}", lg.url()))
-        .header("x-mock-fault", "truncate-after:2")
-        .body(STREAM_BODY)
-        .send()
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    let response = post(
+        format!("{}{CHAT}", lg.url()),
+        &[("x-mock-fault", "truncate-after:2")],
+        STREAM_BODY,
+    )
+    .await;
     let (body, end) = read_body(response).await;
     assert!(end.is_err(), "got a clean end after {} bytes", body.len());
     lg.wait_for_log("upstream_truncated");
@@ -254,15 +230,16 @@ async fn client_disconnect_before_headers_drops_the_upstream_request() {
 #[tokio::test(flavor = "multi_thread")]
 async fn client_disconnect_mid_stream_closes_the_upstream_connection() {
     let (mock, lg) = pair("");
-    let mut response = client()
-        .post(format!("{}{CHAT}", lg.url()))
-        .header("x-mock-fixture", "openai-chat/gpt41nano-long-markdown.sse")
-        .header("x-mock-pace-ms", "20")
-        .header("x-mock-id", "disconnect")
-        .body(STREAM_BODY)
-        .send()
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    let mut response = post(
+        format!("{}{CHAT}", lg.url()),
+        &[
+            ("x-mock-fixture", "openai-chat/gpt41nano-long-markdown.sse"),
+            ("x-mock-pace-ms", "20"),
+            ("x-mock-id", "disconnect"),
+        ],
+        STREAM_BODY,
+    )
+    .await;
     let _ = response.chunk().await;
     let _ = response.chunk().await;
     drop(response);
@@ -301,12 +278,7 @@ async fn client_disconnect_while_sending_the_body_never_reaches_upstream() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(mock_requests(&mock).await.is_empty());
     // loopguard is still healthy afterwards.
-    let response = client()
-        .post(format!("{}{CHAT}", lg.url()))
-        .body(STREAM_BODY)
-        .send()
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    let response = post(format!("{}{CHAT}", lg.url()), &[], STREAM_BODY).await;
     assert_eq!(response.status(), 200);
 }
 
@@ -315,19 +287,9 @@ async fn client_disconnect_while_sending_the_body_never_reaches_upstream() {
 async fn non_streaming_answers_pass_unchanged() {
     let (mock, lg) = pair("");
     let body = r#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#;
-    let direct = client()
-        .post(format!("{}{CHAT}", mock.url()))
-        .body(body)
-        .send()
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    let direct = post(format!("{}{CHAT}", mock.url()), &[], body).await;
     let direct_bytes = direct.bytes().await.unwrap_or_else(|e| panic!("{e}"));
-    let proxied = client()
-        .post(format!("{}{CHAT}", lg.url()))
-        .body(body)
-        .send()
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    let proxied = post(format!("{}{CHAT}", lg.url()), &[], body).await;
     assert_eq!(proxied.status(), 200);
     let proxied_bytes = proxied.bytes().await.unwrap_or_else(|e| panic!("{e}"));
     // Ids differ per answer (the mock numbers them); everything else is identical.
@@ -344,13 +306,12 @@ async fn non_streaming_answers_pass_unchanged() {
 #[tokio::test(flavor = "multi_thread")]
 async fn upstream_errors_pass_unchanged() {
     let (_mock, lg) = pair("");
-    let response = client()
-        .post(format!("{}{CHAT}", lg.url()))
-        .header("x-mock-fault", "status:429")
-        .body(STREAM_BODY)
-        .send()
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    let response = post(
+        format!("{}{CHAT}", lg.url()),
+        &[("x-mock-fault", "status:429")],
+        STREAM_BODY,
+    )
+    .await;
     assert_eq!(response.status(), 429);
     let json: Value = response.json().await.unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(json["error"]["message"], "mock error 429");
@@ -379,13 +340,12 @@ async fn other_paths_are_proxied_unchanged() {
 #[tokio::test(flavor = "multi_thread")]
 async fn anthropic_request_on_the_openai_route_gets_400_with_the_fix() {
     let (mock, lg) = pair("");
-    let response = client()
-        .post(format!("{}/v1/messages", lg.url()))
-        .header("anthropic-version", "2023-06-01")
-        .body("{}")
-        .send()
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    let response = post(
+        format!("{}/v1/messages", lg.url()),
+        &[("anthropic-version", "2023-06-01")],
+        "{}",
+    )
+    .await;
     assert_eq!(response.status(), 400);
     let json: Value = response.json().await.unwrap_or_else(|e| panic!("{e}"));
     let message = json["error"]["message"].as_str().unwrap_or_default();

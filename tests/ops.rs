@@ -5,7 +5,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{client, config_for, loopguard_with_env, mock, mock_requests, read_body};
+use common::{client, config_for, loopguard_with_env, mock, mock_requests, post, read_body};
 use serde_json::{Value, json};
 
 const CHAT: &str = "/v1/chat/completions";
@@ -22,12 +22,12 @@ fn history(first_user: &str, cycles: usize) -> Value {
 
 /// Sends a history with `cycles` identical results; says whether the upstream got a warning.
 async fn warned_at(lg: &common::Proc, mock: &common::Proc, task: &str, cycles: usize) -> bool {
-    let r = client()
-        .post(format!("{}{CHAT}", lg.url()))
-        .body(history(task, cycles).to_string())
-        .send()
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    let r = post(
+        format!("{}{CHAT}", lg.url()),
+        &[],
+        history(task, cycles).to_string(),
+    )
+    .await;
     let _ = r.bytes().await;
     let last = mock_requests(mock).await.pop().unwrap_or_default();
     last["body"].as_str().unwrap_or_default().contains("[loopguard]")
@@ -100,14 +100,12 @@ async fn sigterm_lets_the_stream_in_flight_finish_and_exits_zero() {
     let mock = mock();
     let mut lg = loopguard_with_env(&config_for(&mock.url(), ""), &[]);
     let fixture = "openai-chat/gpt4o-refusal.sse";
-    let mut response = client()
-        .post(format!("{}{CHAT}", lg.url()))
-        .header("x-mock-fixture", fixture)
-        .header("x-mock-pace-ms", "100")
-        .body(r#"{"model":"m","stream":true,"messages":[]}"#)
-        .send()
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    let mut response = post(
+        format!("{}{CHAT}", lg.url()),
+        &[("x-mock-fixture", fixture), ("x-mock-pace-ms", "100")],
+        r#"{"model":"m","stream":true,"messages":[]}"#,
+    )
+    .await;
     let first = response
         .chunk()
         .await
@@ -142,13 +140,12 @@ async fn api_keys_never_reach_the_logs() {
     ];
     for (name, value) in places {
         for _ in 0..6 {
-            let r = http
-                .post(format!("{}{CHAT}?key={KEY}", lg.url()))
-                .header(name, value)
-                .body(history("find x", 5).to_string())
-                .send()
-                .await
-                .unwrap_or_else(|e| panic!("{e}"));
+            let r = post(
+                format!("{}{CHAT}?key={KEY}", lg.url()),
+                &[(name, value)],
+                history("find x", 5).to_string(),
+            )
+            .await;
             let _ = r.bytes().await;
         }
         let r = http
@@ -172,13 +169,12 @@ async fn api_keys_never_reach_the_logs() {
         &config_for(&format!("http://127.0.0.1:{port}"), ""),
         &[("LOOPGUARD_LOG", "trace")],
     );
-    let r = http
-        .post(format!("{}{CHAT}?key={KEY}", dead.url()))
-        .header("authorization", "Bearer sk-SECRET-7f3a9c1e5b")
-        .body("{}")
-        .send()
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    let r = post(
+        format!("{}{CHAT}?key={KEY}", dead.url()),
+        &[("authorization", "Bearer sk-SECRET-7f3a9c1e5b")],
+        "{}",
+    )
+    .await;
     let error = r.text().await.unwrap_or_default();
     assert!(!error.contains(KEY), "the error answer leaks the key: {error}");
     let admin = http

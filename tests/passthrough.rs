@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{client, fixtures_of, pair, read_body};
+use common::{client, fixtures_of, pair, post, read_body};
 use loopguard::dialect::{Dialect, StreamEvent};
 use loopguard::sse::SseDecoder;
 
@@ -106,7 +106,6 @@ async fn gemini_sse_fixtures_pass_byte_exact() {
 #[tokio::test(flavor = "multi_thread")]
 async fn gemini_json_array_streams_pass_byte_exact() {
     let (mock, lg) = pair("");
-    let http = client();
     let mut seen = 0;
     for file in fixtures_of("gemini") {
         let name = format!(
@@ -114,27 +113,24 @@ async fn gemini_json_array_streams_pass_byte_exact() {
             file.file_name().unwrap_or_default().to_string_lossy()
         );
         let path = "/v1beta/models/gemini-2.5-pro:streamGenerateContent";
-        let direct = http
-            .post(format!("{}{path}", mock.url()))
-            .header("x-mock-fixture", &name)
-            .body("{}")
-            .send()
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
+        let direct = post(
+            format!("{}{path}", mock.url()),
+            &[("x-mock-fixture", &name)],
+            "{}",
+        )
+        .await;
         let (expected, _) = read_body(direct).await;
         assert!(
             expected.starts_with(b"[") && expected.ends_with(b"]"),
             "{name}: not an array"
         );
         for chunk in ["random", "bytes"] {
-            let response = http
-                .post(format!("{}{path}", lg.url()))
-                .header("x-mock-fixture", &name)
-                .header("x-mock-chunk", chunk)
-                .body("{}")
-                .send()
-                .await
-                .unwrap_or_else(|e| panic!("{e}"));
+            let response = post(
+                format!("{}{path}", lg.url()),
+                &[("x-mock-fixture", &name), ("x-mock-chunk", chunk)],
+                "{}",
+            )
+            .await;
             let (body, end) = read_body(response).await;
             assert!(end.is_ok(), "{name} ({chunk}): {end:?}");
             assert!(body == expected, "{name} ({chunk}): bytes differ");

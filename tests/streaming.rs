@@ -6,7 +6,7 @@ mod common;
 use std::io::Write;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use common::{client, mock_requests, pair};
+use common::{client, mock_requests, pair, post};
 use futures_util::StreamExt;
 use serde_json::Value;
 use sha2::Digest;
@@ -30,16 +30,17 @@ async fn each_event_reaches_the_client_before_the_next_is_sent() {
     ] {
         let (mock, lg) = pair("");
         let id = "pacing";
-        let response = client()
-            .post(format!("{}{path}", lg.url()))
-            .header("accept-encoding", "gzip")
-            .header("x-mock-script", script)
-            .header("x-mock-pace-ms", "50")
-            .header("x-mock-id", id)
-            .body(r#"{"stream":true,"messages":[]}"#)
-            .send()
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
+        let response = post(
+            format!("{}{path}", lg.url()),
+            &[
+                ("accept-encoding", "gzip"),
+                ("x-mock-script", script),
+                ("x-mock-pace-ms", "50"),
+                ("x-mock-id", id),
+            ],
+            r#"{"stream":true,"messages":[]}"#,
+        )
+        .await;
         let fixture = path;
         assert!(
             response.headers().get("content-encoding").is_none(),
@@ -104,14 +105,12 @@ async fn upstream_never_compresses_dialect_paths() {
         ("/v1beta/models/g:streamGenerateContent?alt=sse", "{}"),
         ("/v1beta/models/g:generateContent", "{}"),
     ] {
-        let response = client()
-            .post(format!("{}{path}", lg.url()))
-            .header("accept-encoding", "gzip, zstd")
-            .header("x-mock-fault", "gzip")
-            .body(body)
-            .send()
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
+        let response = post(
+            format!("{}{path}", lg.url()),
+            &[("accept-encoding", "gzip, zstd"), ("x-mock-fault", "gzip")],
+            body,
+        )
+        .await;
         assert!(response.headers().get("content-encoding").is_none(), "{path}");
         let text = response.text().await.unwrap_or_else(|e| panic!("{e}"));
         assert!(text.contains("list_directory"), "{path}: {text}");
@@ -144,14 +143,15 @@ async fn compressed_request_bodies_are_parsed_and_forwarded_identical() {
     let gz = gz.finish().unwrap_or_else(|e| panic!("{e}"));
     let zs = zstd::encode_all(&plain[..], 3).unwrap_or_else(|e| panic!("{e}"));
     for (encoding, body) in [("gzip", gz), ("zstd", zs)] {
-        let response = client()
-            .post(format!("{}/v1/chat/completions", lg.url()))
-            .header("content-encoding", encoding)
-            .header("content-type", "application/json")
-            .body(body.clone())
-            .send()
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
+        let response = post(
+            format!("{}/v1/chat/completions", lg.url()),
+            &[
+                ("content-encoding", encoding),
+                ("content-type", "application/json"),
+            ],
+            body.clone(),
+        )
+        .await;
         assert_eq!(response.status(), 200, "{encoding}");
         let _ = response.bytes().await;
         let recorded = mock_requests(&mock).await;

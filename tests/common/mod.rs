@@ -280,10 +280,23 @@ pub async fn read_body(mut response: reqwest::Response) -> (Vec<u8>, Result<(), 
     }
 }
 
-/// The mock's recorded requests.
-pub async fn mock_requests(mock: &Proc) -> Vec<serde_json::Value> {
+/// POSTs `body` to `url` with extra headers; panics when nothing answers.
+pub async fn post(
+    url: String,
+    headers: &[(&str, &str)],
+    body: impl Into<reqwest::Body>,
+) -> reqwest::Response {
+    let mut request = client().post(url).body(body);
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    request.send().await.unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// GETs `url` and parses the answer as JSON.
+pub async fn get_json<T: serde::de::DeserializeOwned>(url: String) -> T {
     client()
-        .get(format!("{}/_mock/requests", mock.url()))
+        .get(url)
         .send()
         .await
         .unwrap_or_else(|e| panic!("{e}"))
@@ -292,16 +305,14 @@ pub async fn mock_requests(mock: &Proc) -> Vec<serde_json::Value> {
         .unwrap_or_else(|e| panic!("{e}"))
 }
 
+/// The mock's recorded requests.
+pub async fn mock_requests(mock: &Proc) -> Vec<serde_json::Value> {
+    get_json(format!("{}/_mock/requests", mock.url())).await
+}
+
 /// The mock's counters.
 pub async fn mock_stats(mock: &Proc) -> serde_json::Value {
-    client()
-        .get(format!("{}/_mock/stats", mock.url()))
-        .send()
-        .await
-        .unwrap_or_else(|e| panic!("{e}"))
-        .json()
-        .await
-        .unwrap_or_else(|e| panic!("{e}"))
+    get_json(format!("{}/_mock/stats", mock.url())).await
 }
 
 /// Polls the mock's counters until `key` reaches `at_least` (or panics after 5 s).
