@@ -1,4 +1,4 @@
-//! The command line: `serve`, `check-config`, `healthcheck`, `mock-upstream`.
+//! The command line: `serve`, `check-config`, `replay`, `healthcheck`, `mock-upstream`.
 
 use std::path::PathBuf;
 
@@ -32,6 +32,29 @@ pub enum Command {
         /// The file to check.
         file: PathBuf,
     },
+    /// Run the detectors offline on recorded request bodies and print one JSON line per verdict.
+    ///
+    /// A .json file is one request body, a .jsonl file is a session's successive request bodies;
+    /// a last .sse file (or response-shaped .json) is the response to the last request.
+    Replay {
+        /// Config file whose [loop_detection] to use (default: the built-in defaults).
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// Dialect of the bodies (default: guessed from their shape).
+        #[arg(long, value_parser = ["openai-chat", "gemini"])]
+        dialect: Option<String>,
+        /// Wall time between recorded requests, in seconds (recordings carry no clock).
+        #[arg(long, default_value_t = 10.0)]
+        interval: f64,
+        /// Exit 3 when a verdict reaches this level.
+        #[arg(long, value_parser = ["warning", "critical", "breaker"])]
+        fail_on: Option<String>,
+        /// The recorded files.
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+    },
+    /// See it work in ten seconds: a scripted looping model, loopguard in front, both dialects.
+    Demo,
     /// Probe the admin listener's /healthz (exit 0 when healthy); for container health checks.
     Healthcheck {
         /// URL to probe.

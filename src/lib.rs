@@ -19,18 +19,24 @@
 //! - [`guard`]: connects sessions and detectors to the proxy (request-time
 //!   verdicts, the stream-time judge).
 //! - [`action`]: what loopguard writes for warn / block / abort, per dialect.
+//! - [`replay`]: `loopguard replay`, the detectors over recorded traffic.
+//! - [`demo`]: `loopguard demo`, a scripted loop stopped in ten seconds.
 //! - [`mock`]: a scripted upstream for tests, benchmarks and demos.
+//! - [`admin`]: health, metrics and the session API on the admin listener.
 //! - [`telemetry`]: logging setup and the fail-open counter.
 
 pub mod action;
+pub mod admin;
 pub mod cli;
 pub mod config;
+pub mod demo;
 pub mod detect;
 pub mod dialect;
 pub mod guard;
 pub mod json_array;
 pub mod mock;
 pub mod proxy;
+pub mod replay;
 pub mod route;
 pub mod server;
 pub mod session;

@@ -9,10 +9,30 @@ use loopguard::config::{self, ConfigError, Loaded};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    loopguard::telemetry::init_logging(cli.log_format);
+    // The demo prints its own story; its logs stay quiet unless asked for.
+    let default_level = if matches!(cli.command, Command::Demo) {
+        "error"
+    } else {
+        "info"
+    };
+    loopguard::telemetry::init_logging(cli.log_format, default_level);
     match cli.command {
         Command::Serve { config } => serve(config.as_deref()),
         Command::CheckConfig { file } => check_config(&file),
+        Command::Replay {
+            config,
+            dialect,
+            interval,
+            fail_on,
+            files,
+        } => replay(
+            config.as_deref(),
+            dialect.as_deref(),
+            interval,
+            fail_on.as_deref(),
+            &files,
+        ),
+        Command::Demo => run(loopguard::demo::run()),
         Command::Healthcheck { url } => run(healthcheck(url)),
         Command::MockUpstream(args) => run(loopguard::mock::run(args)),
     }
@@ -97,5 +117,58 @@ async fn healthcheck(url: String) -> Result<(), String> {
         Ok(())
     } else {
         Err(format!("{url}: HTTP {}", response.status()))
+    }
+}
+
+fn replay(
+    config: Option<&Path>,
+    dialect: Option<&str>,
+    interval: f64,
+    fail_on: Option<&str>,
+    files: &[std::path::PathBuf],
+) -> ExitCode {
+    use loopguard::detect::Level;
+    use loopguard::dialect::Dialect;
+    let loaded = match config {
+        Some(p) => config::load_file(p),
+        None => config::load_str(config::DEFAULT_TOML, "<built-in defaults>"),
+    };
+    let loaded = match loaded {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("loopguard: invalid configuration: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let dialect = match dialect {
+        Some("gemini") => Some(Dialect::Gemini),
+        Some(_) => Some(Dialect::OpenaiChat),
+        None => None,
+    };
+    let settings = &loaded.config.loop_detection.defaults;
+    let interval = std::time::Duration::from_secs_f64(interval.max(0.0));
+    let lines = match loopguard::replay::run(settings, files, dialect, interval) {
+        Ok(lines) => lines,
+        Err(e) => {
+            eprintln!("loopguard replay: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    for line in &lines {
+        match serde_json::to_string(line) {
+            Ok(text) => println!("{text}"),
+            Err(e) => eprintln!("loopguard replay: {e}"),
+        }
+    }
+    let level = match fail_on {
+        Some("warning") => Some(Level::Warning),
+        Some("critical") => Some(Level::Critical),
+        Some("breaker") => Some(Level::Breaker),
+        _ => None,
+    };
+    if level.is_some_and(|l| loopguard::replay::reaches(&lines, l)) {
+        ExitCode::from(3)
+    } else {
+        ExitCode::SUCCESS
     }
 }

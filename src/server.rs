@@ -1,19 +1,17 @@
 //! Listeners: the proxy (every path goes to [`crate::proxy::handle`]) and the
-//! admin listener (`/healthz`, `/readyz`, `/metrics`), with graceful shutdown.
+//! admin listener (see [`crate::admin`]), with graceful shutdown.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use axum::Router;
-use axum::extract::State;
-use axum::response::IntoResponse;
-use axum::routing::get;
-use http::StatusCode;
 use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::net::TcpListener;
 
+use crate::admin::{self, AdminState};
 use crate::config::Config;
+use crate::guard::Guard;
 use crate::proxy::{self, ProxyState};
 
 /// Why the server could not start.
@@ -35,57 +33,18 @@ pub enum ServeError {
     Io(#[from] std::io::Error),
 }
 
-/// The proxy app for a configuration (exposed for tests and benchmarks).
+/// The proxy app for a configuration and guard (exposed for tests and benchmarks).
 ///
 /// # Errors
 /// When the upstream client cannot be built.
-pub fn proxy_app(config: Arc<Config>) -> Result<Router, reqwest::Error> {
+pub fn proxy_app(config: Arc<Config>, guard: Guard) -> Result<Router, reqwest::Error> {
     let client = proxy::upstream::client(config.server.connect_timeout)?;
-    let guard = crate::guard::Guard::new(&config);
     let state = Arc::new(ProxyState {
         config,
         client,
         guard,
     });
     Ok(Router::new().fallback(proxy::handle).with_state(state))
-}
-
-#[derive(Clone)]
-struct AdminState {
-    metrics: Option<PrometheusHandle>,
-    ready: Arc<AtomicBool>,
-}
-
-fn admin_app(state: AdminState) -> Router {
-    Router::new()
-        .route("/healthz", get(|| async { "ok\n" }))
-        .route("/readyz", get(readyz))
-        .route("/metrics", get(metrics))
-        .with_state(state)
-}
-
-async fn readyz(State(state): State<AdminState>) -> impl IntoResponse {
-    if state.ready.load(Ordering::Acquire) {
-        (StatusCode::OK, "ready\n")
-    } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "starting\n")
-    }
-}
-
-async fn metrics(State(state): State<AdminState>) -> impl IntoResponse {
-    match &state.metrics {
-        Some(handle) => (
-            StatusCode::OK,
-            [(http::header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-            handle.render(),
-        )
-            .into_response(),
-        None => (
-            StatusCode::SERVICE_UNAVAILABLE,
-            "metrics recorder not installed\n",
-        )
-            .into_response(),
-    }
 }
 
 async fn bind(addr: SocketAddr) -> Result<TcpListener, ServeError> {
@@ -108,10 +67,14 @@ pub async fn serve(config: Config, metrics: Option<PrometheusHandle>) -> Result<
     let proxy_addr = proxy_listener.local_addr()?;
     let admin_addr = admin_listener.local_addr()?;
     let ready = Arc::new(AtomicBool::new(false));
-    let app = proxy_app(Arc::clone(&config))?;
-    let admin = admin_app(AdminState {
+    let guard = Guard::new(&config);
+    let store = Arc::clone(guard.store());
+    let app = proxy_app(Arc::clone(&config), guard)?;
+    let admin = admin::app(AdminState {
         metrics,
         ready: Arc::clone(&ready),
+        store,
+        token: config.server.admin_token.clone(),
     });
 
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);

@@ -17,9 +17,10 @@ pub enum LogFormat {
     Json,
 }
 
-/// Installs the global tracing subscriber. Safe to call once per process.
-pub fn init_logging(format: LogFormat) {
-    let filter = EnvFilter::try_from_env("LOOPGUARD_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
+/// Installs the global tracing subscriber; `default` is the filter used when
+/// `LOOPGUARD_LOG` is not set (e.g. `info`). Safe to call once per process.
+pub fn init_logging(format: LogFormat, default: &str) {
+    let filter = EnvFilter::try_from_env("LOOPGUARD_LOG").unwrap_or_else(|_| EnvFilter::new(default));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);

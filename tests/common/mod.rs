@@ -185,10 +185,18 @@ pub fn mock() -> Proc {
     mock_with_args(&[])
 }
 
+/// Starts the mock upstream serving fixtures from `fixtures`.
+pub fn mock_with_fixtures(fixtures: &std::path::Path) -> Proc {
+    spawn_mock(fixtures, &[])
+}
+
 /// Starts the mock upstream on an ephemeral port with extra arguments
 /// (e.g. `["--script", path]`).
 pub fn mock_with_args(extra: &[&str]) -> Proc {
-    let fixtures = fixtures_dir();
+    spawn_mock(&fixtures_dir(), extra)
+}
+
+fn spawn_mock(fixtures: &std::path::Path, extra: &[&str]) -> Proc {
     let fixtures = fixtures.to_string_lossy();
     let mut args = vec![
         "mock-upstream",

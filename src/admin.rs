@@ -1,0 +1,172 @@
+//! The admin listener (DESIGN §9): health, readiness, Prometheus metrics and
+//! the session API. It is separate from the proxy listener and defaults to
+//! loopback. In a sidecar the agent shares that loopback, so the mutating
+//! endpoints need `admin_token` (bearer) and are refused when none is
+//! configured; the read-only ones are open. Session keys are hashes; no
+//! credential or body text is ever shown.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, PoisonError};
+use std::time::UNIX_EPOCH;
+
+use axum::Router;
+use axum::extract::{Path, State};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use http::{HeaderMap, StatusCode};
+use metrics_exporter_prometheus::PrometheusHandle;
+use serde_json::{Value, json};
+
+use crate::session::{Session, Store};
+
+/// What the admin endpoints read.
+#[derive(Clone)]
+pub struct AdminState {
+    /// Renders `/metrics`; `None` when no recorder is installed.
+    pub metrics: Option<PrometheusHandle>,
+    /// Set once the config is loaded and the proxy listener is bound.
+    pub ready: Arc<AtomicBool>,
+    /// The session store.
+    pub store: Arc<Store>,
+    /// Bearer token for mutating endpoints.
+    pub token: Option<String>,
+}
+
+/// The admin router.
+pub fn app(state: AdminState) -> Router {
+    Router::new()
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .route("/admin/sessions", get(sessions))
+        .route("/admin/sessions/{key}", get(session).delete(forget))
+        .with_state(state)
+}
+
+async fn readyz(State(state): State<AdminState>) -> impl IntoResponse {
+    if state.ready.load(Ordering::Acquire) {
+        (StatusCode::OK, "ready\n")
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "starting\n")
+    }
+}
+
+async fn metrics(State(state): State<AdminState>) -> Response {
+    let Some(handle) = &state.metrics else {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "metrics recorder not installed\n",
+        )
+            .into_response();
+    };
+    #[expect(clippy::cast_precision_loss, reason = "a session count fits a gauge")]
+    metrics::gauge!("loopguard_sessions").set(state.store.len() as f64);
+    (
+        StatusCode::OK,
+        [(http::header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        handle.render(),
+    )
+        .into_response()
+}
+
+fn summary(s: &Session) -> Value {
+    let last_verdict = s
+        .lanes
+        .iter()
+        .filter_map(|l| l.recent.back().map(|v| (l.last_seen, v)))
+        .max_by_key(|(seen, _)| *seen)
+        .map(|(_, v)| json!({"detector": v.detector.name(), "level": v.level.name(), "action": v.action.name(), "count": v.count}));
+    json!({
+        "key": s.key,
+        "agent": s.agent,
+        "last_seen_unix": s.last_seen.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs()),
+        "lanes": s.lanes.len(),
+        "tool_cycles": s.cycles(),
+        "last_verdict": last_verdict,
+    })
+}
+
+async fn sessions(State(state): State<AdminState>) -> Response {
+    let list: Vec<Value> = state
+        .store
+        .all()
+        .iter()
+        .map(|s| summary(&s.lock().unwrap_or_else(PoisonError::into_inner)))
+        .collect();
+    axum::Json(json!({"sessions": list})).into_response()
+}
+
+async fn session(State(state): State<AdminState>, Path(key): Path<String>) -> Response {
+    let Some(shared) = state.store.get(&key) else {
+        return (
+            StatusCode::NOT_FOUND,
+            axum::Json(json!({"error": "no such session"})),
+        )
+            .into_response();
+    };
+    let s = shared.lock().unwrap_or_else(PoisonError::into_inner);
+    let mut out = summary(&s);
+    out["lanes_detail"] = s
+        .lanes
+        .iter()
+        .map(|l| {
+            json!({
+                "lane": format!("{:016x}", l.id),
+                "compactions": l.state.compactions(),
+                "tool_cycles": l.state.cycles(),
+                "recent_verdicts": l.recent.iter().map(|v| json!({
+                    "detector": v.detector.name(), "level": v.level.name(), "action": v.action.name(),
+                    "count": v.count, "tool": v.tool, "arguments": v.arguments,
+                })).collect::<Vec<_>>(),
+            })
+        })
+        .collect();
+    axum::Json(out).into_response()
+}
+
+/// Checks the bearer token of a mutating request: the refusal, if any.
+fn refusal(state: &AdminState, headers: &HeaderMap) -> Option<Response> {
+    let Some(expected) = &state.token else {
+        return Some(
+            (
+                StatusCode::FORBIDDEN,
+                axum::Json(json!({"error": "mutating admin endpoints are disabled: set server.admin_token"})),
+            )
+                .into_response(),
+        );
+    };
+    let given = headers
+        .get(http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    if given.is_some_and(|g| constant_time_eq(g.as_bytes(), expected.as_bytes())) {
+        None
+    } else {
+        Some(
+            (
+                StatusCode::UNAUTHORIZED,
+                axum::Json(json!({"error": "missing or wrong bearer token"})),
+            )
+                .into_response(),
+        )
+    }
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+async fn forget(State(state): State<AdminState>, headers: HeaderMap, Path(key): Path<String>) -> Response {
+    if let Some(refused) = refusal(&state, &headers) {
+        return refused;
+    }
+    if state.store.remove(&key) {
+        StatusCode::NO_CONTENT.into_response()
+    } else {
+        (
+            StatusCode::NOT_FOUND,
+            axum::Json(json!({"error": "no such session"})),
+        )
+            .into_response()
+    }
+}

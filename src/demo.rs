@@ -1,0 +1,232 @@
+//! `loopguard demo`: see it work in ten seconds. Starts the mock upstream
+//! (scripted to loop on one tool call) and the proxy on free local ports,
+//! drives a short agent loop through it for each dialect, and prints, turn by
+//! turn, what the agent sent, what loopguard decided and what the agent
+//! received.
+
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+
+use crate::config::{self, Config};
+use crate::dialect::{Dialect, StreamEvent};
+use crate::guard::Guard;
+use crate::mock::script::Script;
+use crate::proxy::tap::{Framing, Tap};
+
+const RESULT: &str = "Cargo.toml\nREADME.md\nsrc/";
+
+fn demo_config(upstream: &str) -> Result<Config, String> {
+    let text = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\n\n\
+         [[routes]]\nprefix = \"/v1\"\nprovider = \"openai\"\nupstream = \"{upstream}\"\n\n\
+         [[routes]]\nprefix = \"/v1beta\"\nprovider = \"gemini\"\nupstream = \"{upstream}\"\n"
+    );
+    config::load_str(&text, "<demo>")
+        .map(|l| l.config)
+        .map_err(|e| e.to_string())
+}
+
+async fn spawn(router: axum::Router) -> Result<String, String> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .map_err(|e| e.to_string())?;
+    let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, router).await;
+    });
+    Ok(format!("http://{addr}"))
+}
+
+/// What the agent received in one turn.
+struct Received {
+    verdict: Option<String>,
+    status: u16,
+    text: String,
+    calls: Vec<(String, String)>,
+}
+
+async fn turn(
+    client: &reqwest::Client,
+    url: &str,
+    dialect: Dialect,
+    body: &Value,
+) -> Result<Received, String> {
+    let response = client
+        .post(url)
+        .header("x-loopguard-session", format!("demo-{}", dialect.name()))
+        .header("content-type", "application/json")
+        .body(body.to_string())
+        .send()
+        .await
+        .map_err(|e| e.to_string())?;
+    let status = response.status().as_u16();
+    let verdict = response
+        .headers()
+        .get("x-loopguard-verdict")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let bytes = response.bytes().await.map_err(|e| e.to_string())?;
+    if status != 200 {
+        return Ok(Received {
+            verdict,
+            status,
+            text: String::from_utf8_lossy(&bytes).into_owned(),
+            calls: Vec::new(),
+        });
+    }
+    let mut tap = Tap::new(dialect, Framing::Sse, usize::MAX);
+    let mut frames = Vec::new();
+    tap.feed(&bytes, &mut frames);
+    let _ = tap.finish(bytes.len() as u64, &mut frames);
+    let mut text = String::new();
+    let mut calls = Vec::new();
+    for event in frames.into_iter().flat_map(|f| f.events) {
+        match event {
+            StreamEvent::TextDelta { text: t, .. } => text.push_str(&t),
+            StreamEvent::ToolCallComplete { call, .. } => {
+                let args = match &call.arguments {
+                    crate::transcript::Arguments::Json(v) => v.to_string(),
+                    crate::transcript::Arguments::Unparsable(s) => s.clone(),
+                };
+                calls.push((call.name, args));
+            }
+            _ => {}
+        }
+    }
+    Ok(Received {
+        verdict,
+        status,
+        text,
+        calls,
+    })
+}
+
+fn add_turn(dialect: Dialect, body: &mut Value, n: usize, name: &str, args: &str) {
+    let args_value: Value = serde_json::from_str(args).unwrap_or(json!({}));
+    match dialect {
+        Dialect::OpenaiChat => {
+            if let Some(messages) = body["messages"].as_array_mut() {
+                let id = format!("call_{n}");
+                messages.push(json!({"role": "assistant", "content": null, "tool_calls": [
+                    {"id": id, "type": "function", "function": {"name": name, "arguments": args}}]}));
+                messages.push(json!({"role": "tool", "tool_call_id": id, "content": RESULT}));
+            }
+        }
+        Dialect::Gemini => {
+            if let Some(contents) = body["contents"].as_array_mut() {
+                contents.push(
+                    json!({"role": "model", "parts": [{"functionCall": {"name": name, "args": args_value}}]}),
+                );
+                contents.push(json!({"role": "user", "parts": [
+                    {"functionResponse": {"name": name, "response": {"output": RESULT}}}]}));
+            }
+        }
+    }
+}
+
+async fn warned(client: &reqwest::Client, mock: &str) -> Option<String> {
+    let bytes = client
+        .get(format!("{mock}/_mock/requests"))
+        .send()
+        .await
+        .ok()?
+        .bytes()
+        .await
+        .ok()?;
+    let requests: Vec<Value> = serde_json::from_slice(&bytes).ok()?;
+    let body = requests.last()?["body"].as_str()?.to_owned();
+    let start = body.find("[loopguard]")?;
+    let rest = &body[start..];
+    let end = rest.find(". ").map_or(rest.len().min(120), |i| i + 1);
+    Some(rest[..end].replace("\\\"", "\"").replace("\\n", " "))
+}
+
+async fn run_dialect(
+    client: &reqwest::Client,
+    proxy: &str,
+    mock: &str,
+    dialect: Dialect,
+) -> Result<(), String> {
+    let (url, mut body) = match dialect {
+        Dialect::OpenaiChat => (
+            format!("{proxy}/v1/chat/completions"),
+            json!({"model": "demo", "stream": true, "messages": [{"role": "user", "content": "What files are in this project?"}],
+                   "tools": [{"type": "function", "function": {"name": "list_directory", "parameters": {"type": "object"}}}]}),
+        ),
+        Dialect::Gemini => (
+            format!("{proxy}/v1beta/models/demo:streamGenerateContent?alt=sse"),
+            json!({"contents": [{"role": "user", "parts": [{"text": "What files are in this project?"}]}],
+                   "tools": [{"functionDeclarations": [{"name": "list_directory"}]}]}),
+        ),
+    };
+    println!(
+        "\n=== {} (streaming) — the model keeps calling list_directory(\".\")",
+        dialect.name()
+    );
+    for n in 0..8 {
+        let results = n;
+        let received = turn(client, &url, dialect, &body).await?;
+        let warning = warned(client, mock).await;
+        println!(
+            "turn {}: agent sends its history with {results} identical tool result(s)",
+            n + 1
+        );
+        match &warning {
+            Some(w) if received.status == 200 || received.verdict.is_none() => {
+                println!("        loopguard: forwarded with a warning for the model: {w}");
+            }
+            _ if received.verdict.is_some() => {
+                println!(
+                    "        loopguard: {}",
+                    received.verdict.as_deref().unwrap_or_default()
+                );
+            }
+            _ => println!("        loopguard: forwarded unchanged"),
+        }
+        if let Some((name, args)) = received.calls.first() {
+            println!("        agent receives: tool call {name}({args})");
+            add_turn(dialect, &mut body, n, name, args);
+        } else {
+            let text = received.text.trim();
+            println!("        agent receives (HTTP {}): {text}", received.status);
+            println!("        → the agent stops: the looping call never reached it.");
+            return Ok(());
+        }
+    }
+    Ok(())
+}
+
+/// Runs the demo and prints it.
+///
+/// # Errors
+/// When a local listener cannot be bound or a request fails.
+pub async fn run() -> Result<(), String> {
+    crate::proxy::upstream::install_crypto_provider();
+    let mock = spawn(crate::mock::app(
+        std::path::PathBuf::from("."),
+        Script {
+            turns: vec![crate::mock::script::Turn {
+                tool_calls: vec![crate::mock::script::ScriptCall {
+                    name: "list_directory".to_owned(),
+                    arguments: json!({"path": "."}),
+                }],
+                ..Default::default()
+            }],
+        },
+        0,
+    ))
+    .await?;
+    let config = Arc::new(demo_config(&mock)?);
+    let guard = Guard::new(&config);
+    let proxy =
+        spawn(crate::server::proxy_app(Arc::clone(&config), guard).map_err(|e| e.to_string())?).await?;
+    println!(
+        "loopguard demo: mock upstream at {mock}, loopguard at {proxy} (defaults: warn at 3 identical calls, block at 5)"
+    );
+    let client = reqwest::Client::new();
+    for dialect in [Dialect::OpenaiChat, Dialect::Gemini] {
+        run_dialect(&client, &proxy, &mock, dialect).await?;
+    }
+    Ok(())
+}

@@ -1,0 +1,154 @@
+//! `loopguard replay`: runs the detectors offline over recorded request
+//! bodies, so an operator can try thresholds on real traffic before
+//! deploying them.
+//!
+//! Inputs, in order: `.json` files (one request body each) and `.jsonl`
+//! files (one session's successive request bodies, one per line); a last
+//! `.sse` file, or a last `.json` file shaped like a response (`choices` /
+//! `candidates`), is the response to the last request. Output: one JSON line
+//! per verdict, `{"request": i, "detector", "level", "action", "count",
+//! "message"}` with `i` 0-based.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::detect::{Level, ReplayLine, Settings, replay};
+use crate::dialect::{Dialect, StreamEvent};
+use crate::proxy::tap::{Framing, Tap};
+use crate::transcript::Transcript;
+
+/// Why a replay could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum ReplayError {
+    /// A file could not be read.
+    #[error("{path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// A body could not be parsed in its dialect.
+    #[error("{path}{line}: {message}")]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// `:N` for a JSONL line, else empty.
+        line: String,
+        /// What went wrong.
+        message: String,
+    },
+    /// Nothing to replay.
+    #[error("no request bodies given (.json or .jsonl files)")]
+    Empty,
+}
+
+fn read(path: &Path) -> Result<String, ReplayError> {
+    std::fs::read_to_string(path).map_err(|source| ReplayError::Read {
+        path: path.to_owned(),
+        source,
+    })
+}
+
+/// Guesses the dialect of a request body from its shape.
+pub fn guess_dialect(body: &serde_json::Value) -> Option<Dialect> {
+    if body.get("messages").is_some() {
+        Some(Dialect::OpenaiChat)
+    } else if body.get("contents").is_some() {
+        Some(Dialect::Gemini)
+    } else {
+        None
+    }
+}
+
+fn is_response(body: &serde_json::Value) -> bool {
+    body.get("choices").is_some() || body.get("candidates").is_some()
+}
+
+fn parse_body(
+    text: &str,
+    dialect: Option<Dialect>,
+    path: &Path,
+    line: &str,
+) -> Result<(Dialect, Transcript), ReplayError> {
+    let err = |message: String| ReplayError::Parse {
+        path: path.to_owned(),
+        line: line.to_owned(),
+        message,
+    };
+    let value: serde_json::Value = serde_json::from_str(text).map_err(|e| err(e.to_string()))?;
+    let dialect = dialect
+        .or_else(|| guess_dialect(&value))
+        .ok_or_else(|| err("cannot tell the dialect from the body: pass --dialect".to_owned()))?;
+    let parsed = dialect
+        .parse_request(text.as_bytes())
+        .map_err(|e| err(e.to_string()))?;
+    Ok((dialect, parsed.transcript))
+}
+
+fn response_events(bytes: &[u8], dialect: Dialect, framing: Framing) -> Vec<StreamEvent> {
+    let mut tap = Tap::new(dialect, framing, usize::MAX);
+    let mut frames = Vec::new();
+    tap.feed(bytes, &mut frames);
+    let _ = tap.finish(bytes.len() as u64, &mut frames);
+    frames.into_iter().flat_map(|f| f.events).collect()
+}
+
+/// Reads the files and replays them; `dialect` forces the dialect.
+///
+/// # Errors
+/// [`ReplayError`] naming the file (and line) that could not be read or parsed.
+pub fn run(
+    settings: &Settings,
+    files: &[PathBuf],
+    dialect: Option<Dialect>,
+    interval: Duration,
+) -> Result<Vec<ReplayLine>, ReplayError> {
+    let mut requests = Vec::new();
+    let mut seen_dialect = dialect;
+    let mut response = None;
+    for (i, path) in files.iter().enumerate() {
+        let last = i + 1 == files.len();
+        let ext = path.extension().and_then(|e| e.to_str()).unwrap_or_default();
+        if ext == "sse" {
+            let bytes = std::fs::read(path).map_err(|source| ReplayError::Read {
+                path: path.clone(),
+                source,
+            })?;
+            let d = seen_dialect.unwrap_or(Dialect::OpenaiChat);
+            response = Some(response_events(&bytes, d, Framing::Sse));
+            continue;
+        }
+        let text = read(path)?;
+        if ext == "jsonl" {
+            for (n, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+                let (d, t) = parse_body(line, seen_dialect, path, &format!(":{}", n + 1))?;
+                seen_dialect = Some(d);
+                requests.push(t);
+            }
+            continue;
+        }
+        let value: serde_json::Value = serde_json::from_str(&text).map_err(|e| ReplayError::Parse {
+            path: path.clone(),
+            line: String::new(),
+            message: e.to_string(),
+        })?;
+        if last && is_response(&value) && !requests.is_empty() {
+            let d = seen_dialect.unwrap_or(Dialect::OpenaiChat);
+            response = Some(response_events(text.as_bytes(), d, Framing::Json));
+            continue;
+        }
+        let (d, t) = parse_body(&text, seen_dialect, path, "")?;
+        seen_dialect = Some(d);
+        requests.push(t);
+    }
+    if requests.is_empty() {
+        return Err(ReplayError::Empty);
+    }
+    Ok(replay(settings, &requests, interval, response.as_deref()))
+}
+
+/// Whether any line reaches `level`.
+pub fn reaches(lines: &[ReplayLine], level: Level) -> bool {
+    lines.iter().any(|l| l.level >= level)
+}

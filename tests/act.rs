@@ -1,0 +1,323 @@
+//! Act in flight, end to end through the built binary: sessions, compaction,
+//! chanting, fail-open, retries. (The SDK-driven warn / block / abort loops
+//! for both dialects are in `tests/python/test_loops.py`.)
+
+mod common;
+
+use common::{
+    client, config_for, loopguard, loopguard_with_env, metric_value, metrics, mock, mock_requests, pair,
+};
+use serde_json::{Value, json};
+
+const CHAT: &str = "/v1/chat/completions";
+
+/// An OpenAI chat request whose history holds `cycles` identical
+/// `read_file` calls, each answered with `result`.
+fn history(first_user: &str, cycles: usize, result: &str) -> Value {
+    let mut messages = vec![json!({"role": "user", "content": first_user})];
+    for i in 0..cycles {
+        messages.push(json!({"role": "assistant", "content": null, "tool_calls": [
+            {"id": format!("call_{i}"), "type": "function", "function": {"name": "read_file", "arguments": "{\"path\":\"src/main.rs\"}"}}
+        ]}));
+        messages.push(json!({"role": "tool", "tool_call_id": format!("call_{i}"), "content": result}));
+    }
+    json!({"model": "gpt-test", "stream": true, "messages": messages, "tools": [
+        {"type": "function", "function": {"name": "read_file", "parameters": {"type": "object"}}}
+    ]})
+}
+
+const READ_LOOP: &str =
+    r#"{"turns":[{"tool_calls":[{"name":"read_file","arguments":{"path":"src/main.rs"}}]}]}"#;
+
+struct Sent {
+    status: u16,
+    verdict: Option<String>,
+    body: String,
+}
+
+async fn send(lg: &common::Proc, body: &Value, headers: &[(&str, &str)]) -> Sent {
+    let mut request = client()
+        .post(format!("{}{CHAT}", lg.url()))
+        .header("content-type", "application/json")
+        .header("x-mock-script", READ_LOOP)
+        .body(body.to_string());
+    for (k, v) in headers {
+        request = request.header(*k, *v);
+    }
+    let response = request.send().await.unwrap_or_else(|e| panic!("{e}"));
+    let status = response.status().as_u16();
+    let verdict = response
+        .headers()
+        .get("x-loopguard-verdict")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let body = response.text().await.unwrap_or_default();
+    Sent {
+        status,
+        verdict,
+        body,
+    }
+}
+
+/// Whether the last tool message the upstream received carried loopguard's warning.
+fn warned(request: &Value) -> bool {
+    let body: Value = serde_json::from_str(request["body"].as_str().unwrap_or_default()).unwrap_or_default();
+    body["messages"]
+        .as_array()
+        .and_then(|m| m.iter().rev().find(|m| m["role"] == "tool"))
+        .and_then(|m| m["content"].as_str())
+        .is_some_and(|c| c.contains("[loopguard]"))
+}
+
+/// Two conversations without any session header, interleaved, keep
+/// separate state: each is warned from its own 3rd result and blocked at its
+/// own 5th call.
+#[tokio::test(flavor = "multi_thread")]
+async fn interleaved_conversations_without_session_headers_keep_separate_state() {
+    let (mock, lg) = pair("");
+    for n in 0..5 {
+        for task in ["task A: fix the parser", "task B: write the docs"] {
+            let sent = send(&lg, &history(task, n, "fn main() {}"), &[]).await;
+            let blocked = sent.body.contains("[loopguard]");
+            assert_eq!(blocked, n == 4, "{task} after {n} cycles: {}", sent.body);
+        }
+    }
+    let recorded = mock_requests(&mock).await;
+    assert_eq!(recorded.len(), 10);
+    let warnings: Vec<bool> = recorded.iter().map(warned).collect();
+    // Requests carry 0,0,1,1,2,2,3,3,4,4 results: warned from the 3rd on, per conversation.
+    assert_eq!(
+        warnings,
+        vec![false, false, false, false, false, false, true, true, true, true]
+    );
+}
+
+/// A session header wins over the fingerprint: two requests with different
+/// first messages but the same header are one session.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_session_header_wins_over_the_fingerprint() {
+    let (_mock, lg) = pair("");
+    for task in ["first wording of the task", "second wording of the task"] {
+        let _ = send(
+            &lg,
+            &history(task, 2, "same"),
+            &[("x-loopguard-session", "one-session")],
+        )
+        .await;
+    }
+    let sessions: Value = client()
+        .get(format!("{}/admin/sessions", lg.admin_url()))
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+        .json()
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        sessions["sessions"].as_array().map(Vec::len),
+        Some(1),
+        "{sessions}"
+    );
+}
+
+/// Thousands of distinct sessions: the store stays within `max_sessions`.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_session_store_stays_within_max_sessions() {
+    let mock = mock();
+    let config =
+        config_for(&mock.url(), "").replacen("[[routes]]", "[sessions]\nmax_sessions = 50\n\n[[routes]]", 1);
+    let lg = loopguard(&config);
+    let http = client();
+    let mut tasks = Vec::new();
+    for worker in 0..8 {
+        let http = http.clone();
+        let url = format!("{}{CHAT}", lg.url());
+        tasks.push(tokio::spawn(async move {
+            for i in 0..250 {
+                let body = json!({"model": "m", "messages": [{"role": "user", "content": format!("conversation {worker}-{i}")}]});
+                let r = http.post(&url).body(body.to_string()).send().await.unwrap_or_else(|e| panic!("{e}"));
+                let _ = r.bytes().await;
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap_or_else(|e| panic!("{e}"));
+    }
+    let text = metrics(&lg).await;
+    let kept = metric_value(&text, "loopguard_sessions");
+    assert!(kept > 0.0 && kept <= 50.0, "sessions kept: {kept}");
+}
+
+/// After a compaction (history replaced by a summary), the same (call,
+/// result) seen before, 3 times, aborts with `compaction_loop_persisted`.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_loop_that_survives_compaction_is_aborted() {
+    let (_mock, lg) = pair("");
+    let session = [("x-loopguard-session", "compaction-test")];
+    for n in 0..3 {
+        let sent = send(&lg, &history("refactor the module", n, "same contents"), &session).await;
+        assert_eq!(sent.status, 200);
+    }
+    let summary = "This session is being continued from a previous conversation that ran out of context. Summary: reading src/main.rs.";
+    let mut last = None;
+    for n in 0..4 {
+        let sent = send(&lg, &history(summary, n, "same contents"), &session).await;
+        if sent.status == 400 {
+            last = Some((n, sent));
+            break;
+        }
+    }
+    let (n, sent) = last.unwrap_or_else(|| panic!("never aborted"));
+    assert_eq!(n, 3, "aborted after the 3rd repeat");
+    let body: Value = serde_json::from_str(&sent.body).unwrap_or_default();
+    let message = body["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.starts_with("compaction_loop_persisted"), "{message}");
+    assert!(
+        sent.verdict
+            .is_some_and(|v| v.contains("detector=post_compaction"))
+    );
+}
+
+/// A summarizer request feeds no detector: a looping history sent to be
+/// summarised is forwarded unchanged.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_summarizer_request_feeds_no_detector() {
+    let (mock, lg) = pair("");
+    let mut body = history("fix the bug", 6, "same");
+    if let Some(messages) = body["messages"].as_array_mut() {
+        messages.push(json!({"role": "user", "content": "Your task is to create a detailed summary of the conversation so far."}));
+    }
+    let sent = send(&lg, &body, &[("x-loopguard-session", "summarizer")]).await;
+    assert_eq!(sent.status, 200);
+    assert!(sent.verdict.is_none());
+    let recorded = mock_requests(&mock).await;
+    assert_eq!(recorded.len(), 1);
+    assert!(!warned(&recorded[0]));
+}
+
+/// The same request sent twice (an SDK retry) and a tool-less side request
+/// of the same session change no counts.
+#[tokio::test(flavor = "multi_thread")]
+async fn retries_and_side_requests_change_no_counts() {
+    let (mock, lg) = pair("");
+    let session = [("x-loopguard-session", "retries")];
+    for n in 0..3 {
+        let body = history("tidy the imports", n, "same");
+        let _ = send(&lg, &body, &session).await;
+        let _ = send(&lg, &body, &session).await;
+        let side = json!({"model": "small", "messages": [
+            {"role": "system", "content": "Generate a short title for this conversation."},
+            {"role": "user", "content": "tidy the imports"}]});
+        let _ = send(&lg, &side, &session).await;
+    }
+    let recorded = mock_requests(&mock).await;
+    assert_eq!(recorded.len(), 9);
+    assert!(
+        !recorded.iter().any(warned),
+        "2 results sent twice must not count as 4"
+    );
+    let sent = send(&lg, &history("tidy the imports", 3, "same"), &session).await;
+    assert_eq!(sent.status, 200);
+    assert!(
+        warned(mock_requests(&mock).await.last().unwrap_or(&Value::Null)),
+        "the 3rd result warns"
+    );
+}
+
+/// Rerunning the same headless prompt: the second run is a fresh start, not
+/// a compaction (no `post_compaction`), and is warned again only at its own 3rd result.
+#[tokio::test(flavor = "multi_thread")]
+async fn rerunning_the_same_prompt_is_a_fresh_start() {
+    let (mock, lg) = pair("");
+    for n in 0..5 {
+        let _ = send(&lg, &history("run the tests", n, "same"), &[]).await;
+    }
+    for n in 0..3 {
+        let sent = send(&lg, &history("run the tests", n, "same"), &[]).await;
+        assert_eq!(sent.status, 200, "{}", sent.body);
+        assert!(!sent.body.contains("post_compaction"));
+    }
+    let recorded = mock_requests(&mock).await;
+    let second_run: Vec<bool> = recorded[recorded.len() - 3..].iter().map(warned).collect();
+    assert_eq!(second_run, vec![false, false, false]);
+    assert!(!lg.logs().contains("post_compaction"));
+}
+
+/// A stream that degenerates into a repeated line is cut: the client gets a
+/// clean finish with loopguard's note, and the upstream connection is closed.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_chanting_stream_is_cut_with_a_clean_finish() {
+    let (mock, lg) = pair("");
+    let chant = "I will check the configuration file again now.\n".repeat(200);
+    let script = json!({"turns": [{"text": chant}]}).to_string();
+    let response = client()
+        .post(format!("{}{CHAT}", lg.url()))
+        .header("x-mock-script", script)
+        .header("x-mock-pace-ms", "2")
+        .body(r#"{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}"#)
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let text = response
+        .text()
+        .await
+        .unwrap_or_else(|e| panic!("a clean end was expected: {e}"));
+    assert!(text.contains("content_chanting"), "{text}");
+    assert!(text.contains("\"finish_reason\":\"stop\""));
+    assert!(text.trim_end().ends_with("data: [DONE]"));
+    let delivered: usize = text.matches("check the configuration").count();
+    assert!(delivered < 100, "cut late: {delivered} repeats delivered");
+    common::wait_mock_stat(&mock, "responses_dropped", 1).await;
+    let cut = metric_value(&metrics(&lg).await, "loopguard_generation_cut_total");
+    assert_eq!(cut, 1.0);
+}
+
+/// A detector panic never breaks traffic: the request and the response pass,
+/// and the fault is counted as a fail-open.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_detector_panic_fails_open() {
+    let mock = mock();
+    let lg = loopguard_with_env(
+        &config_for(&mock.url(), ""),
+        &[("LOOPGUARD_FAULT_INJECTION", "1")],
+    );
+    for at in ["request", "stream"] {
+        let sent = send(
+            &lg,
+            &history("anything", 4, "same"),
+            &[("x-loopguard-test-panic", at)],
+        )
+        .await;
+        assert_eq!(sent.status, 200, "{at}");
+        assert!(
+            sent.body.contains("read_file"),
+            "{at}: the tool call must pass: {}",
+            sent.body
+        );
+        assert!(sent.body.contains("[DONE]"));
+    }
+    let text = metrics(&lg).await;
+    assert_eq!(
+        metric_value(&text, "loopguard_fail_open_total{reason=\"detector_panic\"}"),
+        2.0,
+        "{text}"
+    );
+}
+
+/// A stream loopguard cannot parse passes through unchanged.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unparsable_stream_passes_unchanged() {
+    let own = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+    let mock = common::mock_with_fixtures(&own);
+    let lg = loopguard(&config_for(&mock.url(), ""));
+    let expected = std::fs::read(own.join("openai-chat/unparsable.sse")).unwrap_or_else(|e| panic!("{e}"));
+    let response = client()
+        .post(format!("{}{CHAT}", lg.url()))
+        .header("x-mock-fixture", "openai-chat/unparsable.sse")
+        .body(r#"{"model":"m","stream":true,"messages":[]}"#)
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let body = response.bytes().await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(body.to_vec(), expected);
+}
