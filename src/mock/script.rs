@@ -40,7 +40,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 /// A script: the turns of a scripted model (format in the module docs).
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Script {
     /// The turns, in order; the last one repeats (until `stop_after`).
