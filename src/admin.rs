@@ -12,11 +12,12 @@ use std::time::UNIX_EPOCH;
 use axum::Router;
 use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 use http::{HeaderMap, StatusCode};
 use metrics_exporter_prometheus::PrometheusHandle;
 use serde_json::{Value, json};
 
+use crate::reload::{Reloader, SharedConfig};
 use crate::session::{Session, Store};
 
 /// What the admin endpoints read.
@@ -28,8 +29,10 @@ pub struct AdminState {
     pub ready: Arc<AtomicBool>,
     /// The session store.
     pub store: Arc<Store>,
-    /// Bearer token for mutating endpoints.
-    pub token: Option<String>,
+    /// The configuration in force (the admin token is read from it).
+    pub config: SharedConfig,
+    /// Re-reads the config file.
+    pub reloader: Reloader,
 }
 
 /// The admin router.
@@ -40,6 +43,7 @@ pub fn app(state: AdminState) -> Router {
         .route("/metrics", get(metrics))
         .route("/admin/sessions", get(sessions))
         .route("/admin/sessions/{key}", get(session).delete(forget))
+        .route("/admin/reload", post(reload))
         .with_state(state)
 }
 
@@ -126,7 +130,8 @@ async fn session(State(state): State<AdminState>, Path(key): Path<String>) -> Re
 
 /// Checks the bearer token of a mutating request: the refusal, if any.
 fn refusal(state: &AdminState, headers: &HeaderMap) -> Option<Response> {
-    let Some(expected) = &state.token else {
+    let config = state.config.load();
+    let Some(expected) = &config.server.admin_token else {
         return Some(
             (
                 StatusCode::FORBIDDEN,
@@ -168,5 +173,26 @@ async fn forget(State(state): State<AdminState>, headers: HeaderMap, Path(key): 
             axum::Json(json!({"error": "no such session"})),
         )
             .into_response()
+    }
+}
+
+async fn reload(State(state): State<AdminState>, headers: HeaderMap) -> Response {
+    if let Some(refused) = refusal(&state, &headers) {
+        return refused;
+    }
+    match state.reloader.reload() {
+        Ok(notices) => axum::Json(json!({
+            "status": "reloaded",
+            "notices": notices.iter().map(ToString::to_string).collect::<Vec<_>>(),
+        }))
+        .into_response(),
+        Err(e) => (
+            StatusCode::BAD_REQUEST,
+            axum::Json(json!({
+                "status": "rejected: the running configuration is kept",
+                "errors": e.errors.iter().map(ToString::to_string).collect::<Vec<_>>(),
+            })),
+        )
+            .into_response(),
     }
 }

@@ -215,10 +215,10 @@ pub async fn run() -> Result<(), String> {
         0,
     ))
     .await?;
-    let config = Arc::new(demo_config(&mock)?);
+    let config = demo_config(&mock)?;
     let guard = Guard::new(&config);
-    let proxy =
-        spawn(crate::server::proxy_app(Arc::clone(&config), guard).map_err(|e| e.to_string())?).await?;
+    let shared = Arc::new(arc_swap::ArcSwap::from_pointee(config));
+    let proxy = spawn(crate::server::proxy_app(shared, guard).map_err(|e| e.to_string())?).await?;
     println!(
         "loopguard demo: mock upstream at {mock}, loopguard at {proxy} (defaults: warn at 3 identical calls, block at 5)"
     );

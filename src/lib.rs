@@ -23,6 +23,7 @@
 //! - [`demo`]: `loopguard demo`, a scripted loop stopped in ten seconds.
 //! - [`mock`]: a scripted upstream for tests, benchmarks and demos.
 //! - [`admin`]: health, metrics and the session API on the admin listener.
+//! - [`reload`]: hot reload of the config file (SIGHUP, `POST /admin/reload`).
 //! - [`telemetry`]: logging setup and the fail-open counter.
 
 pub mod action;
@@ -36,6 +37,7 @@ pub mod guard;
 pub mod json_array;
 pub mod mock;
 pub mod proxy;
+pub mod reload;
 pub mod replay;
 pub mod route;
 pub mod server;

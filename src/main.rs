@@ -58,16 +58,25 @@ fn run<E: std::fmt::Display>(future: impl Future<Output = Result<(), E>>) -> Exi
     }
 }
 
+/// The file `serve` reads: the one given, else `config/loopguard.toml` if it exists.
+fn config_path(path: Option<&Path>) -> Option<std::path::PathBuf> {
+    match path {
+        Some(p) => Some(p.to_owned()),
+        None if Path::new(DEFAULT_CONFIG_PATH).exists() => Some(DEFAULT_CONFIG_PATH.into()),
+        None => None,
+    }
+}
+
 fn load(path: Option<&Path>) -> Result<Loaded, ConfigError> {
     match path {
         Some(p) => config::load_file(p),
-        None if Path::new(DEFAULT_CONFIG_PATH).exists() => config::load_file(Path::new(DEFAULT_CONFIG_PATH)),
         None => config::load_str(config::DEFAULT_TOML, "<built-in defaults>"),
     }
 }
 
 fn serve(path: Option<&Path>) -> ExitCode {
-    let loaded = match load(path) {
+    let path = config_path(path);
+    let loaded = match load(path.as_deref()) {
         Ok(loaded) => loaded,
         Err(e) => {
             eprintln!("loopguard: invalid configuration: {e}");
@@ -86,7 +95,7 @@ fn serve(path: Option<&Path>) -> ExitCode {
         let metrics = loopguard::telemetry::install_metrics()
             .map_err(|e| tracing::warn!("{e}"))
             .ok();
-        loopguard::server::serve(config, metrics).await
+        loopguard::server::serve(config, path, metrics).await
     })
 }
 

@@ -10,9 +10,14 @@ use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::net::TcpListener;
 
 use crate::admin::{self, AdminState};
+use std::path::PathBuf;
+
+use arc_swap::ArcSwap;
+
 use crate::config::Config;
 use crate::guard::Guard;
 use crate::proxy::{self, ProxyState};
+use crate::reload::{Reloader, SharedConfig};
 
 /// Why the server could not start.
 #[derive(Debug, thiserror::Error)]
@@ -37,8 +42,8 @@ pub enum ServeError {
 ///
 /// # Errors
 /// When the upstream client cannot be built.
-pub fn proxy_app(config: Arc<Config>, guard: Guard) -> Result<Router, reqwest::Error> {
-    let client = proxy::upstream::client(config.server.connect_timeout)?;
+pub fn proxy_app(config: SharedConfig, guard: Guard) -> Result<Router, reqwest::Error> {
+    let client = proxy::upstream::client(config.load().server.connect_timeout)?;
     let state = Arc::new(ProxyState {
         config,
         client,
@@ -60,8 +65,14 @@ async fn bind(addr: SocketAddr) -> Result<TcpListener, ServeError> {
 ///
 /// # Errors
 /// [`ServeError`] when a listener cannot be bound or serving fails.
-pub async fn serve(config: Config, metrics: Option<PrometheusHandle>) -> Result<(), ServeError> {
+pub async fn serve(
+    config: Config,
+    config_path: Option<PathBuf>,
+    metrics: Option<PrometheusHandle>,
+) -> Result<(), ServeError> {
     let config = Arc::new(config);
+    let shared: SharedConfig = Arc::new(ArcSwap::from(Arc::clone(&config)));
+    let reloader = Reloader::new(config_path, Arc::clone(&shared));
     let proxy_listener = bind(config.server.listen).await?;
     let admin_listener = bind(config.server.admin_listen).await?;
     let proxy_addr = proxy_listener.local_addr()?;
@@ -69,13 +80,15 @@ pub async fn serve(config: Config, metrics: Option<PrometheusHandle>) -> Result<
     let ready = Arc::new(AtomicBool::new(false));
     let guard = Guard::new(&config);
     let store = Arc::clone(guard.store());
-    let app = proxy_app(Arc::clone(&config), guard)?;
+    let app = proxy_app(Arc::clone(&shared), guard)?;
     let admin = admin::app(AdminState {
         metrics,
         ready: Arc::clone(&ready),
         store,
-        token: config.server.admin_token.clone(),
+        config: Arc::clone(&shared),
+        reloader: reloader.clone(),
     });
+    tokio::spawn(reload_on_sighup(reloader));
 
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let wait_stop = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
@@ -113,6 +126,22 @@ pub async fn serve(config: Config, metrics: Option<PrometheusHandle>) -> Result<
         tracing::warn!("drain timeout reached; closing remaining connections");
     }
     Ok(())
+}
+
+async fn reload_on_sighup(reloader: Reloader) {
+    #[cfg(unix)]
+    {
+        let Ok(mut hup) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) else {
+            tracing::warn!("cannot listen for SIGHUP: reload only through POST /admin/reload");
+            return;
+        };
+        while hup.recv().await.is_some() {
+            tracing::info!("SIGHUP: reloading the configuration");
+            let _ = reloader.reload();
+        }
+    }
+    #[cfg(not(unix))]
+    drop(reloader);
 }
 
 async fn shutdown_signal() {

@@ -35,8 +35,9 @@ use crate::action::Mode;
 /// Shared state of the proxy listener.
 #[derive(Debug)]
 pub struct ProxyState {
-    /// The configuration in force.
-    pub config: Arc<Config>,
+    /// The configuration in force (swapped by a reload; each request keeps
+    /// the one it started with).
+    pub config: crate::reload::SharedConfig,
     /// The upstream client (pooled).
     pub client: reqwest::Client,
     /// Sessions and detectors.
@@ -46,7 +47,7 @@ pub struct ProxyState {
 /// The axum handler for every path on the proxy listener.
 pub async fn handle(State(state): State<Arc<ProxyState>>, request: Request) -> Response {
     let started = Instant::now();
-    let config = Arc::clone(&state.config);
+    let config: Arc<Config> = state.config.load_full();
     let (parts, body) = request.into_parts();
     let path = parts.uri.path().to_owned();
     let query = parts.uri.query().map(str::to_owned);
@@ -148,10 +149,11 @@ pub async fn handle(State(state): State<Arc<ProxyState>>, request: Request) -> R
     let response = match tokio::time::timeout(config.server.first_byte_timeout, upstream_req.send()).await {
         Ok(Ok(response)) => response,
         Ok(Err(e)) => {
-            tracing::warn!(upstream = %origin, error = %e, "upstream unreachable");
+            let detail = error_chain(&e);
+            tracing::warn!(upstream = %origin, error = %detail, "upstream unreachable");
             return ProxyError::UpstreamUnreachable {
                 upstream: origin,
-                detail: error_chain(&e),
+                detail,
             }
             .into_response_for(Some(provider));
         }
@@ -342,8 +344,14 @@ fn framing(dialect: Dialect, path: &str, query: &Option<String>, headers: &http:
 }
 
 /// A reqwest error with its sources, for a message that says what failed.
+/// The URL's query is cut out: it may carry a `?key=` credential.
 fn error_chain(e: &reqwest::Error) -> String {
     let mut text = e.to_string();
+    if let Some(url) = e.url() {
+        let mut safe = url.clone();
+        safe.set_query(None);
+        text = text.replace(url.as_str(), safe.as_str());
+    }
     let mut source = std::error::Error::source(e);
     while let Some(s) = source {
         text.push_str(": ");

@@ -84,6 +84,8 @@ pub async fn drive(
                 (out, Some(end))
             }
             Ok(Some(Err(e))) => {
+                // Errors name the URL, whose query may carry a `?key=` credential.
+                let e = e.without_url();
                 tracing::warn!(route = %log.route, error = %e, "upstream body broke off; aborting the client's response");
                 outcome = "upstream_broke_off";
                 send_head(&mut head_tx, None, None);

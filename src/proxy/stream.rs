@@ -81,6 +81,8 @@ pub fn client_body(upstream: reqwest::Response, idle: Duration, log: RequestLog)
                 Some((Ok(chunk), st))
             }
             Ok(Some(Err(e))) => {
+                // Errors name the URL, whose query may carry a `?key=` credential.
+                let e = e.without_url();
                 tracing::warn!(route = %st.log.route, error = %e, "upstream body broke off; aborting the client's response");
                 st.end("upstream_broke_off");
                 Some((

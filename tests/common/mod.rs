@@ -117,10 +117,10 @@ impl Proc {
         }
     }
 
-    /// Sends SIGTERM (graceful shutdown).
-    pub fn terminate(&self) {
+    /// Sends a signal by name (`TERM`, `HUP`, …).
+    pub fn signal(&self, name: &str) {
         let _ = Command::new("kill")
-            .arg("-TERM")
+            .arg(format!("-{name}"))
             .arg(self.child.id().to_string())
             .status();
     }
@@ -249,6 +249,11 @@ pub fn loopguard(config: &str) -> Proc {
 pub fn loopguard_with_env(config: &str, env: &[(&str, &str)]) -> Proc {
     let path = unique("config.toml");
     std::fs::write(&path, config).unwrap_or_else(|e| panic!("cannot write config: {e}"));
+    loopguard_from_file(&path, env)
+}
+
+/// Starts loopguard reading the config file at `path`.
+pub fn loopguard_from_file(path: &std::path::Path, env: &[(&str, &str)]) -> Proc {
     let (mut proc, line) = spawn(&["serve", "--config", &path.to_string_lossy()], "loopguard", env);
     proc.addr = addr_after(&line, "proxy=");
     proc.admin = Some(addr_after(&line, "admin="));
