@@ -4,11 +4,14 @@ VENV := .venv
 PY := $(VENV)/bin/python
 TARGET_DIR := $(or $(CARGO_TARGET_DIR),target)
 
-.PHONY: test lint run bench-e2e
+AGENTS := tests/agents
 
-# The whole suite: Rust unit and end-to-end tests, then the official Python
-# SDKs against the built binary. Installs the pinned Python packages on first use.
-test: $(VENV)/.installed
+.PHONY: test lint run bench-e2e agents
+
+# The whole suite: Rust unit and end-to-end tests (real agent CLIs included),
+# then the official Python SDKs against the built binary. Installs the pinned
+# Python packages and agent CLIs on first use.
+test: $(VENV)/.installed agents
 	cargo build --locked
 	cargo test --locked
 	LOOPGUARD_BIN=$(TARGET_DIR)/debug/loopguard $(PY) -m pytest tests/python -q
@@ -27,4 +30,19 @@ bench-e2e:
 $(VENV)/.installed: tests/python/requirements.lock
 	python3 -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --disable-pip-version-check -r tests/python/requirements.lock
+	touch $@
+
+# The agent CLIs tests/real_agents.rs drives (Gemini CLI, OpenCode), exact
+# versions from tests/agents/package.json + package-lock.json, into
+# tests/agents/node_modules. `npm install --no-save` rather than `npm ci`: the
+# lock file holds only the platform packages the registry served when it was
+# written, and npm ci refuses a lock file without the other platforms'.
+# Install scripts follow package.json's allowScripts (only opencode-ai's,
+# which links its platform binary from the optional dependency).
+agents: $(AGENTS)/node_modules/.installed
+
+$(AGENTS)/node_modules/.installed: $(AGENTS)/package.json $(AGENTS)/package-lock.json
+	cd $(AGENTS) && npm install --no-save --no-audit --no-fund --loglevel=error
+	$(AGENTS)/node_modules/.bin/gemini --version
+	$(AGENTS)/node_modules/.bin/opencode --version
 	touch $@

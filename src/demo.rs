@@ -205,15 +205,13 @@ pub async fn run() -> Result<(), String> {
     crate::proxy::upstream::install_crypto_provider();
     let mock = spawn(crate::mock::app(
         std::path::PathBuf::from("."),
-        Script {
-            turns: vec![crate::mock::script::Turn {
-                tool_calls: vec![crate::mock::script::ScriptCall {
-                    name: "list_directory".to_owned(),
-                    arguments: json!({"path": "."}),
-                }],
-                ..Default::default()
+        Script::from_turns(vec![crate::mock::script::Turn {
+            tool_calls: vec![crate::mock::script::ScriptCall {
+                name: "list_directory".to_owned(),
+                arguments: json!({"path": "."}),
             }],
-        },
+            ..Default::default()
+        }]),
         0,
     ))
     .await?;

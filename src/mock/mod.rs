@@ -10,7 +10,7 @@
 //! | header | meaning |
 //! |---|---|
 //! | `x-mock-fixture: gemini/text.sse` | serve that file below `--fixtures` (re-framed as a JSON array for Gemini without `alt=sse`) |
-//! | `x-mock-script: {"turns":[…]}` | the script for this request (default: `--script` or the built-in loop) |
+//! | `x-mock-script: {"turns":[…]}` | the script for this request (default: `--script` or the built-in loop); format and turn choice (JSON-constrained side calls, tool-less requests, a turn limit) in [`script`] |
 //! | `x-mock-pace-ms: 50` | delay between events |
 //! | `x-mock-chunk: event\|random\|bytes\|whole` | write sizes: one event per write (default), random 1–97 bytes, one byte, or the whole body at once |
 //! | `x-mock-seed: 7` | seed for `random` writes |
@@ -53,7 +53,7 @@ pub struct MockArgs {
     /// Directory of recorded fixtures (default: $LOOPGUARD_FIXTURES, else ../shared/fixtures).
     #[arg(long)]
     pub fixtures: Option<PathBuf>,
-    /// Script file (JSON: {"turns": [{"text", "reasoning", "tool_calls": [{"name", "arguments"}]}]}).
+    /// Script file (JSON: {"turns": [{"text", "reasoning", "tool_calls": [{"name", "arguments"}]}], "no_tools", "json", "stop_after", "final"}; see `loopguard::mock::script`).
     #[arg(long)]
     pub script: Option<PathBuf>,
     /// Default delay between events, in milliseconds.
@@ -329,7 +329,7 @@ async fn answer(State(st): State<Arc<MockState>>, request: Request) -> Response 
                 },
                 None => st.script.clone(),
             };
-            let turn = script.turn(script::assistant_turns(&json_body));
+            let turn = script.answer(&json_body);
             let seq = st.seq.fetch_add(1, Ordering::SeqCst);
             let model = json_body
                 .get("model")

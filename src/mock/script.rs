@@ -5,16 +5,58 @@
 //! turns already in the request's history (so an agent loop walks the script),
 //! and past the end it repeats the last turn — which is how a looping model
 //! looks from outside.
+//!
+//! Script format (JSON; every key but `turns` optional):
+//!
+//! ```json
+//! {
+//!   "turns": [{"text": "…", "reasoning": "…", "tool_calls": [{"name": "read", "arguments": {"filePath": "a.txt"}}]}],
+//!   "no_tools": {"text": "A short title"},
+//!   "json": {"next_speaker": "user"},
+//!   "stop_after": 30,
+//!   "final": {"text": "Done."}
+//! }
+//! ```
+//!
+//! Which answer a request gets, first match wins ([`Script::answer`]):
+//!
+//! 1. a request constrained to JSON output (Gemini `responseMimeType:
+//!    application/json`, `responseSchema` or `responseJsonSchema`; OpenAI
+//!    `response_format` of type `json_object` / `json_schema`) gets one text
+//!    part holding `json` when the script sets it, else a minimal instance of
+//!    the request's schema ([`instance_of`]: each property present, first enum
+//!    value, integers at their minimum or 1, other numbers at their minimum or
+//!    0, strings `"mock"`), so an agent's
+//!    side calls (routers, next-speaker or loop checks) parse and move on;
+//! 2. when the script sets `no_tools`, a request that declares no tools (title
+//!    or summary side calls) gets that turn;
+//! 3. when the script sets `stop_after: N`, a request with N or more
+//!    assistant turns in its history gets `final` (default: the text
+//!    "Done."), so a loop without a guard ends after N turns;
+//! 4. otherwise the turn indexed by the history's assistant turns, the last one
+//!    repeating.
 
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-/// A script: the turns of a scripted model.
-#[derive(Debug, Clone, Deserialize)]
+/// A script: the turns of a scripted model (format in the module docs).
+#[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Script {
-    /// The turns, in order; the last one repeats forever.
+    /// The turns, in order; the last one repeats (until `stop_after`).
     pub turns: Vec<Turn>,
+    /// The answer to a request that declares no tools; `None`: such requests walk `turns` too.
+    #[serde(default)]
+    pub no_tools: Option<Turn>,
+    /// The JSON sent as text to a JSON-constrained request; `None`: a minimal instance of its schema.
+    #[serde(default)]
+    pub json: Option<Value>,
+    /// From this many assistant turns in the history on, answer with `final`.
+    #[serde(default)]
+    pub stop_after: Option<usize>,
+    /// The turn sent once `stop_after` is reached (default: the text "Done.").
+    #[serde(default, rename = "final")]
+    pub final_turn: Option<Turn>,
 }
 
 /// One assistant turn.
@@ -52,16 +94,47 @@ impl Script {
     /// The built-in script: one text turn, then a call to `list_directory`
     /// with `{"path": "."}` that repeats forever.
     pub fn default_loop() -> Self {
-        Self {
-            turns: vec![Turn {
-                text: "Let me look at the files.".to_owned(),
-                reasoning: String::new(),
-                tool_calls: vec![ScriptCall {
-                    name: "list_directory".to_owned(),
-                    arguments: json!({"path": "."}),
-                }],
+        Self::from_turns(vec![Turn {
+            text: "Let me look at the files.".to_owned(),
+            reasoning: String::new(),
+            tool_calls: vec![ScriptCall {
+                name: "list_directory".to_owned(),
+                arguments: json!({"path": "."}),
             }],
+        }])
+    }
+
+    /// A script of these turns only (no side answers, no turn limit).
+    pub fn from_turns(turns: Vec<Turn>) -> Self {
+        Self {
+            turns,
+            no_tools: None,
+            json: None,
+            stop_after: None,
+            final_turn: None,
         }
+    }
+
+    /// The answer to a request body (rules in the module docs).
+    pub fn answer(&self, body: &Value) -> Turn {
+        if let Some(schema) = json_constraint(body) {
+            let value = self.json.clone().unwrap_or_else(|| instance_of(&schema));
+            return Turn {
+                text: value.to_string(),
+                ..Turn::default()
+            };
+        }
+        if let Some(turn) = self.no_tools.as_ref().filter(|_| !declares_tools(body)) {
+            return turn.clone();
+        }
+        let done = assistant_turns(body);
+        if self.stop_after.is_some_and(|limit| done >= limit) {
+            return self.final_turn.clone().unwrap_or_else(|| Turn {
+                text: "Done.".to_owned(),
+                ..Turn::default()
+            });
+        }
+        self.turn(done)
     }
 
     /// The turn for a request whose history has `assistant_turns` assistant turns.
@@ -93,6 +166,100 @@ fn deltas(text: &str) -> Vec<String> {
         out.push(current);
     }
     out
+}
+
+/// Whether an OpenAI chat or Gemini request declares at least one tool.
+pub fn declares_tools(body: &Value) -> bool {
+    let Some(tools) = body.get("tools").and_then(Value::as_array) else {
+        return body
+            .get("functions")
+            .and_then(Value::as_array)
+            .is_some_and(|f| !f.is_empty());
+    };
+    tools.iter().any(|tool| match tool.get("functionDeclarations") {
+        Some(decls) => decls.as_array().is_some_and(|d| !d.is_empty()),
+        // OpenAI tools, and Gemini built-ins (googleSearch, codeExecution, …).
+        None => true,
+    })
+}
+
+/// When a request is constrained to JSON output, its schema (`{}` when it
+/// asks for JSON without one); `None` for free-form requests.
+pub fn json_constraint(body: &Value) -> Option<Value> {
+    if let Some(config) = body.get("generationConfig") {
+        let schema = config
+            .get("responseJsonSchema")
+            .or_else(|| config.get("responseSchema"));
+        let mime_json = config.get("responseMimeType").and_then(Value::as_str) == Some("application/json");
+        if schema.is_some() || mime_json {
+            return Some(schema.cloned().unwrap_or_else(empty_object));
+        }
+    }
+    let format = body.get("response_format")?;
+    match format.get("type").and_then(Value::as_str) {
+        Some("json_schema") => Some(
+            format
+                .pointer("/json_schema/schema")
+                .cloned()
+                .unwrap_or_else(empty_object),
+        ),
+        Some("json_object") => Some(empty_object()),
+        _ => None,
+    }
+}
+
+/// A minimal value matching a JSON schema (OpenAPI-style upper-case types
+/// too): objects with every listed property, the first enum value, integers
+/// at their `minimum` or 1 (scores and counts tend to start at 1), numbers at
+/// their `minimum` or 0 (confidences stay low), strings `"mock"`, empty
+/// arrays, `false`.
+pub fn instance_of(schema: &Value) -> Value {
+    if let Some(first) = schema
+        .get("enum")
+        .and_then(Value::as_array)
+        .and_then(|e| e.first())
+    {
+        return first.clone();
+    }
+    if let Some(value) = schema.get("const") {
+        return value.clone();
+    }
+    for key in ["anyOf", "oneOf", "allOf"] {
+        if let Some(first) = schema.get(key).and_then(Value::as_array).and_then(|s| s.first()) {
+            return instance_of(first);
+        }
+    }
+    let kind = match schema.get("type") {
+        Some(Value::Array(kinds)) => kinds
+            .iter()
+            .filter_map(Value::as_str)
+            .find(|k| !k.eq_ignore_ascii_case("null"))
+            .unwrap_or("null")
+            .to_ascii_lowercase(),
+        Some(Value::String(kind)) => kind.to_ascii_lowercase(),
+        _ if schema.get("properties").is_some() => "object".to_owned(),
+        _ => "null".to_owned(),
+    };
+    match kind.as_str() {
+        "object" => Value::Object(
+            schema
+                .get("properties")
+                .and_then(Value::as_object)
+                .map(|props| {
+                    props
+                        .iter()
+                        .map(|(name, sub)| (name.clone(), instance_of(sub)))
+                        .collect()
+                })
+                .unwrap_or_default(),
+        ),
+        "array" => json!([]),
+        "string" => json!("mock"),
+        "integer" => schema.get("minimum").cloned().unwrap_or_else(|| json!(1)),
+        "number" => schema.get("minimum").cloned().unwrap_or_else(|| json!(0)),
+        "boolean" => json!(false),
+        _ => Value::Null,
+    }
 }
 
 /// Counts assistant turns in an OpenAI chat or Gemini request body.
@@ -251,6 +418,86 @@ pub fn gemini_whole(turn: &Turn, model: &str) -> String {
 mod tests {
     use super::*;
 
+    fn parse(text: &str) -> Script {
+        serde_json::from_str(text).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn a_json_constrained_request_gets_an_instance_of_its_schema() {
+        let script = Script::default_loop();
+        let gemini = json!({"contents": [], "generationConfig": {"responseMimeType": "application/json",
+            "responseJsonSchema": {"type": "OBJECT", "properties": {
+                "complexity_reasoning": {"type": "STRING"},
+                "complexity_score": {"type": "INTEGER"},
+                "next_speaker": {"type": "string", "enum": ["user", "model"]},
+                "confidence": {"type": ["number", "null"], "minimum": 0.1},
+                "flags": {"type": "array", "items": {"type": "string"}},
+                "done": {"type": "boolean"}}}}});
+        let answer = script.answer(&gemini);
+        assert!(answer.tool_calls.is_empty());
+        let value: Value = serde_json::from_str(&answer.text).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            value,
+            json!({"complexity_reasoning": "mock", "complexity_score": 1, "next_speaker": "user",
+                "confidence": 0.1, "flags": [], "done": false})
+        );
+        let openai = json!({"messages": [], "response_format": {"type": "json_schema",
+            "json_schema": {"name": "t", "schema": {"type": "object", "properties": {"title": {"type": "string"}}}}}});
+        assert_eq!(script.answer(&openai).text, r#"{"title":"mock"}"#);
+        let scripted = parse(r#"{"turns": [], "json": {"next_speaker": "user"}}"#);
+        assert_eq!(
+            scripted
+                .answer(&json!({"response_format": {"type": "json_object"}}))
+                .text,
+            r#"{"next_speaker":"user"}"#
+        );
+    }
+
+    #[test]
+    fn no_tools_answers_only_requests_without_tools_and_only_when_scripted() {
+        let script = parse(
+            r#"{"turns": [{"tool_calls": [{"name": "read", "arguments": {"filePath": "a"}}]}],
+                "no_tools": {"text": "A title"}}"#,
+        );
+        let bare = json!({"messages": [{"role": "user", "content": "hi"}]});
+        assert_eq!(script.answer(&bare).text, "A title");
+        let with_tools =
+            json!({"messages": [], "tools": [{"type": "function", "function": {"name": "read"}}]});
+        assert_eq!(script.answer(&with_tools).tool_calls[0].name, "read");
+        let gemini_empty = json!({"contents": [], "tools": [{"functionDeclarations": []}]});
+        assert_eq!(script.answer(&gemini_empty).text, "A title");
+        // Without `no_tools`, a tool-less request walks the turns as before.
+        assert_eq!(
+            Script::default_loop().answer(&bare).tool_calls[0].name,
+            "list_directory"
+        );
+    }
+
+    #[test]
+    fn stop_after_ends_the_loop_with_the_final_turn() {
+        let script = parse(
+            r#"{"turns": [{"tool_calls": [{"name": "read"}]}], "stop_after": 2, "final": {"text": "All done"}}"#,
+        );
+        let history = |n: usize| {
+            let mut messages = vec![json!({"role": "user", "content": "go"})];
+            for _ in 0..n {
+                messages.push(json!({"role": "assistant"}));
+                messages.push(json!({"role": "tool", "content": "x"}));
+            }
+            json!({"messages": messages, "tools": [{"type": "function"}]})
+        };
+        assert_eq!(script.answer(&history(1)).tool_calls.len(), 1);
+        assert_eq!(script.answer(&history(2)).text, "All done");
+        assert!(script.answer(&history(5)).tool_calls.is_empty());
+        let default_final = parse(r#"{"turns": [], "stop_after": 0}"#);
+        assert_eq!(default_final.answer(&history(0)).text, "Done.");
+    }
+
+    #[test]
+    fn unknown_script_keys_are_rejected() {
+        assert!(serde_json::from_str::<Script>(r#"{"turns": [], "stop_afer": 3}"#).is_err());
+    }
+
     #[test]
     fn deltas_keep_every_character() {
         let text = "one two three four five six seven";
@@ -260,18 +507,16 @@ mod tests {
 
     #[test]
     fn the_turn_follows_the_history_and_the_last_one_repeats() {
-        let script = Script {
-            turns: vec![
-                Turn {
-                    text: "a".into(),
-                    ..Turn::default()
-                },
-                Turn {
-                    text: "b".into(),
-                    ..Turn::default()
-                },
-            ],
-        };
+        let script = Script::from_turns(vec![
+            Turn {
+                text: "a".into(),
+                ..Turn::default()
+            },
+            Turn {
+                text: "b".into(),
+                ..Turn::default()
+            },
+        ]);
         let body = json!({"messages": [{"role": "user"}, {"role": "assistant"}, {"role": "tool"}]});
         assert_eq!(script.turn(assistant_turns(&body)).text, "b");
         assert_eq!(script.turn(7).text, "b");

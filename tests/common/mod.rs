@@ -182,22 +182,31 @@ fn addr_after(line: &str, key: &str) -> SocketAddr {
 
 /// Starts the mock upstream on an ephemeral port.
 pub fn mock() -> Proc {
-    mock_with_fixtures(&fixtures_dir())
+    mock_with_args(&[])
 }
 
 /// Starts the mock upstream serving fixtures from `fixtures`.
 pub fn mock_with_fixtures(fixtures: &std::path::Path) -> Proc {
-    let (mut proc, line) = spawn(
-        &[
-            "mock-upstream",
-            "--listen",
-            "127.0.0.1:0",
-            "--fixtures",
-            &fixtures.to_string_lossy(),
-        ],
-        "mock",
-        &[],
-    );
+    spawn_mock(fixtures, &[])
+}
+
+/// Starts the mock upstream on an ephemeral port with extra arguments
+/// (e.g. `["--script", path]`).
+pub fn mock_with_args(extra: &[&str]) -> Proc {
+    spawn_mock(&fixtures_dir(), extra)
+}
+
+fn spawn_mock(fixtures: &std::path::Path, extra: &[&str]) -> Proc {
+    let fixtures = fixtures.to_string_lossy();
+    let mut args = vec![
+        "mock-upstream",
+        "--listen",
+        "127.0.0.1:0",
+        "--fixtures",
+        &fixtures,
+    ];
+    args.extend_from_slice(extra);
+    let (mut proc, line) = spawn(&args, "mock", &[]);
     proc.addr = addr_after(&line, "listening on ");
     proc
 }

@@ -1,0 +1,352 @@
+//! Real agent CLIs from npm, driven headless through loopguard in front of
+//! the mock upstream: Gemini CLI (`gemini` dialect) and OpenCode
+//! (`openai-chat`). `make agents` installs the pinned versions
+//! (`tests/agents/package.json`); `tests/agents/gemini.sh` and
+//! `tests/agents/opencode.sh` hold each agent's headless setup (throw-away
+//! HOME, fake key, telemetry and updates off) and can be run by hand.
+//!
+//! The mock always answers the same tool call (`tests/agents/*/script.json`)
+//! with a text turn after 30 turns; side calls (Gemini CLI's model router,
+//! OpenCode's title) get JSON or short text. Each agent runs twice: with
+//! detection off, to record what it does on its own, and with loopguard's
+//! defaults (warn at 3, block at 5 identical calls with identical results).
+
+mod common;
+
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use common::Proc;
+use serde_json::Value;
+
+/// Longest an agent run may take.
+const TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Loop detection off: loopguard forwards and observes nothing.
+const DETECTION_OFF: &str = "\n[loop_detection]\nenabled = false\n";
+
+fn agents_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/agents")
+}
+
+/// Fails (never skips) when the CLI is not installed.
+fn require_cli(name: &str) {
+    let bin = agents_dir().join("node_modules/.bin").join(name);
+    assert!(
+        bin.exists(),
+        "{name} is not installed at {}: run `make agents` (installs the pinned agent CLIs from tests/agents/package.json)",
+        bin.display()
+    );
+}
+
+/// A mock with the agent's script and loopguard in front of it.
+fn setup(agent: &str, detection: bool) -> (Proc, Proc) {
+    let script = agents_dir().join(agent).join("script.json");
+    let mock = common::mock_with_args(&["--script", &script.to_string_lossy()]);
+    let mut config = common::config_for(&mock.url(), "");
+    if !detection {
+        config.push_str(DETECTION_OFF);
+    }
+    let lg = common::loopguard(&config);
+    (mock, lg)
+}
+
+/// What an agent run left behind.
+struct Run {
+    status: ExitStatus,
+    stdout: String,
+    stderr: String,
+    elapsed: Duration,
+}
+
+impl Run {
+    fn describe(&self) -> String {
+        format!(
+            "exit {:?} after {:.1?}\n--- stdout\n{}\n--- stderr\n{}",
+            self.status.code(),
+            self.elapsed,
+            self.stdout,
+            tail(&self.stderr, 4000)
+        )
+    }
+}
+
+fn tail(text: &str, max: usize) -> &str {
+    let start = text.len().saturating_sub(max);
+    let start = (start..text.len())
+        .find(|&i| text.is_char_boundary(i))
+        .unwrap_or(text.len());
+    &text[start..]
+}
+
+/// Runs `tests/agents/{script}` against `base_url` in its own process group,
+/// killing the whole group after [`TIMEOUT`].
+fn run_agent(script: &str, base_url: &str) -> Run {
+    static RUNS: AtomicU64 = AtomicU64::new(0);
+    let work = std::env::temp_dir().join(format!(
+        "loopguard-agent-{}-{}-{}",
+        script.trim_end_matches(".sh"),
+        std::process::id(),
+        RUNS.fetch_add(1, Ordering::SeqCst)
+    ));
+    let _ = std::fs::remove_dir_all(&work);
+    std::fs::create_dir_all(&work).unwrap_or_else(|e| panic!("cannot create {}: {e}", work.display()));
+    let out_path = work.join("stdout");
+    let err_path = work.join("stderr");
+    let file =
+        |p: &Path| std::fs::File::create(p).unwrap_or_else(|e| panic!("cannot create {}: {e}", p.display()));
+    let started = Instant::now();
+    let mut child = Command::new(agents_dir().join(script))
+        .arg(base_url)
+        .env("AGENT_WORKDIR", &work)
+        .stdin(Stdio::null())
+        .stdout(file(&out_path))
+        .stderr(file(&err_path))
+        .process_group(0)
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {script}: {e}"));
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap_or_else(|e| panic!("wait failed: {e}")) {
+            break status;
+        }
+        if started.elapsed() > TIMEOUT {
+            let _ = Command::new("kill")
+                .args(["-KILL", "--", &format!("-{}", child.id())])
+                .status();
+            let _ = child.wait();
+            panic!(
+                "{script} did not finish within {TIMEOUT:?}\n--- stdout\n{}\n--- stderr\n{}",
+                std::fs::read_to_string(&out_path).unwrap_or_default(),
+                tail(&std::fs::read_to_string(&err_path).unwrap_or_default(), 4000)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    // Whatever the agent left running in its group goes with it.
+    let _ = Command::new("kill")
+        .args(["-KILL", "--", &format!("-{}", child.id())])
+        .stderr(Stdio::null())
+        .status();
+    let run = Run {
+        status,
+        stdout: std::fs::read_to_string(&out_path).unwrap_or_default(),
+        stderr: std::fs::read_to_string(&err_path).unwrap_or_default(),
+        elapsed: started.elapsed(),
+    };
+    let _ = std::fs::remove_dir_all(&work);
+    eprintln!("{script} against {base_url}: {}", run.describe());
+    run
+}
+
+/// The mock's recorded requests with their bodies parsed.
+fn recorded(mock: &Proc) -> Vec<(String, Value)> {
+    let runtime = tokio::runtime::Runtime::new().unwrap_or_else(|e| panic!("runtime: {e}"));
+    runtime
+        .block_on(common::mock_requests(mock))
+        .into_iter()
+        .map(|r| {
+            let path = r["path"].as_str().unwrap_or_default().to_owned();
+            let body = serde_json::from_str(r["body"].as_str().unwrap_or_default()).unwrap_or(Value::Null);
+            (path, body)
+        })
+        .collect()
+}
+
+fn declares_tools(body: &Value) -> bool {
+    body["tools"].as_array().is_some_and(|t| !t.is_empty())
+}
+
+/// The bodies of requests that declared tools (the agent loop itself, not side calls).
+fn loop_requests(requests: &[(String, Value)]) -> Vec<&Value> {
+    requests
+        .iter()
+        .filter(|(_, body)| declares_tools(body))
+        .map(|(_, body)| body)
+        .collect()
+}
+
+/// Gemini CLI's stream-json events.
+fn gemini_events(run: &Run) -> Vec<Value> {
+    run.stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .collect()
+}
+
+/// The assistant text Gemini CLI printed.
+fn gemini_text(events: &[Value]) -> String {
+    events
+        .iter()
+        .filter(|e| e["type"] == "message" && e["role"] == "assistant")
+        .filter_map(|e| e["content"].as_str())
+        .collect()
+}
+
+fn count_type(events: &[Value], kind: &str) -> usize {
+    events.iter().filter(|e| e["type"] == kind).count()
+}
+
+/// Function responses in the last loop request's history (calls executed).
+fn gemini_calls_executed(requests: &[&Value]) -> usize {
+    requests.last().map_or(0, |body| {
+        body["contents"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .flat_map(|c| c["parts"].as_array().into_iter().flatten())
+            .filter(|p| p.get("functionResponse").is_some())
+            .count()
+    })
+}
+
+#[test]
+fn gemini_cli_on_its_own_stops_at_its_fifth_identical_call() {
+    require_cli("gemini");
+    let (mock, lg) = setup("gemini", false);
+    let run = run_agent("gemini.sh", &lg.url());
+    assert!(run.status.success(), "{}", run.describe());
+    let events = gemini_events(&run);
+    // Calls 1-4 run; Gemini CLI's guard withholds the fifth, sends a recovery
+    // prompt, and stops when the model repeats the call once more.
+    assert_eq!(count_type(&events, "tool_use"), 4, "{}", run.describe());
+    assert_eq!(count_type(&events, "tool_result"), 4, "{}", run.describe());
+    assert!(
+        events
+            .iter()
+            .any(|e| e["type"] == "error" && e["message"] == "Loop detected, stopping execution"),
+        "{}",
+        run.describe()
+    );
+    assert!(!run.stdout.contains("[loopguard]"), "{}", run.describe());
+    let requests = recorded(&mock);
+    let loop_reqs = loop_requests(&requests);
+    assert_eq!(loop_reqs.len(), 6, "five turns and the recovery turn");
+    assert_eq!(gemini_calls_executed(&loop_reqs), 4);
+    let last = loop_reqs.last().map(|b| b.to_string()).unwrap_or_default();
+    assert!(last.contains("Potential loop detected"), "{last}");
+    // The model router's JSON side call got a JSON answer, not a tool call.
+    assert!(
+        requests
+            .iter()
+            .any(|(path, body)| path.ends_with(":generateContent")
+                && body.pointer("/generationConfig/responseJsonSchema").is_some()),
+        "no router request: {requests:?}"
+    );
+    assert!(
+        !run.stderr.contains("NumericalClassifierStrategy failed"),
+        "{}",
+        run.describe()
+    );
+}
+
+#[test]
+fn gemini_cli_is_stopped_by_loopguard_before_its_own_guard() {
+    require_cli("gemini");
+    let (mock, lg) = setup("gemini", true);
+    let run = run_agent("gemini.sh", &lg.url());
+    assert!(run.status.success(), "{}", run.describe());
+    let events = gemini_events(&run);
+    assert_eq!(count_type(&events, "tool_use"), 4, "{}", run.describe());
+    assert_eq!(count_type(&events, "tool_result"), 4, "{}", run.describe());
+    let text = gemini_text(&events);
+    assert!(
+        text.contains("[loopguard] identical_call (critical, count 5): `list_directory`"),
+        "{}",
+        run.describe()
+    );
+    // Gemini CLI's own guard never saw a fifth call.
+    assert_eq!(count_type(&events, "error"), 0, "{}", run.describe());
+    assert!(!run.stdout.contains("Loop detected"), "{}", run.describe());
+    let requests = recorded(&mock);
+    let loop_reqs = loop_requests(&requests);
+    assert_eq!(loop_reqs.len(), 5, "no recovery turn after the block");
+    assert_eq!(gemini_calls_executed(&loop_reqs), 4);
+    // Warned at the third and fourth call, inside the function response.
+    let warned: Vec<bool> = loop_reqs
+        .iter()
+        .map(|b| b.to_string().contains("loopguard_warning"))
+        .collect();
+    assert_eq!(warned, [false, false, false, true, true]);
+    lg.wait_for_log("\"action\":\"block\"");
+}
+
+/// Reads OpenCode reported on stderr (`→ Read notes.txt`).
+fn opencode_reads(run: &Run) -> usize {
+    run.stderr
+        .lines()
+        .filter(|l| l.contains("Read notes.txt"))
+        .count()
+}
+
+/// Tool results in the last loop request's history (calls executed).
+fn openai_calls_executed(requests: &[&Value]) -> usize {
+    requests.last().map_or(0, |body| {
+        body["messages"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|m| m["role"] == "tool")
+            .count()
+    })
+}
+
+/// OpenCode's title request (no tools) got the short text answer.
+fn assert_title_request(requests: &[(String, Value)]) {
+    assert!(
+        requests
+            .iter()
+            .any(|(path, body)| path.ends_with("/chat/completions") && !declares_tools(body)),
+        "no title request: {requests:?}"
+    );
+}
+
+#[test]
+fn opencode_on_its_own_runs_all_thirty_identical_calls() {
+    require_cli("opencode");
+    let (mock, lg) = setup("opencode", false);
+    let run = run_agent("opencode.sh", &format!("{}/v1", lg.url()));
+    assert!(run.status.success(), "{}", run.describe());
+    assert_eq!(opencode_reads(&run), 30, "{}", run.describe());
+    assert!(
+        run.stdout.trim_end().ends_with("Done looping."),
+        "{}",
+        run.describe()
+    );
+    assert!(!run.stdout.contains("[loopguard]"), "{}", run.describe());
+    let requests = recorded(&mock);
+    let loop_reqs = loop_requests(&requests);
+    assert_eq!(loop_reqs.len(), 31, "30 tool turns and the final text turn");
+    assert_eq!(openai_calls_executed(&loop_reqs), 30);
+    assert_title_request(&requests);
+}
+
+#[test]
+fn opencode_is_stopped_by_loopguard_at_the_fifth_identical_call() {
+    require_cli("opencode");
+    let (mock, lg) = setup("opencode", true);
+    let run = run_agent("opencode.sh", &format!("{}/v1", lg.url()));
+    assert!(run.status.success(), "{}", run.describe());
+    assert_eq!(opencode_reads(&run), 4, "{}", run.describe());
+    assert!(
+        run.stdout.contains(
+            "[loopguard] identical_call (critical, count 5): `read` with {\"filePath\":\"notes.txt\"}"
+        ),
+        "{}",
+        run.describe()
+    );
+    assert!(!run.stdout.contains("Done looping."), "{}", run.describe());
+    let requests = recorded(&mock);
+    let loop_reqs = loop_requests(&requests);
+    assert_eq!(loop_reqs.len(), 5, "the run ends with the blocked fifth turn");
+    assert_eq!(openai_calls_executed(&loop_reqs), 4);
+    let warned: Vec<bool> = loop_reqs
+        .iter()
+        .map(|b| b.to_string().contains("[loopguard] identical_call (warning"))
+        .collect();
+    assert_eq!(warned, [false, false, false, true, true]);
+    assert_title_request(&requests);
+    lg.wait_for_log("\"action\":\"block\"");
+}
