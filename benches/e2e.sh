@@ -19,8 +19,10 @@ TTFB_N="${TTFB_N:-200}"       # streaming requests per path for time-to-first-by
 OHA="${OHA:-$(command -v oha || echo /work/tools/bin/oha)}"
 [ -x "$OHA" ] || { echo "oha not found: cargo install oha --locked" >&2; exit 1; }
 
-cargo build --release --locked --quiet
-BIN="${CARGO_TARGET_DIR:-target}/release/loopguard"
+if [ -z "${BIN:-}" ]; then
+  cargo build --release --locked --quiet
+  BIN="${CARGO_TARGET_DIR:-target}/release/loopguard"
+fi
 WORK="$(mktemp -d)"
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$WORK"' EXIT
 
