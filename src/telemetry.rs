@@ -5,7 +5,7 @@
 //! [`install_metrics`] installs the Prometheus recorder served by the admin
 //! listener.
 
-use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use tracing_subscriber::EnvFilter;
 
 /// Log output format.
@@ -38,7 +38,22 @@ pub fn init_logging(format: LogFormat, default: &str) {
 /// # Errors
 /// When a recorder is already installed.
 pub fn install_metrics() -> Result<PrometheusHandle, String> {
+    let overhead_buckets = [
+        0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1,
+    ];
+    let upstream_buckets = [0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0];
     let handle = PrometheusBuilder::new()
+        .set_buckets_for_metric(
+            Matcher::Full("loopguard_overhead_seconds".to_owned()),
+            &overhead_buckets,
+        )
+        .and_then(|b| {
+            b.set_buckets_for_metric(
+                Matcher::Full("loopguard_upstream_duration_seconds".to_owned()),
+                &upstream_buckets,
+            )
+        })
+        .map_err(|e| format!("cannot configure histogram buckets: {e}"))?
         .install_recorder()
         .map_err(|e| format!("cannot install the metrics recorder: {e}"))?;
     describe();
@@ -54,6 +69,23 @@ fn describe() {
         "loopguard_fail_open_total",
         "Times loopguard could not parse or judge traffic and passed it through unchanged, by reason."
     );
+    metrics::describe_histogram!(
+        "loopguard_overhead_seconds",
+        "Time loopguard itself adds per request: parsing, detection and actions, excluding upstream time."
+    );
+    metrics::describe_counter!(
+        "loopguard_verdicts_total",
+        "Verdicts, by detector, level and action."
+    );
+    metrics::describe_counter!(
+        "loopguard_upstream_requests_avoided_total",
+        "Requests answered by loopguard (block or abort) without calling the upstream."
+    );
+    metrics::describe_counter!(
+        "loopguard_generation_cut_total",
+        "Streams loopguard cut (a chanting block or an abort): the upstream request was dropped."
+    );
+    metrics::describe_gauge!("loopguard_sessions", "Sessions kept in the store.");
     metrics::describe_histogram!(
         "loopguard_upstream_duration_seconds",
         "Time from sending the request upstream to the upstream's response headers."

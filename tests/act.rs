@@ -318,3 +318,35 @@ async fn an_unparsable_stream_passes_unchanged() {
     let body = response.bytes().await.unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(body.to_vec(), expected);
 }
+
+/// An `[[agents]]` override changes the verdicts of that agent only.
+#[tokio::test(flavor = "multi_thread")]
+async fn agent_overrides_apply_to_that_agent_only() {
+    let mock = mock();
+    let config = format!(
+        "{}\n[[agents]]\nid = \"strict\"\nmatch = {{ header = \"x-agent\", value = \"strict\" }}\n\
+         [agents.loop_detection.identical_call]\nwarning = 2\ncritical = 4\n",
+        config_for(&mock.url(), "")
+    );
+    let lg = loopguard(&config);
+    let _ = send(&lg, &history("task one", 2, "same"), &[("x-agent", "strict")]).await;
+    assert!(
+        warned(mock_requests(&mock).await.last().unwrap_or(&Value::Null)),
+        "warned at 2 for the strict agent"
+    );
+    let _ = send(&lg, &history("task two", 2, "same"), &[("x-agent", "other")]).await;
+    assert!(
+        !warned(mock_requests(&mock).await.last().unwrap_or(&Value::Null)),
+        "default threshold for the others"
+    );
+    // At request time (2 results in), only the strict agent gets a verdict.
+    let at_request: Vec<Value> = lg
+        .log_events("verdict")
+        .into_iter()
+        .filter(|v| v["at"] == "request")
+        .collect();
+    assert!(
+        !at_request.is_empty() && at_request.iter().all(|v| v["agent"] == "strict"),
+        "{at_request:?}"
+    );
+}

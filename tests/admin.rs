@@ -152,4 +152,35 @@ async fn verdict_metrics_match_the_logged_verdicts() {
         "loopguard_requests_total{route=\"/v1\",dialect=\"openai-chat\",status=\"200\"}",
     );
     assert_eq!(requests, 5.0, "{text}");
+    assert!(
+        metric_value(&text, "loopguard_overhead_seconds_count") >= 5.0,
+        "every request records loopguard's own time: {text}"
+    );
+
+    // A history that already shows the loop is answered without calling upstream.
+    messages.truncate(1);
+    for i in 0..5 {
+        messages.push(json!({"role": "assistant", "content": null, "tool_calls": [
+            {"id": format!("r{i}"), "type": "function", "function": {"name": "list_directory", "arguments": "{\"path\":\".\"}"}}]}));
+        messages.push(json!({"role": "tool", "tool_call_id": format!("r{i}"), "content": "a.txt"}));
+    }
+    let body = json!({"model": "m", "messages": messages, "tools": tools});
+    let r = post(
+        format!("{}/v1/chat/completions", lg.url()),
+        &[("x-loopguard-session", "metrics-2")],
+        body.to_string(),
+    )
+    .await;
+    assert_eq!(
+        r.headers()
+            .get("x-loopguard-verdict")
+            .and_then(|v| v.to_str().ok()),
+        Some("block; detector=identical_call; count=5")
+    );
+    let text = metrics(&lg).await;
+    assert_eq!(
+        metric_value(&text, "loopguard_upstream_requests_avoided_total"),
+        1.0,
+        "{text}"
+    );
 }

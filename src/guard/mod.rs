@@ -172,9 +172,14 @@ impl Guard {
                 .is_some_and(|v| v.as_bytes() == at.as_bytes())
     }
 
-    /// Request-time detection. Never fails: a detector fault is logged,
-    /// counted as fail-open and the request forwarded unchanged.
-    pub fn on_request(&self, config: &Config, request: &RequestView<'_>) -> RequestDecision {
+    /// Request-time detection: the decision and the session key (a hash, for
+    /// logs). Never fails: a detector fault is logged, counted as fail-open
+    /// and the request forwarded unchanged.
+    pub fn on_request(
+        &self,
+        config: &Config,
+        request: &RequestView<'_>,
+    ) -> (RequestDecision, Option<String>) {
         let header_pairs = request
             .headers
             .iter()
@@ -188,18 +193,18 @@ impl Guard {
             .as_deref()
             .is_some_and(|h| request.headers.contains_key(h));
         if !settings.enabled || bypass {
-            return pass();
+            return (pass(), None);
         }
         let header = config.sessions.header.as_str();
         let result = catch_unwind(AssertUnwindSafe(|| {
             self.judge_request(request, header, &settings, agent.as_deref())
         }));
         match result {
-            Ok(decision) => decision,
+            Ok((decision, key)) => (decision, Some(key)),
             Err(_) => {
                 tracing::error!("detector panicked at request time; forwarding unchanged");
                 crate::telemetry::fail_open("detector_panic");
-                pass()
+                (pass(), None)
             }
         }
     }
@@ -210,7 +215,7 @@ impl Guard {
         session_header: &str,
         settings: &Arc<Settings>,
         agent: Option<&str>,
-    ) -> RequestDecision {
+    ) -> (RequestDecision, String) {
         let transcript = &request.parsed.transcript;
         let summary = RequestSummary::of(transcript, settings);
         let lane = lane_id(&summary);
@@ -237,7 +242,7 @@ impl Guard {
         match classification {
             Classification::Summarizer => {
                 tracing::debug!(session = %session_key, "summarizer request: no detection");
-                return pass();
+                return (pass(), session_key);
             }
             Classification::Compacted(evidence) => {
                 tracing::info!(session = %session_key, ?evidence, "compaction");
@@ -274,9 +279,9 @@ impl Guard {
                     .is_some_and(|v| v == "stream"),
         ));
         let Some(verdict) = decisive(&verdicts) else {
-            return RequestDecision::Forward { body: None, judge };
+            return (RequestDecision::Forward { body: None, judge }, session_key);
         };
-        match verdict.action {
+        let decision = match verdict.action {
             Action::Observe => RequestDecision::Forward { body: None, judge },
             Action::Warn => {
                 let body = inject(request, &verdict.message);
@@ -307,7 +312,8 @@ impl Guard {
                     verdict: verdict.header_value(),
                 }
             }
-        }
+        };
+        (decision, session_key)
     }
 
     /// The session for a key; a new fingerprinted session whose request is a

@@ -95,6 +95,8 @@ pub async fn handle(State(state): State<Arc<ProxyState>>, request: Request) -> R
     let mut forward = body;
     let mut judge: Box<dyn ResponseJudge> = Box::new(PassJudge);
     let mut body_replaced = false;
+    let mut session: Option<String> = None;
+    let body_read = Instant::now();
     if let (Some(d), Some((decoded, parsed))) = (dialect, &side) {
         let view = RequestView {
             route: matched.route,
@@ -105,7 +107,9 @@ pub async fn handle(State(state): State<Arc<ProxyState>>, request: Request) -> R
             decoded,
             parsed,
         };
-        match state.guard.on_request(&config, &view) {
+        let (decision, key) = state.guard.on_request(&config, &view);
+        session = key;
+        match decision {
             RequestDecision::Forward {
                 body: Some(replaced),
                 judge: j,
@@ -146,6 +150,7 @@ pub async fn handle(State(state): State<Arc<ProxyState>>, request: Request) -> R
         .body(forward);
     let origin = matched.upstream_url.origin().ascii_serialization();
     let sent = Instant::now();
+    let request_overhead = sent.duration_since(body_read);
     let response = match tokio::time::timeout(config.server.first_byte_timeout, upstream_req.send()).await {
         Ok(Ok(response)) => response,
         Ok(Err(e)) => {
@@ -185,6 +190,8 @@ pub async fn handle(State(state): State<Arc<ProxyState>>, request: Request) -> R
         status: status.as_u16(),
         started,
         request_messages: parsed.map(|p| p.transcript.messages.len()),
+        session,
+        overhead: request_overhead,
     };
     let Some(dialect) = dialect.filter(|_| status.is_success()) else {
         let body: Body = stream::client_body(response, config.server.idle_timeout, log);

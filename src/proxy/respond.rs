@@ -63,6 +63,8 @@ pub async fn drive(
     let mut outcome = "complete";
     let mut verdict: Option<String> = None;
     let mut last_write = Instant::now();
+    // Time spent in the holder (framing, parsing, judging): loopguard's own share.
+    let mut spent = std::time::Duration::ZERO;
     loop {
         let keepalive_due = holder.holding() && head_tx.is_none();
         let wait = if keepalive_due {
@@ -78,9 +80,16 @@ pub async fn drive(
             next = tokio::time::timeout(wait.min(idle), stream.next()) => next,
         };
         let (out, end) = match next {
-            Ok(Some(Ok(chunk))) => (holder.push(&chunk, judge.as_mut()), None),
+            Ok(Some(Ok(chunk))) => {
+                let t = Instant::now();
+                let out = holder.push(&chunk, judge.as_mut());
+                spent += t.elapsed();
+                (out, None)
+            }
             Ok(None) => {
+                let t = Instant::now();
                 let (out, end) = holder.finish(judge.as_mut());
+                spent += t.elapsed();
                 (out, Some(end))
             }
             Ok(Some(Err(e))) => {
@@ -172,7 +181,11 @@ pub async fn drive(
         crate::telemetry::fail_open(reason);
     }
     let seen = holder.tap().seen();
+    let overhead = log.overhead + spent;
+    metrics::histogram!("loopguard_overhead_seconds").record(overhead.as_secs_f64());
     tracing::info!(
+        session = log.session.as_deref().unwrap_or(""),
+        overhead_us = u64::try_from(overhead.as_micros()).unwrap_or(u64::MAX),
         route = %log.route,
         dialect = log.dialect,
         status = log.status,

@@ -25,6 +25,11 @@ pub struct RequestLog {
     pub started: Instant,
     /// Messages in the parsed request, or `None` when it was not parsed.
     pub request_messages: Option<usize>,
+    /// The session key (a hash), when detection ran.
+    pub session: Option<String>,
+    /// Time loopguard spent on the request before sending it upstream
+    /// (parse, detection, warning injection).
+    pub overhead: std::time::Duration,
 }
 
 struct State {
@@ -47,7 +52,10 @@ impl Drop for State {
         // Fires exactly once: on end, on error, or when the client went away
         // (the body was dropped before it ended).
         let outcome = self.outcome.unwrap_or("client_disconnected");
+        metrics::histogram!("loopguard_overhead_seconds").record(self.log.overhead.as_secs_f64());
         tracing::info!(
+            session = self.log.session.as_deref().unwrap_or(""),
+            overhead_us = u64::try_from(self.log.overhead.as_micros()).unwrap_or(u64::MAX),
             route = %self.log.route,
             dialect = self.log.dialect,
             status = self.log.status,

@@ -1,0 +1,148 @@
+//! `loopguard replay` end to end: recorded request bodies of both dialects go
+//! through the real dialect parsers and the detectors; `--fail-on` sets the
+//! exit code.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use serde_json::{Value, json};
+
+fn write(name: &str, text: &str) -> PathBuf {
+    let path = std::env::temp_dir().join(format!("loopguard-replay-{}-{name}", std::process::id()));
+    std::fs::write(&path, text).unwrap_or_else(|e| panic!("{e}"));
+    path
+}
+
+fn replay(args: &[&str]) -> (Option<i32>, Vec<Value>) {
+    let out = Command::new(env!("CARGO_BIN_EXE_loopguard"))
+        .arg("replay")
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("{e}"));
+    let lines = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    (out.status.code(), lines)
+}
+
+/// Successive OpenAI chat bodies with `n` identical reads, whose results
+/// `result(i)` gives.
+fn openai_session(steps: usize, result: impl Fn(usize) -> String) -> String {
+    let mut lines = Vec::new();
+    for n in 0..steps {
+        let mut messages = vec![json!({"role": "user", "content": "read the config"})];
+        for i in 0..n {
+            messages.push(json!({"role": "assistant", "content": null, "tool_calls": [
+                {"id": format!("c{i}"), "type": "function", "function": {"name": "exec_command", "arguments": "{\"cmd\":\"cat config.toml\"}"}}]}));
+            messages.push(json!({"role": "tool", "tool_call_id": format!("c{i}"), "content": result(i)}));
+        }
+        lines.push(json!({"model": "m", "messages": messages}).to_string());
+    }
+    lines.join("\n")
+}
+
+fn gemini_session(steps: usize) -> String {
+    let mut lines = Vec::new();
+    for n in 0..steps {
+        let mut contents = vec![json!({"role": "user", "parts": [{"text": "read the config"}]})];
+        for _ in 0..n {
+            contents.push(json!({"role": "model", "parts": [{"functionCall": {"name": "read_file", "args": {"path": "config.toml"}}}]}));
+            contents.push(json!({"role": "user", "parts": [{"functionResponse": {"name": "read_file", "response": {"output": "x = 1"}}}]}));
+        }
+        lines.push(json!({"contents": contents}).to_string());
+    }
+    lines.join("\n")
+}
+
+fn levels_at(lines: &[Value], detector: &str) -> Vec<(u64, String)> {
+    lines
+        .iter()
+        .filter(|l| l["detector"] == detector)
+        .map(|l| {
+            (
+                l["request"].as_u64().unwrap_or(0),
+                l["level"].as_str().unwrap_or("").to_owned(),
+            )
+        })
+        .collect()
+}
+
+/// Identical reads with identical results: warning from the request carrying
+/// the 3rd result, critical at the 5th — in both dialects.
+#[test]
+fn identical_reads_escalate_in_both_dialects() {
+    let expected: Vec<(u64, String)> = vec![
+        (3, "warning".into()),
+        (4, "warning".into()),
+        (5, "critical".into()),
+        (6, "critical".into()),
+    ];
+    let openai = write("openai.jsonl", &openai_session(7, |_| "x = 1".to_owned()));
+    let (code, lines) = replay(&[openai.to_str().unwrap_or_default()]);
+    assert_eq!(code, Some(0));
+    assert_eq!(levels_at(&lines, "identical_call"), expected, "{lines:?}");
+    let gemini = write("gemini.jsonl", &gemini_session(7));
+    let (_, lines) = replay(&[gemini.to_str().unwrap_or_default()]);
+    assert_eq!(levels_at(&lines, "identical_call"), expected, "{lines:?}");
+}
+
+/// Codex-style results (a random `Chunk ID:` and a changing `Wall time:`
+/// above identical output) count as no progress: critical at 5.
+#[test]
+fn codex_style_banners_do_not_hide_a_loop() {
+    let result = |i: usize| {
+        format!(
+            "Chunk ID: {:08x}\nWall time: 0.{i}1 seconds\nProcess exited with code 0\nOutput:\nx = 1",
+            (i as u64 + 7).wrapping_mul(2_654_435_761)
+        )
+    };
+    let path = write("codex.jsonl", &openai_session(6, result));
+    let (code, lines) = replay(&["--fail-on", "critical", path.to_str().unwrap_or_default()]);
+    assert_eq!(code, Some(3), "{lines:?}");
+    assert!(levels_at(&lines, "identical_call").contains(&(5, "critical".to_owned())));
+}
+
+/// A response file after the requests is judged as the model's next answer.
+#[test]
+fn a_trailing_response_is_judged_as_the_next_call() {
+    let requests = write("resp.jsonl", &openai_session(5, |_| "x = 1".to_owned()));
+    let response = write(
+        "resp.json",
+        &json!({"id": "r", "object": "chat.completion", "choices": [{"index": 0, "finish_reason": "tool_calls",
+            "message": {"role": "assistant", "content": null, "tool_calls": [
+                {"id": "c9", "type": "function", "function": {"name": "exec_command", "arguments": "{\"cmd\":\"cat config.toml\"}"}}]}}]})
+        .to_string(),
+    );
+    let (_, lines) = replay(&[
+        requests.to_str().unwrap_or_default(),
+        response.to_str().unwrap_or_default(),
+    ]);
+    let last: Vec<&Value> = lines.iter().filter(|l| l["request"] == 4).collect();
+    assert!(
+        last.iter()
+            .any(|l| l["detector"] == "identical_call" && l["level"] == "critical"),
+        "the 5th call, in the response, is critical: {lines:?}"
+    );
+}
+
+/// A recorded real trajectory that loops (the same edit re-issued 32 times)
+/// fails `--fail-on critical`; one that makes progress does not.
+#[test]
+fn recorded_trajectories_are_judged() {
+    let dir = std::env::var_os("LOOPGUARD_TRAJECTORIES")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/trajectories"));
+    let looping = dir.join("coder-gpt4__pallets__flask-4992.jsonl");
+    let progress = dir.join("coder-gpt4__django__django-11099.jsonl");
+    assert!(
+        looping.exists(),
+        "trajectories not found at {}: set LOOPGUARD_TRAJECTORIES",
+        dir.display()
+    );
+    let (code, lines) = replay(&["--fail-on", "critical", looping.to_str().unwrap_or_default()]);
+    assert_eq!(code, Some(3));
+    assert!(lines.iter().any(|l| l["level"] == "breaker"));
+    let (code, lines) = replay(&["--fail-on", "warning", progress.to_str().unwrap_or_default()]);
+    assert_eq!(code, Some(0), "{lines:?}");
+}
