@@ -173,3 +173,52 @@ async fn compressed_request_bodies_are_parsed_and_forwarded_identical() {
         assert_eq!(line["request_messages"], 3, "{line}");
     }
 }
+
+/// While a tool call is held after the headers went out (text came first),
+/// loopguard writes SSE comment lines every `keepalive_secs`, between events,
+/// so a client's idle timeout does not trip; the call itself arrives intact.
+#[tokio::test(flavor = "multi_thread")]
+async fn held_tool_calls_are_kept_alive_with_comment_lines() {
+    let (_mock, lg) = pair("keepalive_secs = 1");
+    let script = r#"{"turns":[{"text":"Checking the files.","tool_calls":[{"name":"list_directory","arguments":{"path":"."}}]}]}"#;
+    let response = post(
+        format!("{}/v1/chat/completions", lg.url()),
+        &[("x-mock-script", script), ("x-mock-pace-ms", "1300")],
+        r#"{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}"#,
+    )
+    .await;
+    let text = response.text().await.unwrap_or_else(|e| panic!("{e}"));
+    let events: Vec<&str> = text.split("\n\n").filter(|e| !e.is_empty()).collect();
+    let keepalives = events.iter().filter(|e| e.starts_with(':')).count();
+    assert!(keepalives >= 2, "{keepalives} keep-alive lines in:\n{text}");
+    assert!(
+        events
+            .iter()
+            .all(|e| e.starts_with(':') || e.starts_with("data: ")),
+        "{text}"
+    );
+    assert!(text.contains("list_directory") && text.trim_end().ends_with("data: [DONE]"));
+}
+
+/// Held tool-call bytes past `max_held_bytes` are released unjudged: the
+/// stream stays byte-exact and the fail-open is counted.
+#[tokio::test(flavor = "multi_thread")]
+async fn held_bytes_past_the_cap_are_released_unjudged() {
+    let (_mock, lg) = pair("max_held_bytes = 200");
+    let fixture = "openai-chat/gpt4o-parallel-tool-calls.sse";
+    let response = post(
+        format!("{}/v1/chat/completions", lg.url()),
+        &[("x-mock-fixture", fixture)],
+        r#"{"model":"m","stream":true,"messages":[]}"#,
+    )
+    .await;
+    let body = response.bytes().await.unwrap_or_else(|e| panic!("{e}"));
+    let expected = std::fs::read(common::fixtures_dir().join(fixture)).unwrap_or_else(|e| panic!("{e}"));
+    assert!(body.to_vec() == expected, "bytes changed");
+    let text = common::metrics(&lg).await;
+    assert_eq!(
+        common::metric_value(&text, "loopguard_fail_open_total{reason=\"held_bytes_cap\"}"),
+        1.0,
+        "{text}"
+    );
+}

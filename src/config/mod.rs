@@ -64,6 +64,8 @@ pub struct ServerConfig {
     pub bypass_header: Option<String>,
     /// How long shutdown waits for in-flight requests.
     pub drain_timeout: Duration,
+    /// Keep-alive interval while a tool call is held after the headers went out.
+    pub keepalive: Duration,
 }
 
 /// What an internal error (parse failure, detector fault) does to traffic.
@@ -350,6 +352,7 @@ fn validate_server(raw: &RawConfig, problems: &mut Problems) -> ServerConfig {
         fail_mode,
         bypass_header: s.bypass_header.as_ref().map(|h| h.to_ascii_lowercase()),
         drain_timeout: Duration::from_secs(s.drain_timeout_secs),
+        keepalive: Duration::from_secs(positive(s.keepalive_secs, "server.keepalive_secs", problems)),
     }
 }
 

@@ -72,6 +72,10 @@ pub struct RawServer {
     /// How long a shutdown waits for in-flight requests, in seconds.
     #[serde(default = "default_drain_timeout_secs")]
     pub drain_timeout_secs: u64,
+    /// While a tool call is held after the headers went out, keep-alive
+    /// bytes are written this often, in seconds.
+    #[serde(default = "default_keepalive_secs")]
+    pub keepalive_secs: u64,
 }
 
 impl Default for RawServer {
@@ -90,6 +94,7 @@ impl Default for RawServer {
             fail_mode: default_fail_mode(),
             bypass_header: None,
             drain_timeout_secs: default_drain_timeout_secs(),
+            keepalive_secs: default_keepalive_secs(),
         }
     }
 }
@@ -163,6 +168,9 @@ fn default_idle_timeout_secs() -> u64 {
 }
 fn default_fail_mode() -> String {
     "open".to_owned()
+}
+fn default_keepalive_secs() -> u64 {
+    5
 }
 fn default_drain_timeout_secs() -> u64 {
     30

@@ -192,14 +192,17 @@ impl Holder {
         }
         self.received += chunk.len() as u64;
         self.buf.extend_from_slice(chunk);
+        let mut frames = std::mem::take(&mut self.frames);
+        self.tap.feed(chunk, &mut frames);
         if self.state == State::Passthrough {
+            // Unjudged, but still parsed: a truncated stream is still noticed.
+            frames.clear();
+            self.frames = frames;
             let all = self.take_upto(self.received);
             out.release.extend(all);
             out.headers_ready = true;
             return out;
         }
-        let mut frames = std::mem::take(&mut self.frames);
-        self.tap.feed(chunk, &mut frames);
         for frame in frames.drain(..) {
             self.on_frame(&frame, judge, &mut out);
             if self.state == State::Ended {

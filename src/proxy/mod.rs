@@ -217,7 +217,10 @@ pub async fn handle(State(state): State<Arc<ProxyState>>, request: Request) -> R
         judge,
         head_tx,
         body_tx,
-        config.server.idle_timeout,
+        respond::Timing {
+            idle: config.server.idle_timeout,
+            keepalive: config.server.keepalive,
+        },
         mode,
         log,
     ));

@@ -19,10 +19,6 @@ use super::stream::RequestLog;
 use super::tap::TapEnd;
 use crate::action::Mode;
 
-/// How often keep-alive bytes are written while a tool call is held after
-/// the headers went out.
-pub const KEEPALIVE_EVERY: Duration = Duration::from_secs(5);
-
 /// What the driver tells the handler about the response headers.
 #[derive(Debug)]
 pub enum Head {
@@ -40,6 +36,16 @@ pub enum Head {
     Abort(Cut),
 }
 
+/// The driver's clocks.
+#[derive(Debug, Clone, Copy)]
+pub struct Timing {
+    /// Longest silence of the upstream between two reads.
+    pub idle: Duration,
+    /// How often keep-alive bytes are written while a call is held after the
+    /// headers went out (`server.keepalive_secs`).
+    pub keepalive: Duration,
+}
+
 /// One item of the client's body: bytes, or an error that aborts the response.
 pub type BodyItem = Result<Bytes, std::io::Error>;
 
@@ -54,10 +60,11 @@ pub async fn drive(
     mut judge: Box<dyn ResponseJudge>,
     head_tx: oneshot::Sender<Head>,
     body_tx: mpsc::Sender<BodyItem>,
-    idle: Duration,
+    timing: Timing,
     mode: Mode,
     log: RequestLog,
 ) {
+    let Timing { idle, keepalive } = timing;
     let mut head_tx = Some(head_tx);
     let mut stream = upstream.bytes_stream();
     let mut outcome = "complete";
@@ -68,7 +75,7 @@ pub async fn drive(
     loop {
         let keepalive_due = holder.holding() && head_tx.is_none();
         let wait = if keepalive_due {
-            KEEPALIVE_EVERY.saturating_sub(last_write.elapsed())
+            keepalive.saturating_sub(last_write.elapsed())
         } else {
             idle
         };
