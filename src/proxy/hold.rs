@@ -346,14 +346,17 @@ impl Holder {
                 self.released_upto = upto;
             }
             Decision::Block(cut) => {
+                // The ending is made before the drop: it depends on what was released.
+                let ending = self.block_ending(&cut.message);
                 self.drop_upto(upto);
-                out.release.push(Bytes::from(self.block_ending(&cut.message)));
+                out.release.push(Bytes::from(ending));
                 self.state = State::Blocked;
                 out.cut = Some(Decision::Block(cut));
             }
             Decision::Abort(cut) => {
+                let error = self.error_event(&cut.message);
                 self.drop_upto(upto);
-                out.release.push(Bytes::from(self.error_event(&cut.message)));
+                out.release.push(Bytes::from(error));
                 self.state = State::Ended;
                 out.stop_upstream = true;
                 out.cut = Some(Decision::Abort(cut));
@@ -368,9 +371,9 @@ impl Holder {
     /// Cuts the generation (content detectors): what is unreleased is
     /// dropped, the answer ends cleanly with the note, the upstream is dropped.
     fn cut_generation(&mut self, cut: Cut, out: &mut Output) {
+        let mut ending = self.block_ending(&cut.message);
         let everything = self.received;
         self.drop_upto(everything);
-        let mut ending = self.block_ending(&cut.message);
         if self.dialect == Dialect::OpenaiChat && self.mode == Mode::Sse {
             if self.include_usage {
                 ending.extend(zero_usage_chunk(
@@ -511,3 +514,7 @@ fn zero_usage_chunk(id: Option<&str>, model: Option<&str>) -> Vec<u8> {
     });
     format!("data: {chunk}\n\n").into_bytes()
 }
+
+#[cfg(test)]
+#[path = "hold_tests.rs"]
+mod tests;
