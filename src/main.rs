@@ -105,6 +105,12 @@ fn check_config(path: &Path) -> ExitCode {
             for notice in &loaded.notices {
                 println!("notice: {notice}");
             }
+            // The environment overrides `serve` would apply are checked too.
+            let mut config = loaded.config;
+            if let Err(e) = config::apply_env(&mut config, |k| std::env::var(k).ok()) {
+                println!("{e}");
+                return ExitCode::FAILURE;
+            }
             println!("{}: ok", path.display());
             ExitCode::SUCCESS
         }

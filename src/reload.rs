@@ -22,13 +22,21 @@ pub type SharedConfig = Arc<ArcSwap<Config>>;
 pub struct Reloader {
     path: Option<PathBuf>,
     current: SharedConfig,
+    /// The configuration the process started with: what the listeners and
+    /// the session store were built from.
+    started: Arc<Config>,
 }
 
 impl Reloader {
     /// A reloader for `path` (`None`: the built-in defaults, so a reload
     /// only re-applies the environment overrides).
     pub fn new(path: Option<PathBuf>, current: SharedConfig) -> Self {
-        Self { path, current }
+        let started = current.load_full();
+        Self {
+            path,
+            current,
+            started,
+        }
     }
 
     /// Reloads. Returns the notices of the new file (adjusted values, and
@@ -53,7 +61,7 @@ impl Reloader {
         let mut next = loaded.config;
         config::apply_env(&mut next, |k| std::env::var(k).ok())?;
         let mut notices = loaded.notices;
-        let old = self.current.load();
+        let old = &self.started;
         let fixed = [
             ("server.listen", old.server.listen != next.server.listen),
             (

@@ -90,18 +90,26 @@ pub async fn serve(
     });
     tokio::spawn(reload_on_sighup(reloader));
 
+    // The admin listener outlives the proxy's drain, so /readyz answers 503
+    // (and /metrics stays readable) while in-flight streams finish.
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let (admin_stop_tx, admin_stop_rx) = tokio::sync::watch::channel(false);
     let wait_stop = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|stop| *stop).await;
     };
+    let nodelay = |listener: TcpListener| {
+        axum::serve::ListenerExt::tap_io(listener, |tcp| {
+            let _ = tcp.set_nodelay(true);
+        })
+    };
     let proxy_task = tokio::spawn(
-        axum::serve(proxy_listener, app)
-            .with_graceful_shutdown(wait_stop(stop_rx.clone()))
+        axum::serve(nodelay(proxy_listener), app)
+            .with_graceful_shutdown(wait_stop(stop_rx))
             .into_future(),
     );
     let admin_task = tokio::spawn(
         axum::serve(admin_listener, admin)
-            .with_graceful_shutdown(wait_stop(stop_rx))
+            .with_graceful_shutdown(wait_stop(admin_stop_rx))
             .into_future(),
     );
     ready.store(true, Ordering::Release);
@@ -115,16 +123,14 @@ pub async fn serve(
     );
     ready.store(false, Ordering::Release);
     let _ = stop_tx.send(true);
-    let drain = async {
-        let _ = proxy_task.await;
-        let _ = admin_task.await;
-    };
-    if tokio::time::timeout(config.server.drain_timeout, drain)
+    if tokio::time::timeout(config.server.drain_timeout, proxy_task)
         .await
         .is_err()
     {
         tracing::warn!("drain timeout reached; closing remaining connections");
     }
+    let _ = admin_stop_tx.send(true);
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(1), admin_task).await;
     Ok(())
 }
 

@@ -86,6 +86,9 @@ fn describe() {
         "Streams loopguard cut (a chanting block or an abort): the upstream request was dropped."
     );
     metrics::describe_gauge!("loopguard_sessions", "Sessions kept in the store.");
+    // Counters a dashboard alerts on exist from the start, at 0.
+    metrics::counter!("loopguard_upstream_requests_avoided_total").increment(0);
+    metrics::counter!("loopguard_generation_cut_total").increment(0);
     metrics::describe_histogram!(
         "loopguard_upstream_duration_seconds",
         "Time from sending the request upstream to the upstream's response headers."

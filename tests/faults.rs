@@ -368,6 +368,16 @@ async fn unknown_path_gets_404_listing_the_routes() {
     assert_eq!(response.status(), 404);
     let text = response.text().await.unwrap_or_default();
     assert!(text.contains("/v1beta") && text.contains("/gemini"), "{text}");
+    // Answers loopguard writes itself are counted like the others.
+    let metrics = common::metrics(&lg).await;
+    assert_eq!(
+        metric_value(
+            &metrics,
+            "loopguard_requests_total{route=\"-\",dialect=\"-\",status=\"404\"}"
+        ),
+        1.0,
+        "{metrics}"
+    );
 }
 
 /// Raw check that the proxy answers HTTP/1.1 keep-alive with a clean close

@@ -115,6 +115,12 @@ async fn sigterm_lets_the_stream_in_flight_finish_and_exits_zero() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     let refused = tokio::net::TcpStream::connect(lg.addr).await;
     assert!(refused.is_err(), "new connections must be refused while draining");
+    let ready = client()
+        .get(format!("{}/readyz", lg.admin_url()))
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("the admin listener must stay up while draining: {e}"));
+    assert_eq!(ready.status(), 503, "not ready while draining");
     let (rest, end) = read_body(response).await;
     assert!(end.is_ok(), "the stream in flight must complete: {end:?}");
     let expected = std::fs::read(common::fixtures_dir().join(fixture)).unwrap_or_else(|e| panic!("{e}"));

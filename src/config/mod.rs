@@ -298,6 +298,12 @@ fn validate_server(raw: &RawConfig, problems: &mut Problems) -> ServerConfig {
     let s = &raw.server;
     let listen = parse_addr(&s.listen, "server.listen", problems);
     let admin_listen = parse_addr(&s.admin_listen, "server.admin_listen", problems);
+    if listen == admin_listen && listen.port() != 0 {
+        problems.push(
+            "server.admin_listen",
+            format!("\"{admin_listen}\" is also server.listen; the two listeners need different addresses"),
+        );
+    }
     let fail_mode = match s.fail_mode.as_str() {
         "open" => FailMode::Open,
         "closed" => FailMode::Closed,
@@ -499,6 +505,18 @@ upstream = "htp:/x"
                 "routes[1].upstream: \"htp:/x\" is not a valid URL",
             ]
         );
+    }
+
+    #[test]
+    fn the_two_listeners_need_different_addresses() {
+        let text = DEFAULT_TOML.replace(
+            "admin_listen = \"127.0.0.1:9090\"",
+            "admin_listen = \"127.0.0.1:8080\"",
+        );
+        let err = load_str(&text, "t.toml")
+            .err()
+            .unwrap_or_else(|| panic!("expected an error"));
+        assert!(err.to_string().contains("server.admin_listen"), "{err}");
     }
 
     #[test]

@@ -18,7 +18,7 @@ use http::HeaderMap;
 
 use crate::action::{self, Action, Answer, Mode};
 use crate::config::{Config, Route};
-use crate::detect::compaction::{Classification, RequestSummary, classify};
+use crate::detect::compaction::{Classification, Evidence, RequestSummary, classify};
 use crate::detect::outcome::hash64;
 use crate::detect::{ContentScanner, Settings, Verdict, decisive};
 use crate::dialect::{Dialect, ParsedRequest};
@@ -147,8 +147,16 @@ pub fn abort_message(verdict: &Verdict) -> String {
     format!("{}: {}", verdict.error_code(), verdict.message)
 }
 
-fn lane_id(summary: &RequestSummary) -> u64 {
-    hash64(&[summary.system.to_le_bytes(), summary.tools.to_le_bytes()].concat())
+/// A lane: one route, system text and tool set.
+fn lane_id(route: &str, summary: &RequestSummary) -> u64 {
+    hash64(
+        &[
+            route.as_bytes(),
+            &summary.system.to_le_bytes(),
+            &summary.tools.to_le_bytes(),
+        ]
+        .concat(),
+    )
 }
 
 impl Guard {
@@ -218,7 +226,7 @@ impl Guard {
     ) -> (RequestDecision, String) {
         let transcript = &request.parsed.transcript;
         let summary = RequestSummary::of(transcript, settings);
-        let lane = lane_id(&summary);
+        let lane = lane_id(&request.route.prefix, &summary);
         let ids: BodyIds = serde_json::from_slice(request.decoded).unwrap_or_default();
         let key = key::resolve(
             request.headers,
@@ -260,7 +268,11 @@ impl Guard {
             lane_state.remember(v);
         }
         drop(guard);
-        self.store.note_lane(&key.tenant, lane, &session_key);
+        if key.source == key::KeySource::Fingerprint {
+            // Only fingerprinted sessions can lose their key to a compaction
+            // (it is made of the first message); explicit keys never need it.
+            self.store.note_lane(&key.tenant, lane, &session_key);
+        }
         for v in &verdicts {
             record(v, &session_key, agent, "request");
         }
@@ -316,8 +328,13 @@ impl Guard {
         (decision, session_key)
     }
 
-    /// The session for a key; a new fingerprinted session whose request is a
-    /// compaction of the lane's most recent session is that session.
+    /// The session for a key. A request with a new fingerprint that carries
+    /// a post-compaction marker (a known summary prefix) continues the most
+    /// recently active fingerprinted session of its lane: the compaction
+    /// replaced the first message its fingerprint was made of. Without such a
+    /// marker a new fingerprint is a new conversation — a second task started
+    /// with the same key, system text and tools must never inherit another's
+    /// loop state.
     fn session_for(
         &self,
         key: &key::SessionKey,
@@ -332,7 +349,7 @@ impl Guard {
                     let prev = s.lane(lane).prev;
                     matches!(
                         classify(prev.as_ref(), transcript, settings),
-                        Classification::Compacted(_)
+                        Classification::Compacted(Evidence::SummaryPrefix)
                     )
                 };
                 if compacted {

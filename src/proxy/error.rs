@@ -20,7 +20,7 @@ pub enum ProxyError {
     },
     /// The request belongs to another provider than its route's.
     #[error(
-        "loopguard: this looks like a {wanted} request but arrived on the {route} route ({prefix}); point the client's base URL at loopguard's {wanted} route{hint}"
+        "loopguard: this request belongs to the {wanted} API but arrived on the {route} route ({prefix}); point the client's base URL at loopguard's {wanted} route{hint}"
     )]
     Misrouted {
         /// Provider the request belongs to.
@@ -31,6 +31,12 @@ pub enum ProxyError {
         prefix: String,
         /// Where to point it, e.g. ` (prefix /anthropic)`, or empty.
         hint: String,
+    },
+    /// The path has `.` or `..` segments, which could escape a route.
+    #[error("loopguard: the path {path} has '.' or '..' segments; send a normalised path")]
+    DotSegments {
+        /// The request path.
+        path: String,
     },
     /// The request body exceeded `server.max_request_bytes`.
     #[error("loopguard: request body exceeds server.max_request_bytes ({limit} bytes)")]
@@ -66,7 +72,7 @@ impl ProxyError {
     pub fn status(&self) -> StatusCode {
         match self {
             Self::NoRoute { .. } => StatusCode::NOT_FOUND,
-            Self::Misrouted { .. } => StatusCode::BAD_REQUEST,
+            Self::Misrouted { .. } | Self::DotSegments { .. } => StatusCode::BAD_REQUEST,
             Self::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Self::BodyRead(_) => StatusCode::BAD_REQUEST,
             Self::UpstreamUnreachable { .. } => StatusCode::BAD_GATEWAY,
@@ -79,6 +85,7 @@ impl ProxyError {
         match self {
             Self::NoRoute { .. } => "loopguard_no_route",
             Self::Misrouted { .. } => "loopguard_misrouted",
+            Self::DotSegments { .. } => "loopguard_dot_segments",
             Self::BodyTooLarge { .. } => "loopguard_body_too_large",
             Self::BodyRead(_) => "loopguard_body_read",
             Self::UpstreamUnreachable { .. } => "loopguard_upstream_unreachable",

@@ -376,10 +376,8 @@ impl Holder {
         self.drop_upto(everything);
         if self.dialect == Dialect::OpenaiChat && self.mode == Mode::Sse {
             if self.include_usage {
-                ending.extend(zero_usage_chunk(
-                    self.ending().id.as_deref(),
-                    self.ending().model.as_deref(),
-                ));
+                let e = self.ending();
+                ending.extend(zero_usage_chunk(e.id.as_deref(), e.model.as_deref(), e.created));
             }
             ending.extend_from_slice(b"data: [DONE]\n\n");
         }
@@ -507,9 +505,9 @@ fn usage_chunk(ending: &StreamEnding, usage: &Value) -> Vec<u8> {
     format!("data: {chunk}\n\n").into_bytes()
 }
 
-fn zero_usage_chunk(id: Option<&str>, model: Option<&str>) -> Vec<u8> {
+fn zero_usage_chunk(id: Option<&str>, model: Option<&str>, created: Option<u64>) -> Vec<u8> {
     let chunk = serde_json::json!({
-        "id": id, "object": "chat.completion.chunk", "model": model, "choices": [],
+        "id": id, "object": "chat.completion.chunk", "created": created, "model": model, "choices": [],
         "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
     });
     format!("data: {chunk}\n\n").into_bytes()

@@ -52,6 +52,9 @@ pub async fn handle(State(state): State<Arc<ProxyState>>, request: Request) -> R
     let path = parts.uri.path().to_owned();
     let query = parts.uri.query().map(str::to_owned);
 
+    if path.split('/').any(|segment| segment == ".." || segment == ".") {
+        return counted("-", "-", ProxyError::DotSegments { path }.into_response_for(None));
+    }
     let Some(matched) = route::resolve(&config.routes, &path, query.as_deref()) else {
         let prefixes = config
             .routes
@@ -59,14 +62,22 @@ pub async fn handle(State(state): State<Arc<ProxyState>>, request: Request) -> R
             .map(|r| r.prefix.as_str())
             .collect::<Vec<_>>()
             .join(", ");
-        return ProxyError::NoRoute { path, prefixes }.into_response_for(None);
+        return counted(
+            "-",
+            "-",
+            ProxyError::NoRoute { path, prefixes }.into_response_for(None),
+        );
     };
     let provider = matched.route.provider;
     if let Some(wanted) = route::misrouted(matched.route, &path, query.as_deref(), &parts.headers) {
-        let hint = config
-            .routes
+        // A client whose own path must reach the upstream unchanged (an SDK
+        // at loopguard's root) needs a route that strips its prefix.
+        let candidates: Vec<&crate::config::Route> =
+            config.routes.iter().filter(|r| r.provider == wanted).collect();
+        let hint = candidates
             .iter()
-            .find(|r| r.provider == wanted)
+            .find(|r| r.strip_prefix)
+            .or_else(|| candidates.first())
             .map(|r| format!(" (prefix {})", r.prefix))
             .unwrap_or_else(|| {
                 format!(
@@ -74,18 +85,19 @@ pub async fn handle(State(state): State<Arc<ProxyState>>, request: Request) -> R
                     wanted.name()
                 )
             });
-        return ProxyError::Misrouted {
+        let response = ProxyError::Misrouted {
             wanted: wanted.name(),
             route: provider.name(),
             prefix: matched.route.prefix.clone(),
             hint,
         }
         .into_response_for(Some(provider));
+        return counted(&matched.route.prefix, "-", response);
     }
 
     let body = match body::read_limited(body, config.server.max_request_bytes).await {
         Ok(bytes) => bytes,
-        Err(e) => return e.into_response_for(Some(provider)),
+        Err(e) => return counted(&matched.route.prefix, "-", e.into_response_for(Some(provider))),
     };
 
     let dialect = matched.dialect;
@@ -133,7 +145,11 @@ pub async fn handle(State(state): State<Arc<ProxyState>>, request: Request) -> R
                     outcome = "answered_by_loopguard",
                     "request"
                 );
-                return answer_response(status, answer, &verdict);
+                return counted(
+                    &matched.route.prefix,
+                    d.name(),
+                    answer_response(status, answer, &verdict),
+                );
             }
         }
     }
@@ -156,19 +172,29 @@ pub async fn handle(State(state): State<Arc<ProxyState>>, request: Request) -> R
         Ok(Err(e)) => {
             let detail = error_chain(&e);
             tracing::warn!(upstream = %origin, error = %detail, "upstream unreachable");
-            return ProxyError::UpstreamUnreachable {
+            let response = ProxyError::UpstreamUnreachable {
                 upstream: origin,
                 detail,
             }
             .into_response_for(Some(provider));
+            return counted(
+                &matched.route.prefix,
+                dialect.map_or("-", Dialect::name),
+                response,
+            );
         }
         Err(_) => {
             tracing::warn!(upstream = %origin, "upstream first-byte timeout");
-            return ProxyError::UpstreamTimeout {
+            let response = ProxyError::UpstreamTimeout {
                 upstream: origin,
                 secs: config.server.first_byte_timeout.as_secs(),
             }
             .into_response_for(Some(provider));
+            return counted(
+                &matched.route.prefix,
+                dialect.map_or("-", Dialect::name),
+                response,
+            );
         }
     };
     metrics::histogram!("loopguard_upstream_duration_seconds").record(sent.elapsed().as_secs_f64());
@@ -287,6 +313,18 @@ fn respond_with(
     let mut out = (status, Body::from_stream(stream)).into_response();
     *out.headers_mut() = headers;
     out
+}
+
+/// Counts a response loopguard wrote itself in `loopguard_requests_total`.
+fn counted(route: &str, dialect: &'static str, response: Response) -> Response {
+    metrics::counter!(
+        "loopguard_requests_total",
+        "route" => route.to_owned(),
+        "dialect" => dialect,
+        "status" => response.status().as_u16().to_string()
+    )
+    .increment(1);
+    response
 }
 
 fn answer_response(status: http::StatusCode, answer: crate::action::Answer, verdict: &str) -> Response {

@@ -250,6 +250,9 @@ impl Tap {
             Framer::Array(splitter) => splitter.finish().err().map(|e| e.to_string()),
             Framer::Json { buf, .. } => {
                 let text = String::from_utf8_lossy(buf).into_owned();
+                if self.meta.is_none() {
+                    self.meta = serde_json::from_str::<Meta>(&text).ok();
+                }
                 if let Err(e) = self.parser.payload(&text, &mut events) {
                     self.failed = Some(format!("response body: {e}"));
                     return TapEnd::Unknown;
