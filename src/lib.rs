@@ -18,6 +18,8 @@
 //! - [`session`]: session keys and the bounded store of per-session state.
 //! - [`guard`]: connects sessions and detectors to the proxy (request-time
 //!   verdicts, the stream-time judge).
+//! - [`judge`]: the optional LLM judge (`semantic_loop`), run in the
+//!   background on a schedule, never delaying a request.
 //! - [`action`]: what loopguard writes for warn / block / abort, per dialect.
 //! - [`replay`]: `loopguard replay`, the detectors over recorded traffic.
 //! - [`demo`]: `loopguard demo`, a scripted loop stopped in ten seconds.
@@ -35,6 +37,7 @@ pub mod detect;
 pub mod dialect;
 pub mod guard;
 pub mod json_array;
+pub mod judge;
 pub mod mock;
 pub mod proxy;
 pub mod reload;

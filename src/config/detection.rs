@@ -35,7 +35,10 @@ use crate::detect::{Action, DetectorKind};
 
 /// Built-in thresholds (warning, critical, breaker) per detector, in table
 /// order. `content_chanting` and `post_compaction` have no counts: 1 means on.
-pub const DETECTOR_DEFAULTS: [[u32; 3]; 13] = [
+/// `semantic_loop` counts the judge's positive answers since the person last
+/// spoke (first a warning, then critical); it has no table of its own and is
+/// configured by `[loop_detection.semantic_check]`.
+pub const DETECTOR_DEFAULTS: [[u32; 3]; 14] = [
     [3, 5, 0],   // identical_call
     [3, 5, 0],   // cycle
     [10, 20, 0], // generic_repeat
@@ -49,6 +52,7 @@ pub const DETECTOR_DEFAULTS: [[u32; 3]; 13] = [
     [0, 0, 1],   // post_compaction
     [0, 0, 3],   // compaction_storm
     [0, 0, 30],  // circuit_breaker
+    [1, 2, 0],   // semantic_loop: positive judge answers in one stretch
 ];
 
 /// Raw `[loop_detection]` (also an agent's `loop_detection`).
@@ -77,6 +81,8 @@ pub struct RawLoopDetection {
     pub actions: Option<RawActions>,
     /// `[loop_detection.compaction]`.
     pub compaction: Option<RawCompaction>,
+    /// `[loop_detection.semantic_check]`: the LLM judge.
+    pub semantic_check: Option<super::semantic::RawSemanticCheck>,
     /// Per-detector tables.
     #[serde(flatten)]
     pub detectors: RawDetectors,
@@ -118,8 +124,9 @@ impl RawDetectors {
             &self.post_compaction,
             &self.compaction_storm,
             &self.circuit_breaker,
-        ][kind.index()]
-        .as_ref()
+        ]
+        .get(kind.index())
+        .and_then(|d| d.as_ref())
     }
 
     fn merged(&self, over: &Self) -> Self {
@@ -360,6 +367,17 @@ pub fn validate(raw: &RawLoopDetection, agents: &[RawAgent], problems: &mut Prob
                 None
             }
         };
+        if agent
+            .loop_detection
+            .semantic_check
+            .as_ref()
+            .is_some_and(|c| c.max_concurrent.is_some())
+        {
+            problems.push(
+                format!("{base}.loop_detection.semantic_check.max_concurrent"),
+                "a process-wide limit: set it in [loop_detection.semantic_check] only",
+            );
+        }
         let merged = merge(raw, &agent.loop_detection);
         let mut own = Problems::default();
         let settings = build(&merged, &format!("{base}.loop_detection"), &mut own);
@@ -425,6 +443,7 @@ fn merge(base: &RawLoopDetection, over: &RawLoopDetection) -> RawLoopDetection {
             }),
             (a, b) => b.clone().or_else(|| a.clone()),
         },
+        semantic_check: super::semantic::merged(base.semantic_check.as_ref(), over.semantic_check.as_ref()),
         detectors: base.detectors.merged(&over.detectors),
     }
 }
@@ -565,7 +584,7 @@ fn build(raw: &RawLoopDetection, path: &str, problems: &mut Problems) -> Setting
             false,
             problems,
         ),
-        detectors: [Thresholds::new(0, 0, 0); 13],
+        detectors: [Thresholds::new(0, 0, 0); 14],
         actions,
         cycle_max_period: 5,
         min_stall: Duration::from_secs(300),
@@ -592,6 +611,7 @@ fn build(raw: &RawLoopDetection, path: &str, problems: &mut Problems) -> Setting
                 problems,
             ),
         },
+        semantic_check: crate::config::semantic::SemanticCheck::default(),
     };
     if raw.history_size == Some(0) {
         problems.push(format!("{path}.history_size"), "must be at least 1, got 0");
@@ -609,5 +629,11 @@ fn build(raw: &RawLoopDetection, path: &str, problems: &mut Problems) -> Setting
         crate::detect::ladder::extras(kind, &d, &mut s, &format!("{path}.{}", kind.name()), problems);
     }
     crate::detect::ladder::raise_history(&mut s, path, problems);
+    s.semantic_check = super::semantic::validate(
+        raw.semantic_check.as_ref(),
+        &format!("{path}.semantic_check"),
+        problems,
+    );
+    s.detectors[DetectorKind::SemanticLoop.index()].enabled = s.semantic_check.enabled;
     s
 }

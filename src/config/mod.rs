@@ -8,6 +8,7 @@
 
 pub mod detection;
 pub mod raw;
+pub mod semantic;
 
 use std::fmt;
 use std::net::SocketAddr;

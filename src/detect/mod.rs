@@ -51,6 +51,7 @@ pub mod replay;
 pub mod session;
 pub mod settings;
 mod step;
+pub(crate) use step::{UserText as StepUserText, classify_user, truncate};
 pub mod tool_budget;
 pub mod unknown_tool;
 pub mod verdict;

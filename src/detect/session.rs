@@ -48,6 +48,7 @@ pub struct SessionState {
     epoch: u32,
     in_epoch: u32,
     turn: u64,
+    epoch_turns: u64,
     seen_items: usize,
     tail: Vec<u64>,
     realign: bool,
@@ -106,6 +107,7 @@ impl SessionState {
                     if !repeated {
                         self.epoch += 1;
                         self.in_epoch = 0;
+                        self.epoch_turns = 0;
                         absorbed.person_spoke = true;
                     }
                     self.remember_user(*key);
@@ -113,6 +115,7 @@ impl SessionState {
                 }
                 Item::Said { key } => {
                     self.turn += 1;
+                    self.epoch_turns += 1;
                     Some(StepKind::Said(*key))
                 }
                 Item::Cycle {
@@ -120,6 +123,7 @@ impl SessionState {
                 } => {
                     if *turn_start {
                         self.turn += 1;
+                        self.epoch_turns += 1;
                     }
                     self.in_epoch += 1;
                     self.compactions_in_row = 0;
@@ -232,6 +236,12 @@ impl SessionState {
     /// Forgets everything (a fresh start of the same task, DESIGN §6).
     pub fn reset(&mut self) {
         *self = Self::default();
+    }
+
+    /// Model turns (text turns and tool-call turns) absorbed since the
+    /// person last spoke (DESIGN §3 scope); the LLM judge's schedule counts these.
+    pub fn turns_since_person(&self) -> u64 {
+        self.epoch_turns
     }
 
     /// Compactions noted so far.

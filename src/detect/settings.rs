@@ -197,7 +197,7 @@ pub struct Settings {
     /// User texts that are the agent's canned messages, not the person.
     pub canned_patterns: Vec<Regex>,
     /// Per detector thresholds, indexed by [`DetectorKind::index`].
-    pub detectors: [Thresholds; 13],
+    pub detectors: [Thresholds; 14],
     /// Default action per level, indexed by [`Level::index`].
     pub actions: [Action; 3],
     /// `cycle.max_period`: longest block (2..=5).
@@ -210,6 +210,8 @@ pub struct Settings {
     pub chanting: ChantingParams,
     /// `[loop_detection.compaction]` patterns.
     pub compaction: CompactionPatterns,
+    /// `[loop_detection.semantic_check]`: the LLM judge (off by default).
+    pub semantic_check: crate::config::semantic::SemanticCheck,
 }
 
 impl Default for Settings {

@@ -105,11 +105,15 @@ pub enum DetectorKind {
     CompactionStorm,
     /// Any no-progress streak reaching the global limit.
     CircuitBreaker,
+    /// An LLM judge found the recent turns unproductive (Gemini CLI's LLM
+    /// loop check; see [`crate::judge`]). Not in DESIGN §3's table: it is
+    /// last, so any detector of the table wins a tie.
+    SemanticLoop,
 }
 
 impl DetectorKind {
     /// Every detector, in table order.
-    pub const ALL: [Self; 13] = [
+    pub const ALL: [Self; 14] = [
         Self::IdenticalCall,
         Self::Cycle,
         Self::GenericRepeat,
@@ -123,6 +127,7 @@ impl DetectorKind {
         Self::PostCompaction,
         Self::CompactionStorm,
         Self::CircuitBreaker,
+        Self::SemanticLoop,
     ];
 
     /// The config / log name (`identical_call`, …).
@@ -141,6 +146,7 @@ impl DetectorKind {
             Self::PostCompaction => "post_compaction",
             Self::CompactionStorm => "compaction_storm",
             Self::CircuitBreaker => "circuit_breaker",
+            Self::SemanticLoop => "semantic_loop",
         }
     }
 

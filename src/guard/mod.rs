@@ -116,6 +116,7 @@ impl RequestView<'_> {
 #[derive(Debug)]
 pub struct Guard {
     store: Arc<Store>,
+    judge: crate::judge::Judge,
     fault_injection: bool,
 }
 
@@ -164,6 +165,7 @@ impl Guard {
     pub fn new(config: &Config) -> Self {
         Self {
             store: Arc::new(Store::new(config.sessions.max_sessions, config.sessions.idle_ttl)),
+            judge: crate::judge::Judge::new(config),
             fault_injection: std::env::var("LOOPGUARD_FAULT_INJECTION").is_ok_and(|v| v == "1"),
         }
     }
@@ -259,15 +261,35 @@ impl Guard {
             Classification::FreshStart => {
                 tracing::info!(session = %session_key, "fresh start of the same task: session state reset");
                 lane_state.state.reset();
+                lane_state.judge.new_stretch();
             }
             Classification::Continuation => {}
         }
         lane_state.prev = Some(summary);
-        let verdicts = lane_state.state.on_request(transcript, now, settings);
+        let absorbed = lane_state.state.absorb(transcript, now, settings);
+        let mut verdicts = lane_state.state.judge_request(settings);
+        let ticket = crate::judge::on_request(
+            &self.judge,
+            lane_state,
+            absorbed.person_spoke,
+            settings,
+            &mut verdicts,
+        );
         for v in &verdicts {
             lane_state.remember(v);
         }
         drop(guard);
+        if let Some(ticket) = ticket {
+            // In the background: the request is forwarded without waiting.
+            self.judge.spawn(
+                ticket,
+                Arc::clone(&session),
+                lane,
+                settings,
+                transcript,
+                session_key.clone(),
+            );
+        }
         if key.source == key::KeySource::Fingerprint {
             // Only fingerprinted sessions can lose their key to a compaction
             // (it is made of the first message); explicit keys never need it.

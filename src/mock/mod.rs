@@ -17,6 +17,16 @@
 //! | `x-mock-fault: …` | `die-after:N` (break the connection after N events), `stall-after:N` (go silent after N events), `truncate-after:N` (end the body cleanly after N events), `delay-headers-ms:N`, `status:CODE` (an error answer), `no-terminator` (no `[DONE]`), `gzip` (gzip the body when the request accepts it) |
 //! | `x-mock-id: ID` | name under which the send log is kept |
 //!
+//! Playing an LLM judge (`--judge-script FILE`, for `[loop_detection.semantic_check]`
+//! tests): the file maps a model name to a list of scripted answers,
+//! `{"judge-a": [{"json": {"analysis": "…", "confidence": 0.95}}, {"text": "not JSON"},
+//! {"status": 500}, {"delay_ms": 2000, "json": {…}}]}`. A `POST …/chat/completions`
+//! whose `model` is in the file gets that model's next answer (a counter per
+//! model, the last answer repeating) as a non-streaming `chat.completion`
+//! whose message content is `text`, or `json` serialised; `status` answers
+//! with that error status; `delay_ms` waits before the headers. Requests for
+//! other models are answered as above, so one mock serves the agent and its judge.
+//!
 //! Control endpoints: `GET /_mock/requests` (every request received, with
 //! headers and body), `DELETE /_mock/requests`, `GET /_mock/log/{id}` (when
 //! each event was sent, in µs since the Unix epoch, and whether the body
@@ -59,7 +69,31 @@ pub struct MockArgs {
     /// Default delay between events, in milliseconds.
     #[arg(long, default_value_t = 0)]
     pub pace_ms: u64,
+    /// Judge script file (JSON: {"MODEL": [{"json", "text", "status", "delay_ms"}, …]}; see the module docs).
+    #[arg(long)]
+    pub judge_script: Option<PathBuf>,
 }
+
+/// One scripted judge answer (see the module docs).
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JudgeAnswer {
+    /// Sent serialised as the message content.
+    #[serde(default)]
+    pub json: Option<Value>,
+    /// Sent as the message content (wins over `json`).
+    #[serde(default)]
+    pub text: Option<String>,
+    /// Answer with this error status instead.
+    #[serde(default)]
+    pub status: Option<u16>,
+    /// Wait this long before answering, milliseconds.
+    #[serde(default)]
+    pub delay_ms: Option<u64>,
+}
+
+/// A judge script: model name → its answers in order.
+pub type JudgeScript = HashMap<String, Vec<JudgeAnswer>>;
 
 #[derive(Debug, Default, Clone, serde::Serialize)]
 struct SendLog {
@@ -85,6 +119,8 @@ struct MockState {
     logs: Mutex<HashMap<String, SendLog>>,
     stats: Stats,
     seq: AtomicU64,
+    judge: JudgeScript,
+    judge_calls: Mutex<HashMap<String, usize>>,
 }
 
 fn sha256_hex(bytes: &[u8]) -> String {
@@ -122,7 +158,15 @@ pub async fn run(args: MockArgs) -> Result<(), String> {
         .await
         .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
-    let app = app(fixtures, script, args.pace_ms);
+    let judge = match &args.judge_script {
+        Some(path) => {
+            let text =
+                std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+            serde_json::from_str(&text).map_err(|e| format!("invalid judge script {}: {e}", path.display()))?
+        }
+        None => JudgeScript::new(),
+    };
+    let app = app_with_judge(fixtures, script, args.pace_ms, judge);
     println!("mock-upstream listening on {addr}");
     tracing::info!(%addr, "mock upstream listening");
     let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
@@ -133,6 +177,11 @@ pub async fn run(args: MockArgs) -> Result<(), String> {
 
 /// The mock's router (exposed for in-process use).
 pub fn app(fixtures: PathBuf, script: Script, pace_ms: u64) -> Router {
+    app_with_judge(fixtures, script, pace_ms, JudgeScript::new())
+}
+
+/// The mock's router, also playing a judge for the models of `judge`.
+pub fn app_with_judge(fixtures: PathBuf, script: Script, pace_ms: u64, judge: JudgeScript) -> Router {
     let state = Arc::new(MockState {
         fixtures,
         script,
@@ -141,6 +190,8 @@ pub fn app(fixtures: PathBuf, script: Script, pace_ms: u64) -> Router {
         logs: Mutex::new(HashMap::new()),
         stats: Stats::default(),
         seq: AtomicU64::new(0),
+        judge,
+        judge_calls: Mutex::new(HashMap::new()),
     });
     Router::new()
         .route("/_mock/requests", get(list_requests).delete(clear_requests))
@@ -274,6 +325,9 @@ async fn answer(State(st): State<Arc<MockState>>, request: Request) -> Response 
             "body_sha256": sha256_hex(&body),
         }));
     }
+    if let Some(answer) = judge_answer(&st, &json_body) {
+        return play_judge(answer, &json_body).await;
+    }
     let controls = Controls::read(&parts.headers, st.pace_ms);
     if let Some(delay) = controls.delay_headers {
         let mut guard = CancelGuard {
@@ -372,6 +426,42 @@ async fn answer(State(st): State<Arc<MockState>>, request: Request) -> Response 
     let mut response = Response::new(paced_body(pieces, controls, Arc::clone(&st)));
     *response.headers_mut() = headers;
     response
+}
+
+/// The next scripted judge answer when the request's model is in the judge script.
+fn judge_answer(st: &MockState, body: &Value) -> Option<JudgeAnswer> {
+    let model = body.get("model").and_then(Value::as_str)?;
+    let answers = st.judge.get(model)?;
+    let mut calls = st.judge_calls.lock().ok()?;
+    let n = calls.entry(model.to_owned()).or_insert(0);
+    let answer = answers.get(*n).or_else(|| answers.last()).cloned();
+    *n += 1;
+    answer
+}
+
+async fn play_judge(answer: JudgeAnswer, body: &Value) -> Response {
+    if let Some(ms) = answer.delay_ms {
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+    }
+    if let Some(code) = answer.status {
+        let status = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let body = json!({"error": {"message": format!("mock judge error {code}"), "type": "server_error"}});
+        return (status, [(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response();
+    }
+    let text = answer
+        .text
+        .or_else(|| answer.json.map(|v| v.to_string()))
+        .unwrap_or_default();
+    let model = body.get("model").and_then(Value::as_str).unwrap_or("judge");
+    let turn = script::Turn {
+        text,
+        ..script::Turn::default()
+    };
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        script::openai_whole(&turn, model, 0),
+    )
+        .into_response()
 }
 
 fn scripted_pieces(

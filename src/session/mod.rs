@@ -36,6 +36,8 @@ pub struct Lane {
     pub recent: VecDeque<Verdict>,
     /// When the lane last saw a request.
     pub last_seen: Instant,
+    /// The LLM judge's schedule and pending result (see [`crate::judge`]).
+    pub judge: crate::judge::JudgeState,
 }
 
 /// One conversation.
@@ -79,6 +81,7 @@ impl Session {
                     prev: None,
                     recent: VecDeque::new(),
                     last_seen: now,
+                    judge: crate::judge::JudgeState::default(),
                 });
                 self.lanes.len() - 1
             }

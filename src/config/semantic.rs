@@ -1,0 +1,299 @@
+//! `[loop_detection.semantic_check]`: the LLM judge's settings, raw and validated.
+//!
+//! The judge is Gemini CLI's LLM loop check made a loopguard feature (see
+//! [`crate::judge`]): off by default; when on, a second, OpenAI-compatible
+//! endpoint is asked now and then whether the session's recent turns are a
+//! loop. Every key, with its default:
+//!
+//! ```toml
+//! [loop_detection.semantic_check]
+//! enabled = false
+//! upstream = "http://127.0.0.1:8000/v1"   # POST {upstream}/chat/completions
+//! model = "qwen2.5-7b-instruct"
+//! api_key_env = "LOOPGUARD_JUDGE_KEY"     # optional; the variable's name, never the key
+//! double_check_model = "…"                # optional second opinion
+//! after_turns = 30
+//! interval = 10
+//! min_interval = 5
+//! max_interval = 15
+//! confidence = 0.9
+//! history = 20
+//! max_result_chars = 1000
+//! timeout_secs = 30
+//! max_concurrent = 4                      # global; not allowed in [[agents]]
+//! ```
+
+use std::time::Duration;
+
+use serde::Deserialize;
+use url::Url;
+
+use super::Problems;
+
+/// Raw `[loop_detection.semantic_check]` (also in an agent's `loop_detection`;
+/// every key optional, `None` = inherit).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawSemanticCheck {
+    /// Switch (default off).
+    pub enabled: Option<bool>,
+    /// Base URL of an OpenAI-compatible endpoint.
+    pub upstream: Option<String>,
+    /// Judge model.
+    pub model: Option<String>,
+    /// Name of the environment variable holding the judge's key.
+    pub api_key_env: Option<String>,
+    /// Second model that must agree.
+    pub double_check_model: Option<String>,
+    /// Model turns since the person spoke before the first check.
+    pub after_turns: Option<u64>,
+    /// Turns between checks until an answer adapts it.
+    pub interval: Option<u64>,
+    /// Shortest adapted interval, turns.
+    pub min_interval: Option<u64>,
+    /// Longest adapted interval, turns.
+    pub max_interval: Option<u64>,
+    /// Confidence (0..1) at which an answer is a verdict.
+    pub confidence: Option<f64>,
+    /// Transcript entries shown to the judge.
+    pub history: Option<usize>,
+    /// Longest tool result or argument text sent, characters.
+    pub max_result_chars: Option<usize>,
+    /// Timeout of one judge call, seconds.
+    pub timeout_secs: Option<u64>,
+    /// Judge calls in flight, process-wide.
+    pub max_concurrent: Option<usize>,
+}
+
+/// Validated `[loop_detection.semantic_check]`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SemanticCheck {
+    /// The judge runs.
+    pub enabled: bool,
+    /// Base URL; the call goes to `{upstream}/chat/completions`. `None` only when disabled.
+    pub upstream: Option<Url>,
+    /// Judge model.
+    pub model: String,
+    /// Environment variable holding the key (sent as `Authorization: Bearer`); `None`: no key.
+    pub api_key_env: Option<String>,
+    /// A second model that must reach `confidence` too.
+    pub double_check_model: Option<String>,
+    /// First check once this many model turns passed since the person spoke (30).
+    pub after_turns: u64,
+    /// Turns between checks before an answer adapts it, and after a failed call (10).
+    pub interval: u64,
+    /// Adapted interval at confidence 1 (5).
+    pub min_interval: u64,
+    /// Adapted interval at confidence 0 (15).
+    pub max_interval: u64,
+    /// An answer at or above this confidence is a verdict (0.9).
+    pub confidence: f64,
+    /// Transcript entries in the judge's window (20).
+    pub history: usize,
+    /// Longest result / argument / text sent per entry, characters (1000).
+    pub max_result_chars: usize,
+    /// Timeout of one judge call, the double check included (30 s).
+    pub timeout: Duration,
+    /// Judge calls in flight, process-wide (4); read from the defaults only.
+    pub max_concurrent: usize,
+}
+
+impl Default for SemanticCheck {
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            upstream: None,
+            model: String::new(),
+            api_key_env: None,
+            double_check_model: None,
+            after_turns: 30,
+            interval: 10,
+            min_interval: 5,
+            max_interval: 15,
+            confidence: 0.9,
+            history: 20,
+            max_result_chars: 1000,
+            timeout: Duration::from_secs(30),
+            max_concurrent: 4,
+        }
+    }
+}
+
+/// Key-wise merge: `over`'s keys win.
+pub fn merged(base: Option<&RawSemanticCheck>, over: Option<&RawSemanticCheck>) -> Option<RawSemanticCheck> {
+    let (base, over) = match (base, over) {
+        (None, None) => return None,
+        (Some(b), None) => return Some(b.clone()),
+        (None, Some(o)) => return Some(o.clone()),
+        (Some(b), Some(o)) => (b, o),
+    };
+    Some(RawSemanticCheck {
+        enabled: over.enabled.or(base.enabled),
+        upstream: over.upstream.clone().or_else(|| base.upstream.clone()),
+        model: over.model.clone().or_else(|| base.model.clone()),
+        api_key_env: over.api_key_env.clone().or_else(|| base.api_key_env.clone()),
+        double_check_model: over
+            .double_check_model
+            .clone()
+            .or_else(|| base.double_check_model.clone()),
+        after_turns: over.after_turns.or(base.after_turns),
+        interval: over.interval.or(base.interval),
+        min_interval: over.min_interval.or(base.min_interval),
+        max_interval: over.max_interval.or(base.max_interval),
+        confidence: over.confidence.or(base.confidence),
+        history: over.history.or(base.history),
+        max_result_chars: over.max_result_chars.or(base.max_result_chars),
+        timeout_secs: over.timeout_secs.or(base.timeout_secs),
+        max_concurrent: over.max_concurrent.or(base.max_concurrent),
+    })
+}
+
+/// Validates the table at `path`, recording every problem. Upstream and
+/// model are required only when the judge is enabled.
+pub fn validate(raw: Option<&RawSemanticCheck>, path: &str, problems: &mut Problems) -> SemanticCheck {
+    let d = SemanticCheck::default();
+    let Some(raw) = raw else {
+        return d;
+    };
+    let mut at_least = |key: &str, value: Option<u64>, min: u64, default: u64| match value {
+        Some(v) if v < min => {
+            problems.push(format!("{path}.{key}"), format!("must be at least {min}, got {v}"));
+            default
+        }
+        Some(v) => v,
+        None => default,
+    };
+    let after_turns = at_least("after_turns", raw.after_turns, 1, d.after_turns);
+    let interval = at_least("interval", raw.interval, 1, d.interval);
+    let min_interval = at_least("min_interval", raw.min_interval, 1, d.min_interval);
+    let max_interval = at_least("max_interval", raw.max_interval, 1, d.max_interval);
+    let history = at_least("history", raw.history.map(|h| h as u64), 2, d.history as u64) as usize;
+    let max_result_chars = at_least(
+        "max_result_chars",
+        raw.max_result_chars.map(|h| h as u64),
+        50,
+        d.max_result_chars as u64,
+    ) as usize;
+    let timeout = Duration::from_secs(at_least("timeout_secs", raw.timeout_secs, 1, 30));
+    let max_concurrent = at_least(
+        "max_concurrent",
+        raw.max_concurrent.map(|h| h as u64),
+        1,
+        d.max_concurrent as u64,
+    ) as usize;
+    if min_interval > max_interval {
+        problems.push(
+            format!("{path}.min_interval"),
+            format!("must not exceed max_interval = {max_interval}, got {min_interval}"),
+        );
+    }
+    let confidence = match raw.confidence {
+        Some(c) if !(c > 0.0 && c <= 1.0) => {
+            problems.push(
+                format!("{path}.confidence"),
+                format!("must be above 0 and at most 1, got {c}"),
+            );
+            d.confidence
+        }
+        Some(c) => c,
+        None => d.confidence,
+    };
+    let enabled = raw.enabled.unwrap_or(false);
+    let upstream = match raw.upstream.as_deref() {
+        Some(text) => match Url::parse(text) {
+            Ok(url) if matches!(url.scheme(), "http" | "https") && url.host().is_some() => Some(url),
+            _ => {
+                problems.push(format!("{path}.upstream"), format!("{text:?} is not a valid URL"));
+                None
+            }
+        },
+        None => {
+            if enabled {
+                problems.push(
+                    format!("{path}.upstream"),
+                    "required when enabled: the base URL of an OpenAI-compatible endpoint",
+                );
+            }
+            None
+        }
+    };
+    let model = raw.model.clone().unwrap_or_default();
+    if enabled && model.trim().is_empty() {
+        problems.push(format!("{path}.model"), "required when enabled");
+    }
+    let api_key_env = raw.api_key_env.clone().filter(|v| !v.is_empty());
+    if let Some(name) = &api_key_env {
+        if !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+            problems.push(
+                format!("{path}.api_key_env"),
+                format!("{name:?} is not an environment variable name (the key itself goes in the environment)"),
+            );
+        }
+    }
+    SemanticCheck {
+        enabled,
+        upstream,
+        model,
+        api_key_env,
+        double_check_model: raw.double_check_model.clone().filter(|m| !m.trim().is_empty()),
+        after_turns,
+        interval,
+        min_interval,
+        max_interval,
+        confidence,
+        history,
+        max_result_chars,
+        timeout,
+        max_concurrent,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> RawSemanticCheck {
+        toml::from_str(text).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn an_absent_table_is_the_disabled_default() {
+        let mut p = Problems::default();
+        assert_eq!(validate(None, "x", &mut p), SemanticCheck::default());
+        assert!(p.errors.is_empty());
+    }
+
+    #[test]
+    fn enabled_needs_upstream_and_model_and_every_problem_names_its_key() {
+        let mut p = Problems::default();
+        let raw = parse("enabled = true\nconfidence = 1.5\nmin_interval = 20\napi_key_env = \"sk-abc def\"");
+        let _ = validate(Some(&raw), "loop_detection.semantic_check", &mut p);
+        let keys: Vec<&str> = p.errors.iter().map(|e| e.path.as_str()).collect();
+        assert_eq!(
+            keys,
+            [
+                "loop_detection.semantic_check.min_interval",
+                "loop_detection.semantic_check.confidence",
+                "loop_detection.semantic_check.upstream",
+                "loop_detection.semantic_check.model",
+                "loop_detection.semantic_check.api_key_env",
+            ]
+        );
+    }
+
+    #[test]
+    fn unknown_keys_are_rejected() {
+        assert!(toml::from_str::<RawSemanticCheck>("api_key = \"x\"").is_err());
+    }
+
+    #[test]
+    fn an_agent_overrides_key_by_key() {
+        let base = parse("enabled = true\nmodel = \"a\"\nupstream = \"http://127.0.0.1:1/v1\"");
+        let over = parse("model = \"b\"");
+        let m = merged(Some(&base), Some(&over)).unwrap_or_default();
+        assert_eq!(
+            (m.enabled, m.model.as_deref(), m.upstream.is_some()),
+            (Some(true), Some("b"), true)
+        );
+    }
+}
