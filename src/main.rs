@@ -161,6 +161,20 @@ fn replay(
         None => None,
     };
     let settings = &loaded.config.loop_detection.defaults;
+    if settings.semantic_check.enabled {
+        eprintln!(
+            "loopguard replay: the semantic check (LLM judge) runs too, calling {}",
+            settings
+                .semantic_check
+                .upstream
+                .as_ref()
+                .map_or("?", url::Url::as_str)
+        );
+    } else {
+        eprintln!(
+            "loopguard replay: the semantic check (LLM judge) did not run: [loop_detection.semantic_check] is not enabled"
+        );
+    }
     let interval = std::time::Duration::from_secs_f64(interval.max(0.0));
     let lines = match loopguard::replay::run(settings, files, dialect, interval) {
         Ok(lines) => lines,

@@ -41,6 +41,10 @@ pub enum ReplayError {
     /// Nothing to replay.
     #[error("no request bodies given (.json or .jsonl files)")]
     Empty,
+    /// The LLM judge could not be set up (its calls' own failures give no
+    /// verdict and are logged, as in live traffic).
+    #[error("semantic check: {0}")]
+    Judge(String),
 }
 
 fn read(path: &Path) -> Result<String, ReplayError> {
@@ -145,7 +149,13 @@ pub fn run(
     if requests.is_empty() {
         return Err(ReplayError::Empty);
     }
-    Ok(replay(settings, &requests, interval, response.as_deref()))
+    let mut lines = replay(settings, &requests, interval, response.as_deref());
+    if settings.semantic_check.enabled {
+        let judged = crate::judge::replay::run(settings, &requests).map_err(ReplayError::Judge)?;
+        lines.extend(judged);
+        lines.sort_by_key(|l| l.request);
+    }
+    Ok(lines)
 }
 
 /// Whether any line reaches `level`.

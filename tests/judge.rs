@@ -355,3 +355,52 @@ async fn a_slow_judge_adds_nothing_to_the_agents_latency() {
     );
     assert!(max_on < Duration::from_millis(1000), "a request waited for the judge: {max_on:?}");
 }
+
+/// Runs `loopguard replay --config CONFIG SESSION`: exit code, stdout lines, stderr.
+fn replay(config: &str, session: &str) -> (Option<i32>, Vec<Value>, String) {
+    let dir = std::env::temp_dir();
+    let stamp = rand_suffix();
+    let config_path = dir.join(format!("loopguard-judge-replay-{stamp}.toml"));
+    let session_path = dir.join(format!("loopguard-judge-replay-{stamp}.jsonl"));
+    std::fs::write(&config_path, config).unwrap_or_else(|e| panic!("{e}"));
+    std::fs::write(&session_path, session).unwrap_or_else(|e| panic!("{e}"));
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_loopguard"))
+        .args(["replay", "--config"])
+        .arg(&config_path)
+        .arg(&session_path)
+        .env(KEY_VAR, KEY)
+        .output()
+        .unwrap_or_else(|e| panic!("{e}"));
+    let lines = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    (out.status.code(), lines, String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+/// `loopguard replay` runs the judge on the live schedule when it is
+/// configured (a check at the 30th turn, its finding on the next request),
+/// and says so when it is not.
+#[tokio::test(flavor = "multi_thread")]
+async fn replay_runs_the_judge_when_configured_and_says_when_it_did_not() {
+    let answers = json!({"judge-a": [{"json": {"analysis": "opens files endlessly", "confidence": 0.97}}]});
+    let mock = judge_mock(&answers);
+    let session: Vec<String> = (0..=31).map(|t| history(t).to_string()).collect();
+    let session = session.join("\n");
+    let on = format!(
+        "{}\n[loop_detection.semantic_check]\nenabled = true\nupstream = \"{}/v1\"\nmodel = \"judge-a\"\napi_key_env = \"{KEY_VAR}\"\n",
+        config_for(&mock.url(), ""),
+        mock.url()
+    );
+    let (code, lines, stderr) = replay(&on, &session);
+    assert_eq!(code, Some(0), "{stderr}");
+    let judged: Vec<&Value> = lines.iter().filter(|l| l["detector"] == "semantic_loop").collect();
+    assert_eq!(judged.len(), 1, "{lines:?}\n{stderr}");
+    assert_eq!((judged[0]["request"].as_u64(), judged[0]["level"].as_str()), (Some(31), Some("warning")));
+    assert!(judged[0]["message"].as_str().unwrap_or_default().contains("opens files endlessly"));
+    assert!(stderr.contains("runs too") && !stderr.contains(KEY), "{stderr}");
+    let (code, lines, stderr) = replay(&config_for(&mock.url(), ""), &session);
+    assert_eq!(code, Some(0));
+    assert!(lines.iter().all(|l| l["detector"] != "semantic_loop"));
+    assert!(stderr.contains("did not run"), "{stderr}");
+}

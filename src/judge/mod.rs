@@ -6,6 +6,7 @@
 //! - [`prompt`]: what the judge sees — the person's request, a trimmed window
 //!   of the history, credentials redacted, texts cut — and the instruction.
 //! - [`client`]: the HTTP call and the defensive parse of the answer.
+//! - [`replay`]: the judge over a recorded session (`loopguard replay`).
 //! - [`Judge`]: the runtime — the HTTP client and the process-wide limit of
 //!   calls in flight (`max_concurrent`); it spawns checks as tokio tasks.
 //!
@@ -21,6 +22,7 @@
 
 pub mod client;
 pub mod prompt;
+pub mod replay;
 pub mod schedule;
 
 use std::sync::{Arc, PoisonError};
