@@ -146,8 +146,12 @@ fn warning_in(body: &Value) -> Option<String> {
 
 /// The model turn a judge request was made at: the last file in its window + 1.
 fn turn_of(judge_request: &Value) -> usize {
-    let body: Value = serde_json::from_str(judge_request["body"].as_str().unwrap_or_default()).unwrap_or_default();
-    let text = body["messages"][1]["content"].as_str().unwrap_or_default().to_owned();
+    let body: Value =
+        serde_json::from_str(judge_request["body"].as_str().unwrap_or_default()).unwrap_or_default();
+    let text = body["messages"][1]["content"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
     let last = text
         .rsplit("{\"path\":\"f")
         .next()
@@ -160,7 +164,10 @@ fn turn_of(judge_request: &Value) -> usize {
 fn assert_key_never_logged(lg: &Proc) {
     let logs = lg.logs();
     assert!(!logs.is_empty());
-    assert!(!logs.contains(KEY) && !logs.contains("0123456789abcdefXYZ"), "the judge's key was logged");
+    assert!(
+        !logs.contains(KEY) && !logs.contains("0123456789abcdefXYZ"),
+        "the judge's key was logged"
+    );
 }
 
 /// Gemini CLI's schedule: the first check at turn 30, the next ones after
@@ -195,8 +202,14 @@ async fn the_first_check_is_at_turn_30_and_the_next_at_adapted_intervals() {
     assert_eq!(body["response_format"]["type"], "json_schema");
     assert_eq!(body["messages"][0]["role"], "system");
     let user = body["messages"][1]["content"].as_str().unwrap_or_default();
-    assert!(user.contains("fix the parser") && user.contains("[1] agent called read_file"), "{user}");
-    assert!(user.contains("entries") && !user.contains("f9.rs\"}"), "history = 20 entries: {user}");
+    assert!(
+        user.contains("fix the parser") && user.contains("[1] agent called read_file"),
+        "{user}"
+    );
+    assert!(
+        user.contains("entries") && !user.contains("f9.rs\"}"),
+        "history = 20 entries: {user}"
+    );
     for forwarded in agent_requests(&mock).await {
         assert_eq!(warning_in(&forwarded), None, "no verdict below the bar");
     }
@@ -218,7 +231,10 @@ async fn two_confident_answers_warn_then_block_on_the_following_requests() {
     let sent = send(&lg, "loop", 31).await;
     assert_eq!(sent.status, 200);
     let forwarded = agent_requests(&mock).await;
-    let warning = forwarded.last().and_then(warning_in).unwrap_or_else(|| panic!("no warning"));
+    let warning = forwarded
+        .last()
+        .and_then(warning_in)
+        .unwrap_or_else(|| panic!("no warning"));
     assert!(
         warning.contains("[loopguard] semantic_loop (warning, count 1)")
             && warning.contains("confidence 0.95")
@@ -227,7 +243,11 @@ async fn two_confident_answers_warn_then_block_on_the_following_requests() {
     );
     let sent = send(&lg, "loop", 32).await;
     assert_eq!(sent.status, 200);
-    assert_eq!(agent_requests(&mock).await.last().and_then(warning_in), None, "the warning is given once");
+    assert_eq!(
+        agent_requests(&mock).await.last().and_then(warning_in),
+        None,
+        "the warning is given once"
+    );
     // 0.95 → next check round(5.5) = 6 turns later, at 36.
     for turn in 33..=36 {
         send(&lg, "loop", turn).await;
@@ -240,8 +260,16 @@ async fn two_confident_answers_warn_then_block_on_the_following_requests() {
         blocked.verdict.as_deref(),
         Some("block; detector=semantic_loop; count=2")
     );
-    assert!(blocked.body.contains("semantic_loop (critical, count 2)"), "{}", blocked.body);
-    assert_eq!(agent_requests(&mock).await.len(), before, "a block is answered by loopguard");
+    assert!(
+        blocked.body.contains("semantic_loop (critical, count 2)"),
+        "{}",
+        blocked.body
+    );
+    assert_eq!(
+        agent_requests(&mock).await.len(),
+        before,
+        "a block is answered by loopguard"
+    );
     assert_eq!(judge_calls(&lg, "loop").await, 2.0);
     assert_key_never_logged(&lg);
 }
@@ -262,7 +290,12 @@ async fn a_double_check_below_the_bar_gives_no_verdict() {
     for turn in 31..=33 {
         assert_eq!(send(&lg, "dc", turn).await.status, 200);
     }
-    assert!(agent_requests(&mock).await.iter().all(|b| warning_in(b).is_none()));
+    assert!(
+        agent_requests(&mock)
+            .await
+            .iter()
+            .all(|b| warning_in(b).is_none())
+    );
     assert_eq!(judge_calls(&lg, "loop").await, 1.0);
     assert_eq!(judge_calls(&lg, "no_loop").await, 1.0);
     assert_eq!(judge_requests(&mock, "judge-b").await.len(), 1);
@@ -285,13 +318,25 @@ async fn timeouts_http_500_and_non_json_answers_give_nothing_and_are_counted() {
         assert_eq!(sent.status, 200, "{}", sent.body);
         assert_eq!(sent.verdict, None);
         if [30, 40, 50].contains(&turn) {
-            wait_calls(&lg, [30, 40, 50].iter().position(|t| *t == turn).map_or(0.0, |n| (n + 1) as f64)).await;
+            wait_calls(
+                &lg,
+                [30, 40, 50]
+                    .iter()
+                    .position(|t| *t == turn)
+                    .map_or(0.0, |n| (n + 1) as f64),
+            )
+            .await;
         }
     }
     assert_eq!(judge_calls(&lg, "timeout").await, 1.0);
     assert_eq!(judge_calls(&lg, "http_error").await, 1.0);
     assert_eq!(judge_calls(&lg, "unparsable").await, 1.0);
-    assert!(agent_requests(&mock).await.iter().all(|b| warning_in(b).is_none()));
+    assert!(
+        agent_requests(&mock)
+            .await
+            .iter()
+            .all(|b| warning_in(b).is_none())
+    );
     let logs = lg.logs();
     assert!(logs.contains("semantic check failed; no verdict"), "{logs}");
     assert_key_never_logged(&lg);
@@ -313,7 +358,11 @@ async fn the_judges_key_appears_in_no_log_line() {
     assert_eq!(judge_calls(&lg, "http_error").await, 1.0);
     assert!(agent_requests(&mock).await.last().and_then(warning_in).is_some());
     let requests = judge_requests(&mock, "judge-a").await;
-    assert!(requests.iter().all(|r| r["headers"]["authorization"] == format!("Bearer {KEY}")));
+    assert!(
+        requests
+            .iter()
+            .all(|r| r["headers"]["authorization"] == format!("Bearer {KEY}"))
+    );
     assert_key_never_logged(&lg);
 }
 
@@ -348,12 +397,18 @@ async fn a_slow_judge_adds_nothing_to_the_agents_latency() {
     let max_on = with_judge.iter().max().copied().unwrap_or_default();
     let (m_on, m_off) = (median(with_judge), median(without));
     println!("latency median judge on {m_on:?} / off {m_off:?}; max with the judge on {max_on:?}");
-    assert!(judge_requests(&mock, "judge-a").await.len() >= 5, "checks were started");
+    assert!(
+        judge_requests(&mock, "judge-a").await.len() >= 5,
+        "checks were started"
+    );
     assert!(
         m_on < m_off + Duration::from_millis(20),
         "median with the judge {m_on:?} vs without {m_off:?}"
     );
-    assert!(max_on < Duration::from_millis(1000), "a request waited for the judge: {max_on:?}");
+    assert!(
+        max_on < Duration::from_millis(1000),
+        "a request waited for the judge: {max_on:?}"
+    );
 }
 
 /// Runs `loopguard replay --config CONFIG SESSION`: exit code, stdout lines, stderr.
@@ -375,7 +430,11 @@ fn replay(config: &str, session: &str) -> (Option<i32>, Vec<Value>, String) {
         .lines()
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
         .collect();
-    (out.status.code(), lines, String::from_utf8_lossy(&out.stderr).into_owned())
+    (
+        out.status.code(),
+        lines,
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 /// `loopguard replay` runs the judge on the live schedule when it is
@@ -394,10 +453,21 @@ async fn replay_runs_the_judge_when_configured_and_says_when_it_did_not() {
     );
     let (code, lines, stderr) = replay(&on, &session);
     assert_eq!(code, Some(0), "{stderr}");
-    let judged: Vec<&Value> = lines.iter().filter(|l| l["detector"] == "semantic_loop").collect();
+    let judged: Vec<&Value> = lines
+        .iter()
+        .filter(|l| l["detector"] == "semantic_loop")
+        .collect();
     assert_eq!(judged.len(), 1, "{lines:?}\n{stderr}");
-    assert_eq!((judged[0]["request"].as_u64(), judged[0]["level"].as_str()), (Some(31), Some("warning")));
-    assert!(judged[0]["message"].as_str().unwrap_or_default().contains("opens files endlessly"));
+    assert_eq!(
+        (judged[0]["request"].as_u64(), judged[0]["level"].as_str()),
+        (Some(31), Some("warning"))
+    );
+    assert!(
+        judged[0]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("opens files endlessly")
+    );
     assert!(stderr.contains("runs too") && !stderr.contains(KEY), "{stderr}");
     let (code, lines, stderr) = replay(&config_for(&mock.url(), ""), &session);
     assert_eq!(code, Some(0));

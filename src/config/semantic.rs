@@ -157,7 +157,10 @@ pub fn validate(raw: Option<&RawSemanticCheck>, path: &str, problems: &mut Probl
     };
     let mut at_least = |key: &str, value: Option<u64>, min: u64, default: u64| match value {
         Some(v) if v < min => {
-            problems.push(format!("{path}.{key}"), format!("must be at least {min}, got {v}"));
+            problems.push(
+                format!("{path}.{key}"),
+                format!("must be at least {min}, got {v}"),
+            );
             default
         }
         Some(v) => v,
@@ -226,7 +229,9 @@ pub fn validate(raw: Option<&RawSemanticCheck>, path: &str, problems: &mut Probl
         if !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
             problems.push(
                 format!("{path}.api_key_env"),
-                format!("{name:?} is not an environment variable name (the key itself goes in the environment)"),
+                format!(
+                    "{name:?} is not an environment variable name (the key itself goes in the environment)"
+                ),
             );
         }
     }

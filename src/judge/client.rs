@@ -152,10 +152,7 @@ pub fn parse(bytes: &[u8]) -> Result<Answer, String> {
         .and_then(Value::as_str)
         .unwrap_or_default()
         .to_owned();
-    Ok(Answer {
-        analysis,
-        confidence,
-    })
+    Ok(Answer { analysis, confidence })
 }
 
 /// The first JSON object in a text: the whole text, else from the first `{`

@@ -199,7 +199,9 @@ async fn ask_logged(
 
 /// The `semantic_loop` verdict for a loop reported `count` times in this stretch.
 pub fn verdict(found: &LoopFound, count: u32, settings: &Settings) -> Verdict {
-    let critical = settings.thresholds(DetectorKind::SemanticLoop).get(Level::Critical);
+    let critical = settings
+        .thresholds(DetectorKind::SemanticLoop)
+        .get(Level::Critical);
     let level = if critical > 0 && count >= critical {
         Level::Critical
     } else {
@@ -216,7 +218,9 @@ pub fn verdict(found: &LoopFound, count: u32, settings: &Settings) -> Verdict {
         count,
         tool: None,
         arguments: None,
-        detail: format!("an LLM judge reviewed the recent turns and found no progress ({confidence}): {analysis}"),
+        detail: format!(
+            "an LLM judge reviewed the recent turns and found no progress ({confidence}): {analysis}"
+        ),
         advice: ADVICE,
     }
     .into_verdict(settings)
@@ -272,8 +276,12 @@ mod tests {
         let first = verdict(&found, 1, &settings);
         assert_eq!((first.level, first.action.name()), (Level::Warning, "warn"));
         assert!(
-            first.message.starts_with("[loopguard] semantic_loop (warning, count 1): an LLM judge")
-                && first.message.contains("(confidence 0.95): It reads a.txt again and again. Stop"),
+            first
+                .message
+                .starts_with("[loopguard] semantic_loop (warning, count 1): an LLM judge")
+                && first
+                    .message
+                    .contains("(confidence 0.95): It reads a.txt again and again. Stop"),
             "{}",
             first.message
         );

@@ -349,8 +349,11 @@ mod tests {
         let mut t = Transcript::default();
         t.messages.push(Message::text(Role::User, "fix the parser"));
         let mut a = Message::text(Role::Assistant, "");
-        a.tool_calls
-            .push(ToolCall::new(Some("1".into()), "read", Arguments::Json(json!({"p": "a"}))));
+        a.tool_calls.push(ToolCall::new(
+            Some("1".into()),
+            "read",
+            Arguments::Json(json!({"p": "a"})),
+        ));
         t.messages.push(a);
         let mut r = Message::text(Role::Tool, "");
         r.tool_results.push(ToolResult {
@@ -373,7 +376,10 @@ mod tests {
         assert_eq!(all.len(), 2);
         let text = render(Some("fix the parser"), &all, 100);
         assert!(text.contains("[1] agent called read {\"p\":\"a\"}"), "{text}");
-        let line = text.lines().find(|l| l.starts_with("[2] read returned: ")).unwrap_or_default();
+        let line = text
+            .lines()
+            .find(|l| l.starts_with("[2] read returned: "))
+            .unwrap_or_default();
         assert_eq!(line.chars().count(), "[2] read returned: ".len() + 101, "{line}");
         assert_eq!(entries(&t, 100, 1).len(), 1, "only the messages needed are read");
     }

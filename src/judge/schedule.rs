@@ -222,6 +222,10 @@ mod tests {
         s.finish(g, found(0.99), &cfg);
         assert!(!s.in_flight());
         assert_eq!(s.on_request(false, 1, &cfg).found, None);
-        assert_eq!(s.interval(), None, "the new stretch keeps the configured interval");
+        assert_eq!(
+            s.interval(),
+            None,
+            "the new stretch keeps the configured interval"
+        );
     }
 }

@@ -162,7 +162,8 @@ pub async fn run(args: MockArgs) -> Result<(), String> {
         Some(path) => {
             let text =
                 std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-            serde_json::from_str(&text).map_err(|e| format!("invalid judge script {}: {e}", path.display()))?
+            serde_json::from_str(&text)
+                .map_err(|e| format!("invalid judge script {}: {e}", path.display()))?
         }
         None => JudgeScript::new(),
     };
@@ -446,7 +447,12 @@ async fn play_judge(answer: JudgeAnswer, body: &Value) -> Response {
     if let Some(code) = answer.status {
         let status = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         let body = json!({"error": {"message": format!("mock judge error {code}"), "type": "server_error"}});
-        return (status, [(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response();
+        return (
+            status,
+            [(header::CONTENT_TYPE, "application/json")],
+            body.to_string(),
+        )
+            .into_response();
     }
     let text = answer
         .text
