@@ -139,8 +139,23 @@ mod chunking {
     use super::super::{Settings, Verdict};
 
     const FRAGMENTS: &[&str] = &[
-        "the ", "parser ", "returns ", "a token ", "\n", "- ", "1. ", "```\n", "| a | b |\n", "# Heading\n",
-        "---\n", "> ", "Let me try that once more. ", "check the build output\n", "é ", "─", "0123456789",
+        "the ",
+        "parser ",
+        "returns ",
+        "a token ",
+        "\n",
+        "- ",
+        "1. ",
+        "```\n",
+        "| a | b |\n",
+        "# Heading\n",
+        "---\n",
+        "> ",
+        "Let me try that once more. ",
+        "check the build output\n",
+        "é ",
+        "─",
+        "0123456789",
     ];
 
     /// Text with enough repetition that some cases chant and some do not.

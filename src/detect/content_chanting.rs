@@ -350,7 +350,11 @@ impl Index {
             }
         }
         let seq = self.evicted + self.order.len() as u64;
-        self.order.push_back(Selection { pos, hash: h, next: None });
+        self.order.push_back(Selection {
+            pos,
+            hash: h,
+            next: None,
+        });
         let (count, first) = match self.occ.entry(h) {
             Entry::Occupied(mut e) => {
                 let entry = e.get_mut();
@@ -358,7 +362,10 @@ impl Index {
                 entry.0 += 1;
                 entry.2 = seq;
                 let (count, first) = (entry.0, entry.1);
-                if let Some(i) = last.checked_sub(self.evicted).and_then(|i| usize::try_from(i).ok()) {
+                if let Some(i) = last
+                    .checked_sub(self.evicted)
+                    .and_then(|i| usize::try_from(i).ok())
+                {
                     if let Some(prev) = self.order.get_mut(i) {
                         prev.next = Some(seq);
                     }
