@@ -7,6 +7,7 @@
 //! containers.
 
 pub mod detection;
+pub mod detection_raw;
 pub mod raw;
 
 use std::fmt;
