@@ -7,6 +7,7 @@
 //! containers.
 
 pub mod detection;
+pub mod detection_raw;
 pub mod raw;
 pub mod semantic;
 

@@ -131,3 +131,103 @@ fn memory_is_capped_on_long_distinct_text() {
     assert!(scanner.verdict().is_none());
     assert!(scanner.heap_size() < 200_000, "{}", scanner.heap_size());
 }
+
+mod chunking {
+    use proptest::prelude::*;
+
+    use super::super::content_chanting::{Channel, ContentScanner};
+    use super::super::{Settings, Verdict};
+
+    const FRAGMENTS: &[&str] = &[
+        "the ",
+        "parser ",
+        "returns ",
+        "a token ",
+        "\n",
+        "- ",
+        "1. ",
+        "```\n",
+        "| a | b |\n",
+        "# Heading\n",
+        "---\n",
+        "> ",
+        "Let me try that once more. ",
+        "check the build output\n",
+        "é ",
+        "─",
+        "0123456789",
+    ];
+
+    /// Text with enough repetition that some cases chant and some do not.
+    fn text() -> impl Strategy<Value = String> {
+        prop::collection::vec((0..FRAGMENTS.len(), 1usize..14), 0..80)
+            .prop_map(|parts| parts.iter().map(|(i, n)| FRAGMENTS[*i].repeat(*n)).collect())
+    }
+
+    /// Feeds `pieces`; returns the verdict and the end offset of the piece that produced it.
+    fn feed<'a>(pieces: impl IntoIterator<Item = &'a str>) -> Option<(Verdict, usize)> {
+        let s = Settings::default();
+        let mut scanner = ContentScanner::new(&s);
+        let mut end = 0;
+        for piece in pieces {
+            end += piece.len();
+            if let Some(v) = scanner.feed(Channel::Answer(0), piece) {
+                return Some((v.clone(), end));
+            }
+        }
+        None
+    }
+
+    fn cut<'a>(text: &'a str, sizes: &[usize]) -> Vec<&'a str> {
+        let mut out = Vec::new();
+        let mut start = 0;
+        for size in sizes.iter().cycle().take(text.len()) {
+            if start >= text.len() {
+                break;
+            }
+            let mut end = (start + size).min(text.len());
+            while !text.is_char_boundary(end) {
+                end += 1;
+            }
+            out.push(&text[start..end]);
+            start = end;
+        }
+        out
+    }
+
+    proptest! {
+        /// A stream's delta boundaries are arbitrary: the same text fed whole,
+        /// one character at a time, or in random pieces must give the same
+        /// verdict, reached in the piece that holds the same byte.
+        #[test]
+        fn chunking_never_changes_the_verdict(
+            text in text(),
+            sizes in prop::collection::vec(1usize..120, 1..40),
+        ) {
+            let chars: Vec<&str> = text
+                .char_indices()
+                .map(|(i, c)| &text[i..i + c.len_utf8()])
+                .collect();
+            let by_char = feed(chars);
+            let whole = feed([text.as_str()]);
+            prop_assert_eq!(
+                whole.as_ref().map(|(v, _)| v),
+                by_char.as_ref().map(|(v, _)| v)
+            );
+            let pieces = cut(&text, &sizes);
+            let mut starts = Vec::new();
+            let mut at = 0;
+            for p in &pieces {
+                starts.push(at);
+                at += p.len();
+            }
+            let chunked = feed(pieces);
+            prop_assert_eq!(chunked.as_ref().map(|(v, _)| v), by_char.as_ref().map(|(v, _)| v));
+            if let (Some((_, piece_end)), Some((_, byte_end))) = (&chunked, &by_char) {
+                // The piece that fired holds the byte where the verdict arose.
+                let piece_start = starts.iter().rev().find(|s| **s < *piece_end).copied().unwrap_or(0);
+                prop_assert!(piece_start < *byte_end && *byte_end <= *piece_end);
+            }
+        }
+    }
+}

@@ -27,10 +27,10 @@
 //! UTF-8, not characters. Answer text, reasoning text and each tool call's
 //! argument text are separate channels.
 
+use std::collections::hash_map::Entry;
 use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
 
-use super::outcome::hash64;
 use super::settings::{ChantingParams, Settings};
 use super::step::truncate;
 use super::verdict::{Action, DetectorKind, Finding, Level, Verdict};
@@ -106,7 +106,7 @@ impl ContentScanner {
             }
         };
         let track = &mut self.channels[i].1;
-        if let Some((count, sample)) = track.push(text.as_bytes(), &self.params) {
+        if let Some((count, sample)) = track.push(text, &self.params) {
             let finding = Finding {
                 detector: DetectorKind::ContentChanting,
                 level: Level::Critical,
@@ -152,24 +152,264 @@ impl Hasher for Prehashed {
 
 type Map<V> = HashMap<u64, V, BuildHasherDefault<Prehashed>>;
 
-/// Per-channel state.
+/// The rolling window: the last `chunk_size` bytes outside code, their
+/// Rabin–Karp hash and how many distinct bytes they hold.
 #[derive(Debug)]
-struct Track {
+struct Window {
+    /// Power-of-two ring of recent bytes (at least the window length).
     ring: Vec<u8>,
-    slot: usize,
+    /// Bytes written to `ring` (wrapping).
+    written: usize,
+    /// Window length (`chunk_size`, at least 1).
+    len: usize,
     filled: usize,
     hash: u64,
+    /// `BASE^chunk_size`, to drop the outgoing byte.
     pow: u64,
     counts: [u16; 256],
     distinct: u16,
-    pos: u64,
-    mins: VecDeque<(u64, u64)>,
+}
+
+impl Window {
+    fn new(chunk_size: usize) -> Self {
+        let mut pow: u64 = 1;
+        for _ in 0..chunk_size {
+            pow = pow.wrapping_mul(BASE);
+        }
+        let len = chunk_size.max(1);
+        Self {
+            ring: vec![0; len.next_power_of_two()],
+            written: 0,
+            len,
+            filled: 0,
+            hash: 0,
+            pow,
+            counts: [0; 256],
+            distinct: 0,
+        }
+    }
+
+    fn reset(&mut self) {
+        self.filled = 0;
+        self.hash = 0;
+        self.counts = [0; 256];
+        self.distinct = 0;
+    }
+
+    /// Adds a byte; once the window is full, returns its hash (`u64::MAX`
+    /// when it holds fewer than [`MIN_DISTINCT`] distinct bytes).
+    #[inline]
+    fn push(&mut self, b: u8) -> Option<u64> {
+        let mask = self.ring.len() - 1;
+        let out = self.ring[self.written.wrapping_sub(self.len) & mask];
+        self.ring[self.written & mask] = b;
+        self.written = self.written.wrapping_add(1);
+        self.hash = self.hash.wrapping_mul(BASE).wrapping_add(u64::from(b));
+        if self.filled == self.len {
+            self.hash = self.hash.wrapping_sub(u64::from(out).wrapping_mul(self.pow));
+            let c = &mut self.counts[usize::from(out)];
+            *c -= 1;
+            self.distinct -= u16::from(*c == 0);
+        } else {
+            self.filled += 1;
+        }
+        let c = &mut self.counts[usize::from(b)];
+        self.distinct += u16::from(*c == 0);
+        *c += 1;
+        if self.filled < self.len {
+            return None;
+        }
+        Some(if self.distinct >= MIN_DISTINCT {
+            self.hash
+        } else {
+            u64::MAX
+        })
+    }
+
+    /// The window's text, for the verdict.
+    fn sample(&self) -> String {
+        let mask = self.ring.len() - 1;
+        let start = self.written.wrapping_sub(self.len);
+        let window: Vec<u8> = (0..self.len)
+            .map(|i| self.ring[start.wrapping_add(i) & mask])
+            .collect();
+        truncate(&String::from_utf8_lossy(&window), 50)
+    }
+}
+
+/// Winnowing: the minimum hash among the last [`WINNOW`] windows (the
+/// rightmost on ties), reporting each newly selected window once.
+#[derive(Debug)]
+struct Winnow {
+    /// The last `WINNOW` windows pushed, as (position, hash), by push count.
+    recent: [(u64, u64); WINNOW as usize],
+    pushed: usize,
+    /// The current minimum (position, hash); hash `u64::MAX` when none.
+    min: (u64, u64),
     selected: u64,
-    /// hash → (count, first position, last position) within the buffer.
+}
+
+impl Winnow {
+    fn new() -> Self {
+        Self {
+            recent: [(0, 0); WINNOW as usize],
+            pushed: 0,
+            min: (0, u64::MAX),
+            selected: u64::MAX,
+        }
+    }
+
+    fn reset(&mut self) {
+        self.pushed = 0;
+        self.min = (0, u64::MAX);
+        self.selected = u64::MAX;
+    }
+
+    /// Adds the window ending at `pos`; returns the selection when it changed.
+    #[inline]
+    fn push(&mut self, pos: u64, h: u64) -> Option<(u64, u64)> {
+        const SLOTS: usize = WINNOW as usize;
+        self.recent[self.pushed % SLOTS] = (pos, h);
+        self.pushed += 1;
+        if h <= self.min.1 {
+            // Not above any window still in range: the new rightmost minimum.
+            self.min = (pos, h);
+        } else if self.min.0 + WINNOW <= pos {
+            // The minimum left the range: rescan it, newest first.
+            let mut best = (pos, h);
+            for back in 1..self.pushed.min(SLOTS) {
+                let (p, bh) = self.recent[(self.pushed - 1 - back) % SLOTS];
+                if p + WINNOW <= pos {
+                    break;
+                }
+                if bh < best.1 {
+                    best = (p, bh);
+                }
+            }
+            self.min = best;
+        }
+        let (sel_pos, sel_hash) = self.min;
+        if sel_pos == self.selected || sel_hash == u64::MAX {
+            return None;
+        }
+        self.selected = sel_pos;
+        Some(self.min)
+    }
+}
+
+/// A selected window in position order.
+#[derive(Debug, Clone, Copy)]
+struct Selection {
+    pos: u64,
+    hash: u64,
+    /// Sequence number of the next selection with the same hash, if any.
+    next: Option<u64>,
+}
+
+/// Selected windows of the tracked text (the last `buffer_chars` bytes).
+#[derive(Debug, Default)]
+struct Index {
+    /// Selections in position order; `order[i]` has sequence number `evicted + i`.
+    order: VecDeque<Selection>,
+    evicted: u64,
+    /// hash → (count, sequence number of the first, of the last) within the buffer.
     occ: Map<(usize, u64, u64)>,
-    /// Selected windows in position order: (position, hash, next position of the same hash or 0).
-    order: VecDeque<(u64, u64, u64)>,
+}
+
+impl Index {
+    fn reset(&mut self) {
+        self.evicted += self.order.len() as u64;
+        self.order.clear();
+        self.occ.clear();
+    }
+
+    fn at(&self, seq: u64) -> Option<&Selection> {
+        usize::try_from(seq.checked_sub(self.evicted)?)
+            .ok()
+            .and_then(|i| self.order.get(i))
+    }
+
+    /// Records a selected window; returns its count when it is chanting.
+    fn register(&mut self, pos: u64, h: u64, p: &ChantingParams) -> Option<usize> {
+        let horizon = pos.saturating_sub(p.buffer_chars as u64);
+        while let Some(old) = self.order.front().copied() {
+            if old.pos >= horizon {
+                break;
+            }
+            self.order.pop_front();
+            self.evicted += 1;
+            if let Entry::Occupied(mut e) = self.occ.entry(old.hash) {
+                let entry = e.get_mut();
+                entry.0 -= 1;
+                match old.next {
+                    Some(next) if entry.0 > 0 => entry.1 = next,
+                    _ => {
+                        e.remove();
+                    }
+                }
+            }
+        }
+        let seq = self.evicted + self.order.len() as u64;
+        self.order.push_back(Selection {
+            pos,
+            hash: h,
+            next: None,
+        });
+        let (count, first) = match self.occ.entry(h) {
+            Entry::Occupied(mut e) => {
+                let entry = e.get_mut();
+                let last = entry.2;
+                entry.0 += 1;
+                entry.2 = seq;
+                let (count, first) = (entry.0, entry.1);
+                if let Some(i) = last
+                    .checked_sub(self.evicted)
+                    .and_then(|i| usize::try_from(i).ok())
+                {
+                    if let Some(prev) = self.order.get_mut(i) {
+                        prev.next = Some(seq);
+                    }
+                }
+                (count, first)
+            }
+            Entry::Vacant(e) => {
+                e.insert((1, seq, seq));
+                (1, seq)
+            }
+        };
+        if count < p.min_repeats.max(2) {
+            return None;
+        }
+        let first_pos = self.at(first)?.pos;
+        if (pos - first_pos) / (count as u64 - 1) > p.max_mean_gap as u64 {
+            return None;
+        }
+        let mut gaps = Vec::with_capacity(count);
+        let mut at = self.at(first).copied();
+        while let Some(sel) = at {
+            let Some(next) = sel.next.and_then(|n| self.at(n)).copied() else {
+                break;
+            };
+            gaps.push(next.pos - sel.pos);
+            at = Some(next);
+        }
+        gaps.sort_unstable();
+        gaps.dedup();
+        (gaps.len() <= p.max_periods).then_some(count)
+    }
+}
+
+/// Per-channel state.
+#[derive(Debug)]
+struct Track {
+    window: Window,
+    winnow: Winnow,
+    index: Index,
+    /// Bytes seen on the channel (code included): window positions.
+    pos: u64,
+    /// The current line, up to [`LINE_CAP`] bytes.
     line: Vec<u8>,
+    /// Letters and digits on the current line, counted up to 6 (all that matters).
     line_alnum: usize,
     prev_line: u64,
     in_code: bool,
@@ -178,23 +418,11 @@ struct Track {
 
 impl Track {
     fn new(p: &ChantingParams) -> Self {
-        let mut pow: u64 = 1;
-        for _ in 0..p.chunk_size {
-            pow = pow.wrapping_mul(BASE);
-        }
         Self {
-            ring: vec![0; p.chunk_size.max(1)],
-            slot: 0,
-            filled: 0,
-            hash: 0,
-            pow,
-            counts: [0; 256],
-            distinct: 0,
+            window: Window::new(p.chunk_size),
+            winnow: Winnow::new(),
+            index: Index::default(),
             pos: 0,
-            mins: VecDeque::new(),
-            selected: u64::MAX,
-            occ: Map::default(),
-            order: VecDeque::new(),
             line: Vec::new(),
             line_alnum: 0,
             prev_line: 0,
@@ -204,47 +432,41 @@ impl Track {
     }
 
     fn heap_size(&self) -> usize {
-        self.ring.capacity()
-            + self.mins.capacity() * 16
-            + self.order.capacity() * 16
-            + self.order.capacity() * 8
-            + self.occ.capacity() * 40
+        self.window.ring.capacity()
+            + self.index.order.capacity() * std::mem::size_of::<Selection>()
+            + self.index.occ.capacity() * 40
             + self.line.capacity()
             + self.lines.capacity() * 24
     }
 
     /// Clears window tracking (not the line table).
     fn reset_windows(&mut self) {
-        self.filled = 0;
-        self.hash = 0;
-        self.counts = [0; 256];
-        self.distinct = 0;
-        self.mins.clear();
-        self.selected = u64::MAX;
-        self.occ.clear();
-        self.order.clear();
+        self.window.reset();
+        self.winnow.reset();
+        self.index.reset();
     }
 
-    /// Feeds bytes; returns (count, sample) on detection.
-    fn push(&mut self, bytes: &[u8], p: &ChantingParams) -> Option<(usize, String)> {
-        for chunk in bytes.split_inclusive(|b| *b == b'\n') {
-            let (body, newline) = match chunk.split_last() {
-                Some((b'\n', body)) => (body, true),
-                _ => (chunk, false),
+    /// Feeds text; returns (count, sample) on detection.
+    fn push(&mut self, text: &str, p: &ChantingParams) -> Option<(usize, String)> {
+        let mut rest = text;
+        while !rest.is_empty() {
+            let (chunk, newline) = match rest.find('\n') {
+                Some(i) => (&rest.as_bytes()[..=i], true),
+                None => (rest.as_bytes(), false),
             };
+            rest = &rest[chunk.len()..];
+            let body = &chunk[..chunk.len() - usize::from(newline)];
             if self.line.len() < LINE_CAP {
                 let take = body.len().min(LINE_CAP - self.line.len());
                 self.line.extend_from_slice(&body[..take]);
             }
-            self.line_alnum += body.iter().filter(|b| b.is_ascii_alphanumeric()).count();
-            if !self.in_code {
-                for &b in chunk {
-                    if let Some(found) = self.window_byte(b, p) {
-                        return Some(found);
-                    }
-                }
-            } else {
+            if self.line_alnum < 6 {
+                self.line_alnum += body.iter().filter(|b| b.is_ascii_alphanumeric()).count();
+            }
+            if self.in_code {
                 self.pos += chunk.len() as u64;
+            } else if let Some(found) = self.scan(chunk, p) {
+                return Some(found);
             }
             if newline {
                 if let Some(found) = self.end_line(p) {
@@ -255,116 +477,28 @@ impl Track {
         None
     }
 
-    #[inline]
-    fn window_byte(&mut self, b: u8, p: &ChantingParams) -> Option<(usize, String)> {
-        let n = self.ring.len();
-        let out = self.ring[self.slot];
-        self.ring[self.slot] = b;
-        self.slot += 1;
-        if self.slot == n {
-            self.slot = 0;
-        }
-        self.pos += 1;
-        self.hash = self.hash.wrapping_mul(BASE).wrapping_add(u64::from(b));
-        if self.filled == n {
-            self.hash = self.hash.wrapping_sub(u64::from(out).wrapping_mul(self.pow));
-            let c = &mut self.counts[usize::from(out)];
-            *c -= 1;
-            if *c == 0 {
-                self.distinct -= 1;
-            }
-        } else {
-            self.filled += 1;
-        }
-        let c = &mut self.counts[usize::from(b)];
-        *c += 1;
-        if *c == 1 {
-            self.distinct += 1;
-        }
-        if self.filled < n {
-            return None;
-        }
-        let h = if self.distinct >= MIN_DISTINCT {
-            self.hash
-        } else {
-            u64::MAX
-        };
-        while self.mins.back().is_some_and(|(_, bh)| *bh >= h) {
-            self.mins.pop_back();
-        }
-        self.mins.push_back((self.pos, h));
-        while self.mins.front().is_some_and(|(fp, _)| fp + WINNOW <= self.pos) {
-            self.mins.pop_front();
-        }
-        let (sel_pos, sel_hash) = *self.mins.front()?;
-        if sel_pos == self.selected || sel_hash == u64::MAX {
-            return None;
-        }
-        self.selected = sel_pos;
-        self.register(sel_pos, sel_hash, p)
-    }
-
-    fn index_of(&self, pos: u64) -> Option<usize> {
-        self.order.binary_search_by_key(&pos, |e| e.0).ok()
-    }
-
-    fn register(&mut self, pos: u64, h: u64, p: &ChantingParams) -> Option<(usize, String)> {
-        let horizon = pos.saturating_sub(p.buffer_chars as u64);
-        while let Some(&(old_pos, old_h, next)) = self.order.front() {
-            if old_pos >= horizon {
-                break;
-            }
-            self.order.pop_front();
-            if let Some(entry) = self.occ.get_mut(&old_h) {
-                entry.0 -= 1;
-                entry.1 = next;
-                if entry.0 == 0 {
-                    self.occ.remove(&old_h);
-                }
+    /// Slides the window over `bytes` (text outside code).
+    fn scan(&mut self, bytes: &[u8], p: &ChantingParams) -> Option<(usize, String)> {
+        for &b in bytes {
+            self.pos += 1;
+            let Some(h) = self.window.push(b) else {
+                continue;
+            };
+            let Some((pos, h)) = self.winnow.push(self.pos, h) else {
+                continue;
+            };
+            if let Some(count) = self.index.register(pos, h, p) {
+                return Some((count, self.window.sample()));
             }
         }
-        let previous = self.occ.get(&h).map(|e| e.2);
-        if let Some(i) = previous.and_then(|last| self.index_of(last)) {
-            self.order[i].2 = pos;
-        }
-        self.order.push_back((pos, h, 0));
-        let entry = self.occ.entry(h).or_insert((0, pos, pos));
-        entry.0 += 1;
-        entry.2 = pos;
-        let (count, first, last) = *entry;
-        if count < p.min_repeats.max(2) || (last - first) / (count as u64 - 1) > p.max_mean_gap as u64 {
-            return None;
-        }
-        let mut gaps = Vec::with_capacity(count);
-        let mut at = first;
-        while let Some(i) = self.index_of(at) {
-            let next = self.order[i].2;
-            if next == 0 {
-                break;
-            }
-            gaps.push(next - at);
-            at = next;
-        }
-        gaps.sort_unstable();
-        gaps.dedup();
-        if gaps.len() > p.max_periods {
-            return None;
-        }
-        let start = self.slot;
-        let window: Vec<u8> = self.ring[start..]
-            .iter()
-            .chain(&self.ring[..start])
-            .copied()
-            .collect();
-        Some((count, truncate(&String::from_utf8_lossy(&window), 50)))
+        None
     }
 
     fn end_line(&mut self, p: &ChantingParams) -> Option<(usize, String)> {
-        let line = std::mem::take(&mut self.line);
         let alnum = std::mem::replace(&mut self.line_alnum, 0);
-        let text = String::from_utf8_lossy(&line);
+        let text = String::from_utf8_lossy(&self.line);
         let trimmed = text.trim();
-        let h = hash64(trimmed.as_bytes());
+        let h = line_hash(trimmed.as_bytes());
         let mut found = None;
         if p.max_line_repeats > 0 && alnum >= 6 {
             let len = self.lines.len();
@@ -381,6 +515,8 @@ impl Track {
             }
         }
         let kind = structure(trimmed);
+        drop(text);
+        self.line.clear();
         if kind == Structure::Fence {
             self.in_code = !self.in_code;
         }
@@ -388,10 +524,28 @@ impl Track {
             self.reset_windows();
         }
         self.prev_line = h;
-        self.line = line;
-        self.line.clear();
         found
     }
+}
+
+/// A fast 64-bit hash of a line, eight bytes at a time (lines only need
+/// telling apart within one response; the hash never leaves the scanner).
+fn line_hash(bytes: &[u8]) -> u64 {
+    const K: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut h = (bytes.len() as u64).wrapping_mul(K);
+    let mut words = bytes.chunks_exact(8);
+    for w in &mut words {
+        let mut word = [0u8; 8];
+        word.copy_from_slice(w);
+        h = (h ^ u64::from_le_bytes(word)).wrapping_mul(K).rotate_left(29);
+    }
+    let rest = words.remainder();
+    let mut word = [0u8; 8];
+    word[..rest.len()].copy_from_slice(rest);
+    h = (h ^ u64::from_le_bytes(word)).wrapping_mul(K);
+    h ^= h >> 32;
+    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    h ^ (h >> 29)
 }
 
 /// Markdown structure of a (trimmed) line.
@@ -414,10 +568,10 @@ fn structure(line: &str) -> Structure {
         let hashes = line.bytes().take_while(|b| *b == b'#').count();
         (1..=6).contains(&hashes) && line[hashes..].starts_with(' ')
     };
-    let divider = line.chars().count() >= 3
-        && line
-            .chars()
-            .all(|c| matches!(c, '-' | '=' | '*' | '_' | '~' | ' ' | '─' | '━' | '═'));
+    let divider = line
+        .chars()
+        .all(|c| matches!(c, '-' | '=' | '*' | '_' | '~' | ' ' | '─' | '━' | '═'))
+        && line.chars().count() >= 3;
     if line.starts_with('|') || list_item || heading || line.starts_with('>') || divider {
         Structure::Other
     } else {

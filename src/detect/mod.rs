@@ -74,3 +74,5 @@ mod compaction_tests;
 mod config_tests;
 #[cfg(test)]
 mod scenarios;
+#[cfg(test)]
+mod session_scenarios;

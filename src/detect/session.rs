@@ -11,7 +11,9 @@
 //! the previous request's last items (call id, else signature + outcome;
 //! text hash for texts). A request sent twice, or retried, therefore adds
 //! nothing; a compacted request whose kept tail matches is aligned by search;
-//! a stale retry of an older request adds nothing. Memory is O(history_size):
+//! a stale retry of an older request adds nothing. Only the items from the
+//! alignment point on get their outcomes computed (see [`extract`]), so a
+//! request costs what is new in it. Memory is O(history_size):
 //! the steps (each with a 120-character argument preview), a few keys, and a
 //! bounded set of 64-bit hashes of user texts.
 
@@ -82,8 +84,7 @@ impl SessionState {
     /// Merges a request's history into the session (see the module doc).
     pub fn absorb(&mut self, transcript: &Transcript, now: Duration, settings: &Settings) -> Absorbed {
         self.declared.clone_from(&transcript.tools);
-        let items = extract(transcript, settings);
-        let start = self.align(&items);
+        let (items, start) = extract(transcript, settings, |keys| self.align(keys));
         let mut absorbed = Absorbed::default();
         for (i, item) in items.iter().enumerate() {
             if i < start {
@@ -118,8 +119,12 @@ impl SessionState {
                     self.epoch_turns += 1;
                     Some(StepKind::Said(*key))
                 }
+                // Cycles from the alignment point on are always materialised.
+                Item::Cycle { cycle: None, .. } => None,
                 Item::Cycle {
-                    cycle, turn_start, ..
+                    cycle: Some(cycle),
+                    turn_start,
+                    ..
                 } => {
                     if *turn_start {
                         self.turn += 1;
@@ -287,12 +292,11 @@ impl SessionState {
             .collect()
     }
 
-    /// Index of the first item not absorbed yet.
-    fn align(&self, items: &[Item]) -> usize {
+    /// Index of the first item not absorbed yet, from the items' merge keys.
+    fn align(&self, keys: &[u64]) -> usize {
         if self.tail.is_empty() {
             return 0;
         }
-        let keys: Vec<u64> = items.iter().map(Item::key).collect();
         let seen = self.seen_items;
         let k = self.tail.len();
         if !self.realign && keys.len() >= seen && seen >= k && keys[seen - k..seen] == self.tail[..] {

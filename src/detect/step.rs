@@ -111,9 +111,10 @@ pub(crate) enum Item {
     /// An assistant text turn without calls.
     Said { key: u64 },
     /// A tool cycle; `turn_start` marks the first cycle of an assistant turn.
+    /// `cycle` is `None` before the alignment point (see [`extract`]).
     Cycle {
         key: u64,
-        cycle: Cycle,
+        cycle: Option<Cycle>,
         turn_start: bool,
     },
 }
@@ -171,18 +172,21 @@ pub(crate) fn truncate(text: &str, max: usize) -> String {
     }
 }
 
-fn cycle_key(call: &ToolCall, outcome: &Outcome) -> u64 {
+/// The merge key of a cycle: call id + signature, else signature + outcome
+/// (computed only then: a call with an id needs no outcome to be aligned).
+fn cycle_key(call: &ToolCall, outcome: impl FnOnce() -> Outcome) -> (u64, Option<Outcome>) {
     match &call.id {
         Some(id) => {
             let mut bytes = b"id:".to_vec();
             bytes.extend_from_slice(id.as_bytes());
             bytes.extend_from_slice(&call.signature.0);
-            hash64(&bytes)
+            (hash64(&bytes), None)
         }
         None => {
+            let outcome = outcome();
             let mut bytes = call.signature.0.to_vec();
             bytes.extend_from_slice(&outcome.hash.to_le_bytes());
-            hash64(&bytes)
+            (hash64(&bytes), Some(outcome))
         }
     }
 }
@@ -217,8 +221,63 @@ fn find_result<'a>(
     Some(*r)
 }
 
-/// Extracts the items of a request, in order.
-pub(crate) fn extract(transcript: &Transcript, s: &Settings) -> Vec<Item> {
+/// A cycle found in the request, not yet turned into a [`Cycle`].
+struct Found<'t> {
+    key: u64,
+    call: &'t ToolCall,
+    result: &'t ToolResult,
+    /// Computed already when the key needed it (a call without an id).
+    outcome: Option<Outcome>,
+    turn_start: bool,
+}
+
+/// An item, or a cycle still to be materialised.
+enum Draft<'t> {
+    Item(Item),
+    Cycle(Found<'t>),
+}
+
+impl Draft<'_> {
+    fn key(&self) -> u64 {
+        match self {
+            Self::Item(item) => item.key(),
+            Self::Cycle(found) => found.key,
+        }
+    }
+}
+
+/// Extracts the items of a request, in order, and the alignment point that
+/// `align` finds from their merge keys. Cycles before that point are already
+/// known to the session and never judged again, so their outcomes are not
+/// computed (no normalisation, no SHA-256) unless their key needs one (a
+/// call without an id): the cost of a request follows what is new in it.
+pub(crate) fn extract(
+    transcript: &Transcript,
+    s: &Settings,
+    align: impl FnOnce(&[u64]) -> usize,
+) -> (Vec<Item>, usize) {
+    let drafts = drafts(transcript, s);
+    let keys: Vec<u64> = drafts.iter().map(Draft::key).collect();
+    let start = align(&keys);
+    let items = drafts
+        .into_iter()
+        .enumerate()
+        .map(|(i, draft)| match draft {
+            Draft::Item(item) => item,
+            Draft::Cycle(found) => Item::Cycle {
+                key: found.key,
+                cycle: (i >= start).then(|| {
+                    let outcome = found.outcome.unwrap_or_else(|| outcome_of(found.result, s));
+                    Cycle::of(found.call, Some(outcome), &transcript.tools, s)
+                }),
+                turn_start: found.turn_start,
+            },
+        })
+        .collect();
+    (items, start)
+}
+
+fn drafts<'t>(transcript: &'t Transcript, s: &Settings) -> Vec<Draft<'t>> {
     let messages = &transcript.messages;
     let mut items = Vec::new();
     for (i, message) in messages.iter().enumerate() {
@@ -226,21 +285,21 @@ pub(crate) fn extract(transcript: &Transcript, s: &Settings) -> Vec<Item> {
             Role::Assistant if message.tool_calls.is_empty() => {
                 let text = message.text.trim();
                 if !text.is_empty() {
-                    items.push(Item::Said {
+                    items.push(Draft::Item(Item::Said {
                         key: hash64(text.as_bytes()) ^ 0x5a1d,
-                    });
+                    }));
                 }
             }
-            Role::Assistant => push_cycles(message, &messages[i + 1..], transcript, s, &mut items),
+            Role::Assistant => push_cycles(message, &messages[i + 1..], s, &mut items),
             Role::User => {
                 if message.text.trim().is_empty() {
                     continue;
                 }
                 let (text, own) = classify_user(&message.text, s);
-                items.push(Item::User {
+                items.push(Draft::Item(Item::User {
                     key: hash64(own.as_bytes()),
                     text,
-                });
+                }));
             }
             Role::Tool | Role::System => {}
         }
@@ -248,13 +307,7 @@ pub(crate) fn extract(transcript: &Transcript, s: &Settings) -> Vec<Item> {
     items
 }
 
-fn push_cycles(
-    message: &Message,
-    rest: &[Message],
-    transcript: &Transcript,
-    s: &Settings,
-    items: &mut Vec<Item>,
-) {
+fn push_cycles<'t>(message: &'t Message, rest: &'t [Message], s: &Settings, items: &mut Vec<Draft<'t>>) {
     let results: Vec<&ToolResult> = rest
         .iter()
         .take_while(|m| m.role != Role::Assistant)
@@ -269,12 +322,14 @@ fn push_cycles(
         if s.is_exempt(&call.name, &call.arguments) {
             continue;
         }
-        let outcome = outcome_of(result, s);
-        items.push(Item::Cycle {
-            key: cycle_key(call, &outcome),
-            cycle: Cycle::of(call, Some(outcome), &transcript.tools, s),
+        let (key, outcome) = cycle_key(call, || outcome_of(result, s));
+        items.push(Draft::Cycle(Found {
+            key,
+            call,
+            result,
+            outcome,
             turn_start,
-        });
+        }));
         turn_start = false;
     }
 }

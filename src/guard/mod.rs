@@ -229,12 +229,12 @@ impl Guard {
         let transcript = &request.parsed.transcript;
         let summary = RequestSummary::of(transcript, settings);
         let lane = lane_id(&request.route.prefix, &summary);
-        let ids: BodyIds = serde_json::from_slice(request.decoded).unwrap_or_default();
+        let ids = || -> BodyIds { serde_json::from_slice(request.decoded).unwrap_or_default() };
         let key = key::resolve(
             request.headers,
             request.query,
             session_header,
-            &ids,
+            ids,
             &request.route.prefix,
             &summary,
         );

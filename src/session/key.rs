@@ -137,14 +137,16 @@ fn body_session_id(ids: &BodyIds, user_agent: &str) -> Option<String> {
 
 /// Resolves the session key of a request.
 ///
-/// `configured` is `[sessions] header`; `route` the route prefix; `summary`
+/// `ids` reads the body fields; it is called only when no header names the
+/// session (reading them means scanning the body again). `configured` is
+/// `[sessions] header`; `route` the route prefix; `summary`
 /// the request's [`RequestSummary`] (system, tools and first real user
 /// message hashes) for the fingerprint.
 pub fn resolve(
     headers: &HeaderMap,
     query: Option<&str>,
     configured: &str,
-    ids: &BodyIds,
+    ids: impl FnOnce() -> BodyIds,
     route: &str,
     summary: &RequestSummary,
 ) -> SessionKey {
@@ -157,7 +159,7 @@ pub fn resolve(
     } else if let Some(v) = header_value(headers, "x-codex-window-id") {
         let conversation = v.split(':').next().unwrap_or(v);
         (KeySource::AgentHeader, conversation.to_owned())
-    } else if let Some(v) = body_session_id(ids, user_agent) {
+    } else if let Some(v) = body_session_id(&ids(), user_agent) {
         (KeySource::Body, v)
     } else {
         let fp = [summary.system, summary.tools, summary.first_user]
@@ -210,7 +212,7 @@ mod tests {
             &h,
             None,
             "x-loopguard-session",
-            &BodyIds::default(),
+            BodyIds::default,
             "/v1",
             &summary(9),
         );
@@ -219,7 +221,7 @@ mod tests {
             &headers(&[("x-loopguard-session", "abc")]),
             None,
             "x-loopguard-session",
-            &BodyIds::default(),
+            BodyIds::default,
             "/v1",
             &summary(10),
         );
@@ -231,29 +233,15 @@ mod tests {
 
     #[test]
     fn fingerprint_separates_conversations_and_tenants() {
-        let a = resolve(
-            &HeaderMap::new(),
-            None,
-            "x",
-            &BodyIds::default(),
-            "/v1",
-            &summary(1),
-        );
-        let b = resolve(
-            &HeaderMap::new(),
-            None,
-            "x",
-            &BodyIds::default(),
-            "/v1",
-            &summary(2),
-        );
+        let a = resolve(&HeaderMap::new(), None, "x", BodyIds::default, "/v1", &summary(1));
+        let b = resolve(&HeaderMap::new(), None, "x", BodyIds::default, "/v1", &summary(2));
         assert_ne!(a.key, b.key);
         assert_eq!(a.source, KeySource::Fingerprint);
         let other_tenant = resolve(
             &headers(&[("authorization", "Bearer other")]),
             None,
             "x",
-            &BodyIds::default(),
+            BodyIds::default,
             "/v1",
             &summary(1),
         );
@@ -266,7 +254,7 @@ mod tests {
             &headers(&[("x-codex-window-id", "conv1:0")]),
             None,
             "x",
-            &BodyIds::default(),
+            BodyIds::default,
             "/v1",
             &summary(1),
         );
@@ -274,7 +262,7 @@ mod tests {
             &headers(&[("x-codex-window-id", "conv1:7")]),
             None,
             "x",
-            &BodyIds::default(),
+            BodyIds::default,
             "/v1",
             &summary(2),
         );
@@ -287,13 +275,13 @@ mod tests {
             metadata: None,
             prompt_cache_key: Some("constant".to_owned()),
         };
-        let app = resolve(&HeaderMap::new(), None, "x", &ids, "/v1", &summary(1));
+        let app = resolve(&HeaderMap::new(), None, "x", || ids.clone(), "/v1", &summary(1));
         assert_eq!(app.source, KeySource::Fingerprint);
         let codex = resolve(
             &headers(&[("user-agent", "codex_cli_rs/0.1")]),
             None,
             "x",
-            &ids,
+            || ids.clone(),
             "/v1",
             &summary(1),
         );
@@ -306,7 +294,7 @@ mod tests {
             &headers(&[("session_id", "s")]),
             None,
             "x",
-            &BodyIds::default(),
+            BodyIds::default,
             "/v1",
             &summary(1),
         );
@@ -314,7 +302,7 @@ mod tests {
             &headers(&[("session_id", "s"), ("x-claude-code-agent-id", "a1")]),
             None,
             "x",
-            &BodyIds::default(),
+            BodyIds::default,
             "/v1",
             &summary(1),
         );
