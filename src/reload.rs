@@ -4,8 +4,8 @@
 //! and streams in flight finish under the configuration they started with
 //! (each request holds its own `Arc<Config>`). An invalid file is rejected
 //! with every error logged, and the running configuration is kept. Listen
-//! addresses, the session store's size and the upstream connect timeout are
-//! fixed at start: a change to them is logged and needs a restart.
+//! addresses, the session store's size the upstream connect timeout and the judge's
+//! `max_concurrent` are fixed at start: a change to them is logged and needs a restart.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -79,6 +79,11 @@ impl Reloader {
             (
                 "server.connect_timeout_secs",
                 old.server.connect_timeout != next.server.connect_timeout,
+            ),
+            (
+                "loop_detection.semantic_check.max_concurrent",
+                old.loop_detection.defaults.semantic_check.max_concurrent
+                    != next.loop_detection.defaults.semantic_check.max_concurrent,
             ),
         ];
         for (key, changed) in fixed {
