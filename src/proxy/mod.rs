@@ -235,6 +235,26 @@ pub async fn handle(State(state): State<Arc<ProxyState>>, request: Request) -> R
     let tap = Tap::new(dialect, framing, config.server.max_response_bytes);
     let include_usage = parsed.is_some_and(|p| p.include_usage);
     let holder = Holder::new(tap, dialect, mode, include_usage, config.server.max_held_bytes);
+    if mode == Mode::Whole {
+        let idle = config.server.idle_timeout;
+        return match respond::whole(response, holder, judge, idle, log).await {
+            respond::Whole::Answer { verdict, body } => {
+                if let Some(v) = &verdict {
+                    set_verdict_header(&mut out_headers, v);
+                }
+                out_headers.insert(http::header::CONTENT_LENGTH, http::HeaderValue::from(body.len()));
+                let mut out = (status, Body::from(body)).into_response();
+                *out.headers_mut() = out_headers;
+                out
+            }
+            respond::Whole::Abort(cut) => abort_response(dialect, &cut),
+            respond::Whole::Broken(detail) => ProxyError::UpstreamUnreachable {
+                upstream: origin_of(&matched.upstream_url),
+                detail,
+            }
+            .into_response_for(Some(provider)),
+        };
+    }
     let (head_tx, mut head_rx) = oneshot::channel();
     let (body_tx, body_rx) = mpsc::channel::<respond::BodyItem>(64);
     tokio::spawn(respond::drive(
@@ -250,31 +270,16 @@ pub async fn handle(State(state): State<Arc<ProxyState>>, request: Request) -> R
         mode,
         log,
     ));
-    // A whole (non-streaming) answer is judged before anything is sent: the
-    // client waits for all of it anyway. A stream's headers wait at most
-    // `header_hold_ms`.
-    let head = if mode == Mode::Whole {
-        head_rx.await.ok()
-    } else {
-        match tokio::time::timeout(config.server.header_hold, &mut head_rx).await {
-            Ok(head) => head.ok(),
-            Err(_) => {
-                head_rx.close();
-                head_rx.try_recv().ok()
-            }
+    // A stream's headers wait at most `header_hold_ms` for a verdict.
+    let head = match tokio::time::timeout(config.server.header_hold, &mut head_rx).await {
+        Ok(head) => head.ok(),
+        Err(_) => {
+            head_rx.close();
+            head_rx.try_recv().ok()
         }
     };
     match head {
-        Some(respond::Head::Abort(cut)) => {
-            let mut out = (
-                http::StatusCode::BAD_REQUEST,
-                [(http::header::CONTENT_TYPE, "application/json")],
-                crate::action::abort_body(dialect, &cut.message),
-            )
-                .into_response();
-            set_verdict_header(out.headers_mut(), &cut.header);
-            out
-        }
+        Some(respond::Head::Abort(cut)) => abort_response(dialect, &cut),
         Some(respond::Head::Pass {
             verdict,
             content_length,
@@ -294,6 +299,21 @@ pub async fn handle(State(state): State<Arc<ProxyState>>, request: Request) -> R
             respond_with(status, out_headers, body_rx)
         }
     }
+}
+
+fn abort_response(dialect: Dialect, cut: &hold::Cut) -> Response {
+    let mut out = (
+        http::StatusCode::BAD_REQUEST,
+        [(http::header::CONTENT_TYPE, "application/json")],
+        crate::action::abort_body(dialect, &cut.message),
+    )
+        .into_response();
+    set_verdict_header(out.headers_mut(), &cut.header);
+    out
+}
+
+fn origin_of(url: &url::Url) -> String {
+    url.origin().ascii_serialization()
 }
 
 fn respond_with(

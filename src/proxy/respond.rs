@@ -184,6 +184,11 @@ pub async fn drive(
             break;
         }
     }
+    finish_log(&holder, &log, spent, verdict.as_deref(), outcome);
+}
+
+/// Counts a parse failure as fail-open and writes the request log line.
+fn finish_log(holder: &Holder, log: &RequestLog, spent: Duration, verdict: Option<&str>, outcome: &str) {
     if let Some(reason) = holder.tap().failure() {
         crate::telemetry::fail_open(reason);
     }
@@ -202,10 +207,91 @@ pub async fn drive(
         text_chars = seen.text_chars,
         tool_calls = %seen.tool_calls.join(","),
         finish = %seen.finish.join(","),
-        verdict = verdict.as_deref().unwrap_or(""),
+        verdict = verdict.unwrap_or(""),
         outcome,
         "request"
     );
+}
+
+/// How a whole (non-streaming) answer ended.
+#[derive(Debug)]
+pub enum Whole {
+    /// Send this body (the upstream's, or a block's replacement).
+    Answer {
+        /// `x-loopguard-verdict` value when a verdict changed the body.
+        verdict: Option<String>,
+        /// The body.
+        body: Bytes,
+    },
+    /// Answer HTTP 400 in the dialect's error shape.
+    Abort(Cut),
+    /// The upstream's body broke off or went silent: what happened.
+    Broken(String),
+}
+
+/// Reads a whole (non-streaming) answer inline, judges it, and says what to
+/// send. The client waits for all of it anyway, so no task or channel is
+/// needed; a client that goes away drops this future and the upstream with it.
+pub async fn whole(
+    upstream: reqwest::Response,
+    mut holder: Holder,
+    mut judge: Box<dyn ResponseJudge>,
+    idle: Duration,
+    log: RequestLog,
+) -> Whole {
+    let mut stream = upstream.bytes_stream();
+    let mut body = Vec::new();
+    let mut spent = Duration::ZERO;
+    let mut cut: Option<Decision> = None;
+    let result = loop {
+        match tokio::time::timeout(idle, stream.next()).await {
+            Ok(Some(Ok(chunk))) => {
+                let t = Instant::now();
+                let out = holder.push(&chunk, judge.as_mut());
+                spent += t.elapsed();
+                body.extend(out.release.iter().flat_map(|b| b.iter().copied()));
+                cut = cut.or(out.cut);
+            }
+            Ok(None) => {
+                let t = Instant::now();
+                let (out, _) = holder.finish(judge.as_mut());
+                spent += t.elapsed();
+                body.extend(out.release.iter().flat_map(|b| b.iter().copied()));
+                cut = cut.or(out.cut);
+                break None;
+            }
+            Ok(Some(Err(e))) => break Some(format!("upstream body broke off: {}", e.without_url())),
+            Err(_) => break Some(format!("upstream sent nothing for {} s", idle.as_secs())),
+        }
+    };
+    let (whole, verdict, outcome) = match (result, cut) {
+        (Some(reason), _) => {
+            tracing::warn!(route = %log.route, %reason, "upstream answer incomplete");
+            (Whole::Broken(reason), None, "upstream_broke_off")
+        }
+        (None, Some(Decision::Abort(c))) => {
+            let header = c.header.clone();
+            (Whole::Abort(c), Some(header), "aborted")
+        }
+        (None, Some(Decision::Block(c))) => (
+            Whole::Answer {
+                verdict: Some(c.header.clone()),
+                body: Bytes::from(body),
+            },
+            Some(c.header),
+            "blocked",
+        ),
+        (None, _) => (
+            Whole::Answer {
+                verdict: None,
+                body: Bytes::from(body),
+            },
+            None,
+            "complete",
+        ),
+    };
+    finish_log(&holder, &log, spent, verdict.as_deref(), outcome);
+    whole
 }
 
 async fn flush(holder: &mut Holder, body_tx: &mpsc::Sender<BodyItem>) {
