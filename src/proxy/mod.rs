@@ -267,7 +267,6 @@ pub async fn handle(State(state): State<Arc<ProxyState>>, request: Request) -> R
             idle: config.server.idle_timeout,
             keepalive: config.server.keepalive,
         },
-        mode,
         log,
     ));
     // A stream's headers wait at most `header_hold_ms` for a verdict.
@@ -280,18 +279,11 @@ pub async fn handle(State(state): State<Arc<ProxyState>>, request: Request) -> R
     };
     match head {
         Some(respond::Head::Abort(cut)) => abort_response(dialect, &cut),
-        Some(respond::Head::Pass {
-            verdict,
-            content_length,
-        }) => {
+        Some(respond::Head::Pass { verdict }) => {
             if let Some(v) = &verdict {
                 set_verdict_header(&mut out_headers, v);
             }
-            if let Some(len) = content_length {
-                out_headers.insert(http::header::CONTENT_LENGTH, http::HeaderValue::from(len));
-            } else {
-                out_headers.remove(http::header::CONTENT_LENGTH);
-            }
+            out_headers.remove(http::header::CONTENT_LENGTH);
             respond_with(status, out_headers, body_rx)
         }
         None => {

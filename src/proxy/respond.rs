@@ -17,19 +17,15 @@ use tokio::sync::{mpsc, oneshot};
 use super::hold::{Cut, Decision, Holder, ResponseJudge};
 use super::stream::RequestLog;
 use super::tap::TapEnd;
-use crate::action::Mode;
 
 /// What the driver tells the handler about the response headers.
 #[derive(Debug)]
 pub enum Head {
-    /// Send the upstream's status and headers. `verdict` adds an
-    /// `x-loopguard-verdict` header; `content_length` is set for a whole
-    /// (non-streaming) body whose final length is known.
+    /// Send the upstream's status and headers; `verdict` adds an
+    /// `x-loopguard-verdict` header.
     Pass {
         /// Value for `x-loopguard-verdict`, when a verdict changed the body.
         verdict: Option<String>,
-        /// Final body length, for non-streaming answers.
-        content_length: Option<usize>,
     },
     /// Answer with this instead of the upstream's response (abort before
     /// headers: HTTP 400 in the dialect's error shape).
@@ -49,11 +45,7 @@ pub struct Timing {
 /// One item of the client's body: bytes, or an error that aborts the response.
 pub type BodyItem = Result<Bytes, std::io::Error>;
 
-/// Runs one response to the end. See the module docs.
-#[allow(
-    clippy::too_many_arguments,
-    reason = "one call site; the parts are independent"
-)]
+/// Runs one streamed response to the end. See the module docs.
 pub async fn drive(
     upstream: reqwest::Response,
     mut holder: Holder,
@@ -61,7 +53,6 @@ pub async fn drive(
     head_tx: oneshot::Sender<Head>,
     body_tx: mpsc::Sender<BodyItem>,
     timing: Timing,
-    mode: Mode,
     log: RequestLog,
 ) {
     let Timing { idle, keepalive } = timing;
@@ -104,7 +95,7 @@ pub async fn drive(
                 let e = e.without_url();
                 tracing::warn!(route = %log.route, error = %e, "upstream body broke off; aborting the client's response");
                 outcome = "upstream_broke_off";
-                send_head(&mut head_tx, None, None);
+                send_head(&mut head_tx, None);
                 flush(&mut holder, &body_tx).await;
                 let _ = body_tx
                     .send(Err(std::io::Error::other(format!(
@@ -126,7 +117,7 @@ pub async fn drive(
             Err(_) => {
                 tracing::warn!(route = %log.route, idle_secs = idle.as_secs(), "upstream idle timeout; aborting the client's response");
                 outcome = "upstream_idle_timeout";
-                send_head(&mut head_tx, None, None);
+                send_head(&mut head_tx, None);
                 flush(&mut holder, &body_tx).await;
                 let _ = body_tx
                     .send(Err(std::io::Error::other("upstream idle timeout")))
@@ -155,10 +146,8 @@ pub async fn drive(
             Some(Decision::Pass) | None => {}
         }
         if out.headers_ready || end.is_some() {
-            let length =
-                (mode == Mode::Whole && end.is_some()).then(|| out.release.iter().map(Bytes::len).sum());
             let header = if out.cut.is_some() { verdict.clone() } else { None };
-            send_head(&mut head_tx, header, length);
+            send_head(&mut head_tx, header);
         }
         for bytes in out.release {
             if body_tx.send(Ok(bytes)).await.is_err() {
@@ -300,15 +289,8 @@ async fn flush(holder: &mut Holder, body_tx: &mpsc::Sender<BodyItem>) {
     }
 }
 
-fn send_head(
-    head_tx: &mut Option<oneshot::Sender<Head>>,
-    verdict: Option<String>,
-    content_length: Option<usize>,
-) {
+fn send_head(head_tx: &mut Option<oneshot::Sender<Head>>, verdict: Option<String>) {
     if let Some(tx) = head_tx.take() {
-        let _ = tx.send(Head::Pass {
-            verdict,
-            content_length,
-        });
+        let _ = tx.send(Head::Pass { verdict });
     }
 }
