@@ -105,14 +105,7 @@ async fn a_session_header_wins_over_the_fingerprint() {
         )
         .await;
     }
-    let sessions: Value = client()
-        .get(format!("{}/admin/sessions", lg.admin_url()))
-        .send()
-        .await
-        .unwrap_or_else(|e| panic!("{e}"))
-        .json()
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    let sessions: Value = common::get_json(format!("{}/admin/sessions", lg.admin_url())).await;
     assert_eq!(
         sessions["sessions"].as_array().map(Vec::len),
         Some(1),

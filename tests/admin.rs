@@ -18,14 +18,7 @@ async fn one_session(lg: &common::Proc) {
 }
 
 async fn session_keys(lg: &common::Proc) -> Vec<String> {
-    let v: Value = client()
-        .get(format!("{}/admin/sessions", lg.admin_url()))
-        .send()
-        .await
-        .unwrap_or_else(|e| panic!("{e}"))
-        .json()
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    let v: Value = common::get_json(format!("{}/admin/sessions", lg.admin_url())).await;
     v["sessions"]
         .as_array()
         .map(|a| {

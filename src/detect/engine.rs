@@ -64,6 +64,23 @@ impl<'a> View<'a> {
             .filter(move |(_, c)| c.poll == polls)
     }
 
+    /// Outcomes of the run of identical calls that ends with the judged
+    /// (non-poll) cycle, oldest first; `None` when the judged step is not a
+    /// call or is a poll. Shared by `identical_call` and `circuit_breaker`.
+    pub fn identical_streak(&self) -> Option<Vec<Option<Outcome>>> {
+        let judged = self.judged_cycle()?;
+        if judged.poll {
+            return None;
+        }
+        let mut streak: Vec<_> = self
+            .run_rev(false)
+            .take_while(|(_, c)| c.signature == judged.signature)
+            .map(|(_, c)| c.outcome)
+            .collect();
+        streak.reverse();
+        Some(streak)
+    }
+
     /// A finding about the judged cycle's tool.
     pub fn finding(
         &self,

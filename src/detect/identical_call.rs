@@ -16,16 +16,7 @@ const ADVICE: &str =
 
 /// Checks the judged call.
 pub(crate) fn check(v: &View) -> Option<Finding> {
-    let judged = v.judged_cycle()?;
-    if judged.poll {
-        return None;
-    }
-    let mut streak: Vec<_> = v
-        .run_rev(false)
-        .take_while(|(_, c)| c.signature == judged.signature)
-        .map(|(_, c)| c.outcome)
-        .collect();
-    streak.reverse();
+    let streak = v.identical_streak()?;
     let t = v.settings.thresholds(DetectorKind::IdenticalCall);
     let stall = no_progress_run(&streak);
     if t.reached(Level::Critical, stall as u32) {
