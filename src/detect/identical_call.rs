@@ -13,6 +13,10 @@ use super::verdict::{DetectorKind, Finding, Level};
 
 const ADVICE: &str =
     "Use the result you already received instead of repeating the call, or change the arguments.";
+/// For a streak whose results still change (e.g. a build rerun while the
+/// code changes): repeating is not wrong by itself, so the advice says when
+/// to stop.
+const ADVICE_CHANGING: &str = "If you are waiting for the result to change, say what you expect and check less often; otherwise change the arguments or try a different approach.";
 
 /// Checks the judged call.
 pub(crate) fn check(v: &View) -> Option<Finding> {
@@ -32,6 +36,12 @@ pub(crate) fn check(v: &View) -> Option<Finding> {
     let count = streak.len();
     t.reached(Level::Warning, count as u32).then(|| {
         let detail = format!("was called {count} times in a row");
-        v.finding(DetectorKind::IdenticalCall, Level::Warning, count, detail, ADVICE)
+        // The same result every time (as far as known), or results that change.
+        let advice = if stall + 1 >= count || stall == 0 && count <= 2 {
+            ADVICE
+        } else {
+            ADVICE_CHANGING
+        };
+        v.finding(DetectorKind::IdenticalCall, Level::Warning, count, detail, advice)
     })
 }

@@ -292,3 +292,34 @@ fn same_error_with_rotating_arguments_is_error_repeat_critical_at_5() {
         }
     }
 }
+
+/// The warning's advice fits the streak: identical results → use the result
+/// already received; changing results → say what you wait for or change course.
+#[test]
+fn identical_call_advice_follows_whether_the_results_change() {
+    for d in DIALECTS {
+        let mut same = Run::new(d, TOOLS);
+        let mut changing = Run::new(d, TOOLS);
+        let (mut v_same, mut v_changing) = (Vec::new(), Vec::new());
+        for i in 0..3 {
+            v_same = same.call("run", json!({"cmd": "make"}), "ok", false);
+            v_changing = changing.call("run", json!({"cmd": "make"}), &format!("build {i}"), false);
+        }
+        let message = |v: &[crate::detect::Verdict]| {
+            v.iter()
+                .find(|x| x.detector == D::IdenticalCall)
+                .map(|x| x.message.clone())
+                .unwrap_or_default()
+        };
+        assert!(
+            message(&v_same).contains("already received"),
+            "{d:?}: {}",
+            message(&v_same)
+        );
+        assert!(
+            message(&v_changing).contains("check less often"),
+            "{d:?}: {}",
+            message(&v_changing)
+        );
+    }
+}
