@@ -222,3 +222,22 @@ async fn held_bytes_past_the_cap_are_released_unjudged() {
         "{text}"
     );
 }
+
+/// A response that opens with a held tool call and is slow: once
+/// `header_hold_ms` sent the headers, keep-alive lines flow too (the driver
+/// notices the handler stopped waiting).
+#[tokio::test(flavor = "multi_thread")]
+async fn keepalive_starts_when_the_header_hold_runs_out() {
+    let (_mock, lg) = pair("keepalive_secs = 1\nheader_hold_ms = 300");
+    let script = r#"{"turns":[{"tool_calls":[{"name":"list_directory","arguments":{"path":"."}}]}]}"#;
+    let response = post(
+        format!("{}/v1/chat/completions", lg.url()),
+        &[("x-mock-script", script), ("x-mock-pace-ms", "1300")],
+        r#"{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}"#,
+    )
+    .await;
+    let text = response.text().await.unwrap_or_else(|e| panic!("{e}"));
+    let keepalives = text.split("\n\n").filter(|e| e.starts_with(':')).count();
+    assert!(keepalives >= 2, "{keepalives} keep-alive lines in:\n{text}");
+    assert!(text.contains("list_directory") && text.trim_end().ends_with("data: [DONE]"));
+}

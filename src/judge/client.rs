@@ -138,13 +138,20 @@ pub fn parse(bytes: &[u8]) -> Result<Answer, String> {
             crate::detect::truncate(&content, 80)
         )
     })?;
+    // A number above 1 is read as a percentage; so is any string ending in
+    // `%`, whatever its value ("1%" is 0.01, not 1.0).
     let confidence = match object.get("confidence") {
-        Some(Value::Number(n)) => n.as_f64(),
-        Some(Value::String(s)) => s.trim().trim_end_matches('%').parse::<f64>().ok(),
+        Some(Value::Number(n)) => n.as_f64().map(|c| if c > 1.0 { c / 100.0 } else { c }),
+        Some(Value::String(s)) => {
+            let s = s.trim();
+            match s.strip_suffix('%') {
+                Some(pct) => pct.trim().parse::<f64>().ok().map(|c| c / 100.0),
+                None => s.parse::<f64>().ok().map(|c| if c > 1.0 { c / 100.0 } else { c }),
+            }
+        }
         _ => None,
     }
-    .filter(|c| c.is_finite() && (0.0..=100.0).contains(c))
-    .map(|c| if c > 1.0 { c / 100.0 } else { c })
+    .filter(|c| c.is_finite() && (0.0..=1.0).contains(c))
     .ok_or_else(|| "no confidence between 0 and 1".to_owned())?;
     let analysis = object
         .get("analysis")
@@ -155,23 +162,34 @@ pub fn parse(bytes: &[u8]) -> Result<Answer, String> {
     Ok(Answer { analysis, confidence })
 }
 
-/// The first JSON object in a text: the whole text, else from the first `{`
-/// to the last `}`.
+/// The JSON object in a text: the whole text; else the first object that
+/// parses, starting at each `{` in turn (so prose with braces before or after
+/// a fenced answer does not hide it).
 fn extract_object(text: &str) -> Option<serde_json::Map<String, Value>> {
     if let Ok(Value::Object(map)) = serde_json::from_str(text.trim()) {
         return Some(map);
     }
-    let start = text.find('{')?;
-    let end = text.rfind('}')?;
-    match serde_json::from_str(text.get(start..=end)?) {
-        Ok(Value::Object(map)) => Some(map),
-        _ => None,
-    }
+    text.match_indices('{').find_map(|(start, _)| {
+        let mut objects = serde_json::Deserializer::from_str(&text[start..]).into_iter::<Value>();
+        match objects.next() {
+            Some(Ok(Value::Object(map))) => Some(map),
+            _ => None,
+        }
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn explicit_percentages_always_divide_and_prose_braces_do_not_hide_the_answer() {
+        let one_percent = chat(json!(r#"{"analysis":"progress","confidence":"1%"}"#));
+        assert_eq!(parse(&one_percent).map(|a| a.confidence), Ok(0.01));
+        let fenced =
+            "Sure!\n```json\n{\"analysis\":\"fenced\",\"confidence\":0.93}\n```\nHope that helps {ok}";
+        assert_eq!(parse(&chat(json!(fenced))).map(|a| a.confidence), Ok(0.93));
+    }
 
     fn chat(content: Value) -> Vec<u8> {
         json!({"choices": [{"index": 0, "message": {"role": "assistant", "content": content}}]})

@@ -83,6 +83,8 @@ static SECRETS: LazyLock<Vec<(Regex, &'static str)>> = LazyLock::new(|| {
             "${1}[REDACTED]",
         ),
         (r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]{8,}", "$1 [REDACTED]"),
+        // Passwords in connection URLs (postgres://user:pass@host).
+        (r"(?i)\b([a-z][a-z0-9+.-]*://[^\s:/@]+:)[^\s@/]+@", "${1}[REDACTED]@"),
         // Known key and token shapes.
         (r"\bsk-[A-Za-z0-9_-]{16,}", "[REDACTED]"),
         (r"\bAIza[0-9A-Za-z_-]{30,}", "[REDACTED]"),
@@ -269,6 +271,13 @@ impl Draft {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn connection_url_passwords_are_redacted() {
+        let text = redact("DATABASE_URL=postgres://admin:S3cr3tDbPass@db.internal:5432/app");
+        assert!(!text.contains("S3cr3tDbPass"), "{text}");
+        assert!(text.contains("postgres://admin:"), "{text}");
+    }
+
     use super::*;
     use crate::transcript::{ToolCall, ToolResult};
 

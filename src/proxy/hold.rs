@@ -118,6 +118,8 @@ pub struct Holder {
     capped: bool,
     /// Answer text already went to the client (an ending then starts on a new paragraph).
     text_released: bool,
+    /// The response has more than one choice (`n > 1`).
+    several_choices: bool,
 }
 
 impl std::fmt::Debug for Holder {
@@ -153,6 +155,7 @@ impl Holder {
             released_upto: 0,
             capped: false,
             text_released: false,
+            several_choices: false,
         }
     }
 
@@ -278,6 +281,9 @@ impl Holder {
             State::Ended | State::Passthrough => return,
             State::Streaming => {}
         }
+        if frame.events.iter().any(|e| event_choice(e) > 0) {
+            self.several_choices = true;
+        }
         let carries_call = frame.events.iter().any(|e| {
             matches!(
                 e,
@@ -334,11 +340,19 @@ impl Holder {
     /// ends at `upto`.
     fn judge_batch(&mut self, judge: &mut dyn ResponseJudge, out: &mut Output, upto: u64) {
         out.headers_ready = true;
-        let decision = if self.batch.is_empty() {
+        let mut decision = if self.batch.is_empty() {
             Decision::Pass
         } else {
             judge.calls(&self.batch)
         };
+        if self.several_choices && matches!(decision, Decision::Block(_)) {
+            // Endings replace one choice; with several choices interleaved the
+            // others' held events would be lost. Pass them unjudged instead
+            // (the warning still rides on the next request).
+            tracing::warn!("block with several choices (n > 1): released unjudged");
+            crate::telemetry::fail_open("block_with_several_choices");
+            decision = Decision::Pass;
+        }
         match decision {
             Decision::Pass => {
                 let bytes = self.take_upto(upto);
@@ -494,6 +508,18 @@ impl Holder {
     fn drop_upto(&mut self, upto: u64) {
         let _ = self.take_upto(upto);
         self.released_upto = self.released_upto.max(upto);
+    }
+}
+
+/// The choice an event belongs to (0 for events of the whole response).
+fn event_choice(event: &StreamEvent) -> u32 {
+    match event {
+        StreamEvent::TextDelta { choice, .. }
+        | StreamEvent::ReasoningDelta { choice, .. }
+        | StreamEvent::ToolCallDelta { choice, .. }
+        | StreamEvent::ToolCallComplete { choice, .. }
+        | StreamEvent::Finish { choice, .. } => *choice,
+        _ => 0,
     }
 }
 

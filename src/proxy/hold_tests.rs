@@ -152,3 +152,20 @@ fn a_gemini_block_closes_the_json_array() {
     assert_eq!(last["candidates"][0]["finishReason"], "STOP");
     assert!(!String::from_utf8_lossy(&out).contains("functionCall"));
 }
+
+#[test]
+fn a_block_never_drops_another_choices_events() {
+    // Our own stream (tests/fixtures): two interleaved choices, each ending
+    // in a tool call.
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/openai-chat/n2-choices-with-calls.sse");
+    let input = std::fs::read(&path).unwrap_or_else(|e| panic!("{e}"));
+    let (out, decision) = run(
+        holder(Dialect::OpenaiChat),
+        &input,
+        17,
+        &mut Always(Decision::Block(cut("[loopguard] stop"))),
+    );
+    assert!(out == input, "with several choices the stream passes unjudged");
+    assert!(decision.is_none());
+}

@@ -64,7 +64,10 @@ pub async fn drive(
     // Time spent in the holder (framing, parsing, judging): loopguard's own share.
     let mut spent = std::time::Duration::ZERO;
     loop {
-        let keepalive_due = holder.holding() && head_tx.is_none();
+        // The headers went out when the driver sent them, or when the handler
+        // stopped waiting for them (`header_hold_ms`) and closed the channel.
+        let headers_out = head_tx.as_ref().is_none_or(oneshot::Sender::is_closed);
+        let keepalive_due = holder.holding() && headers_out;
         let wait = if keepalive_due {
             keepalive.saturating_sub(last_write.elapsed())
         } else {
