@@ -233,10 +233,14 @@ pub fn load_file(path: &Path) -> Result<Loaded, ConfigError> {
 pub fn load_str(text: &str, source_name: &str) -> Result<Loaded, ConfigError> {
     let raw: RawConfig = toml::from_str(text).map_err(|e| ConfigError {
         source_name: source_name.to_owned(),
-        errors: vec![Problem {
-            path: String::new(),
-            message: e.to_string().trim_end().to_owned(),
-        }],
+        // One problem: the parser's own message, with line and column.
+        // Several: one per section, each with its key path.
+        errors: shape_problems(text).filter(|p| p.len() > 1).unwrap_or_else(|| {
+            vec![Problem {
+                path: String::new(),
+                message: e.to_string().trim_end().to_owned(),
+            }]
+        }),
     })?;
     let mut problems = Problems::default();
     let config = validate(&raw, &mut problems);
@@ -251,6 +255,50 @@ pub fn load_str(text: &str, source_name: &str) -> Result<Loaded, ConfigError> {
             errors: problems.errors,
         })
     }
+}
+
+/// Every shape problem (unknown key, wrong type) at once: serde stops at the
+/// first, so each section (each route, each agent, each `loop_detection`
+/// table) is deserialized on its own, and its error carries its key path.
+/// `None` for a TOML syntax error (then the parser's own message, with line
+/// and column, is the answer) or when no section alone shows the problem.
+fn shape_problems(text: &str) -> Option<Vec<Problem>> {
+    let table: toml::Table = toml::from_str(text).ok()?;
+    let mut problems = Vec::new();
+    let mut check = |path: String, alone: toml::Table| {
+        if let Err(e) = toml::Value::Table(alone).try_into::<RawConfig>() {
+            // serde adds "in `section`" lines; the path says it already.
+            let text = e.to_string();
+            let message = text.lines().next().unwrap_or_default().trim_end().to_owned();
+            problems.push(Problem { path, message });
+        }
+    };
+    for (key, value) in &table {
+        match (key.as_str(), value) {
+            ("routes" | "agents", toml::Value::Array(items)) => {
+                for (i, item) in items.iter().enumerate() {
+                    let mut alone = toml::Table::new();
+                    alone.insert(key.clone(), toml::Value::Array(vec![item.clone()]));
+                    check(format!("{key}[{i}]"), alone);
+                }
+            }
+            ("loop_detection", toml::Value::Table(sections)) => {
+                for (sub, v) in sections {
+                    let mut inner = toml::Table::new();
+                    inner.insert(sub.clone(), v.clone());
+                    let mut alone = toml::Table::new();
+                    alone.insert(key.clone(), toml::Value::Table(inner));
+                    check(format!("{key}.{sub}"), alone);
+                }
+            }
+            _ => {
+                let mut alone = toml::Table::new();
+                alone.insert(key.clone(), value.clone());
+                check(key.clone(), alone);
+            }
+        }
+    }
+    (!problems.is_empty()).then_some(problems)
 }
 
 fn validate(raw: &RawConfig, problems: &mut Problems) -> Config {
@@ -519,6 +567,27 @@ upstream = "htp:/x"
             .err()
             .unwrap_or_else(|| panic!("expected an error"));
         assert!(err.to_string().contains("server.admin_listen"), "{err}");
+    }
+
+    #[test]
+    fn every_unknown_key_is_reported_at_once_with_its_section() {
+        let text = "[server]\nlisten_addr = \"x\"\n\n[[routes]]\nprefix = \"/v1\"\nprovider = \"openai\"\nupstream = \"https://a\"\nstrip = true\n\n[loop_detection.identical_call]\nwarn = 3\n\n[loop_detection.bogus]\nx = 1\n";
+        let err = load_str(text, "t.toml")
+            .err()
+            .unwrap_or_else(|| panic!("expected errors"));
+        let paths: Vec<&str> = err.errors.iter().map(|p| p.path.as_str()).collect();
+        assert_eq!(
+            paths,
+            vec![
+                "server",
+                "routes[0]",
+                "loop_detection.identical_call",
+                "loop_detection.bogus"
+            ],
+            "{err}"
+        );
+        assert!(err.errors[0].message.contains("listen_addr"), "{err}");
+        assert!(err.errors[1].message.contains("strip"), "{err}");
     }
 
     #[test]
