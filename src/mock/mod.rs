@@ -9,7 +9,7 @@
 //!
 //! | header | meaning |
 //! |---|---|
-//! | `x-mock-fixture: gemini/text.sse` | serve that file below `--fixtures` (re-framed as a JSON array for Gemini without `alt=sse`) |
+//! | `x-mock-fixture: gemini/text.sse` | serve that recorded stream below `--fixtures` as `text/event-stream`, even to a non-streaming request (re-framed as a JSON array for Gemini without `alt=sse`) |
 //! | `x-mock-script: {"turns":[…]}` | the script for this request (default: `--script` or the built-in loop); format and turn choice (JSON-constrained side calls, tool-less requests, a turn limit) in [`script`] |
 //! | `x-mock-pace-ms: 50` | delay between events |
 //! | `x-mock-chunk: event\|random\|bytes\|whole` | write sizes: one event per write (default), random 1–97 bytes, one byte, or the whole body at once |
@@ -408,7 +408,9 @@ async fn answer(State(st): State<Arc<MockState>>, request: Request) -> Response 
             )
         }
     };
-    let content_type = if mode == Mode::Sse {
+    // A recorded stream is served as the stream it is, whatever the request asked.
+    let recorded_stream = mode != Mode::Array && header_str(&parts.headers, "x-mock-fixture").is_some();
+    let content_type = if mode == Mode::Sse || recorded_stream {
         "text/event-stream"
     } else {
         "application/json"
