@@ -86,7 +86,9 @@ impl SessionState {
         self.declared.clone_from(&transcript.tools);
         let (items, start) = extract(transcript, settings, |keys| self.align(keys));
         let mut absorbed = Absorbed::default();
+        let mut prev_canned = false;
         for (i, item) in items.iter().enumerate() {
+            let mut next_canned = false;
             if i < start {
                 if let Item::User {
                     key,
@@ -95,9 +97,19 @@ impl SessionState {
                 {
                     self.remember_user(*key);
                 }
+                prev_canned = matches!(
+                    item,
+                    Item::User {
+                        text: UserText::Canned,
+                        ..
+                    }
+                );
                 continue;
             }
-            let after_assistant = i > 0 && !matches!(items[i - 1], Item::User { .. });
+            // A canned reply answers a model turn: right after the assistant,
+            // or right after another canned reply (recordings and some agents
+            // drop the empty model turns between a run of format reminders).
+            let after_assistant = (i > 0 && !matches!(items[i - 1], Item::User { .. })) || prev_canned;
             let kind = match item {
                 Item::User {
                     text: UserText::Synthetic,
@@ -112,7 +124,9 @@ impl SessionState {
                         absorbed.person_spoke = true;
                     }
                     self.remember_user(*key);
-                    (repeated && after_assistant).then_some(StepKind::Canned)
+                    let canned = (repeated && after_assistant).then_some(StepKind::Canned);
+                    next_canned = canned.is_some();
+                    canned
                 }
                 Item::Said { key } => {
                     self.turn += 1;
@@ -139,6 +153,7 @@ impl SessionState {
                 self.push(kind, item.key(), now, settings);
                 absorbed.new_steps += 1;
             }
+            prev_canned = next_canned;
         }
         self.seen_items = items.len();
         self.tail = items.iter().rev().take(TAIL_KEYS).rev().map(Item::key).collect();

@@ -280,3 +280,18 @@ fn messages_name_detector_tool_arguments_count_and_an_alternative() {
     );
     assert_eq!(v[0].header_value(), "warn; detector=identical_call; count=3");
 }
+
+/// A run of format reminders with the model's empty turns left out (as some
+/// agents and recordings send them) still counts one failure per reminder.
+#[test]
+fn a_run_of_canned_reminders_without_model_turns_counts_each() {
+    let reminder = "No tool calls found in the response. Every response MUST include a tool call.";
+    let mut r = Run::new(Dialect::OpenAi, TOOLS);
+    r.b.say(Role::Assistant, "Thinking about it.");
+    let mut v = Vec::new();
+    for _ in 0..6 {
+        r.b.say(Role::User, reminder);
+        v = r.send();
+    }
+    assert_eq!(level(&v, D::ConsecutiveFailures), Some(L::Critical), "{v:#?}");
+}
