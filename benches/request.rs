@@ -53,40 +53,31 @@ fn guard_path(c: &mut Criterion) {
         })
     });
 
+    // Parses `body` and runs it through the guard: loopguard's own work on a request.
+    let judge = |guard: &Guard, body: &Bytes| {
+        Dialect::OpenaiChat.parse_request(body).ok().map(|parsed| {
+            let view = RequestView {
+                route: &route,
+                dialect: Dialect::OpenaiChat,
+                path: "/v1/chat/completions",
+                query: None,
+                headers: &headers,
+                decoded: body,
+                parsed: &parsed,
+            };
+            guard.on_request(&config, &view).1
+        })
+    };
+
     group.bench_function("parse_and_guard_one_new_result", |b| {
         b.iter_batched(
             || {
                 // A session that has seen the previous request.
                 let guard = Guard::new(&config);
-                if let Ok(parsed) = Dialect::OpenaiChat.parse_request(&previous) {
-                    let view = RequestView {
-                        route: &route,
-                        dialect: Dialect::OpenaiChat,
-                        path: "/v1/chat/completions",
-                        query: None,
-                        headers: &headers,
-                        decoded: &previous,
-                        parsed: &parsed,
-                    };
-                    let _ = guard.on_request(&config, &view);
-                }
+                let _ = judge(&guard, &previous);
                 guard
             },
-            |guard| {
-                let parsed = Dialect::OpenaiChat.parse_request(black_box(&current));
-                if let Ok(parsed) = parsed {
-                    let view = RequestView {
-                        route: &route,
-                        dialect: Dialect::OpenaiChat,
-                        path: "/v1/chat/completions",
-                        query: None,
-                        headers: &headers,
-                        decoded: &current,
-                        parsed: &parsed,
-                    };
-                    black_box(guard.on_request(&config, &view).1);
-                }
-            },
+            |guard| black_box(judge(&guard, black_box(&current))),
             criterion::BatchSize::LargeInput,
         )
     });

@@ -46,11 +46,7 @@ async fn send(lg: &common::Proc, body: &Value, headers: &[(&str, &str)]) -> Sent
     }
     let response = request.send().await.unwrap_or_else(|e| panic!("{e}"));
     let status = response.status().as_u16();
-    let verdict = response
-        .headers()
-        .get("x-loopguard-verdict")
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned);
+    let verdict = common::verdict_header(&response);
     let body = response.text().await.unwrap_or_default();
     Sent {
         status,

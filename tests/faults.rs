@@ -244,14 +244,7 @@ async fn client_disconnect_mid_stream_closes_the_upstream_connection() {
     let _ = response.chunk().await;
     drop(response);
     wait_mock_stat(&mock, "responses_dropped", 1).await;
-    let log: Value = client()
-        .get(format!("{}/_mock/log/disconnect", mock.url()))
-        .send()
-        .await
-        .unwrap_or_else(|e| panic!("{e}"))
-        .json()
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    let log: Value = common::get_json(format!("{}/_mock/log/disconnect", mock.url())).await;
     assert_eq!(log["dropped"], true);
     assert!(
         log["sent_at_us"].as_array().map_or(0, Vec::len) < 100,

@@ -64,14 +64,7 @@ async fn each_event_reaches_the_client_before_the_next_is_sent() {
                 arrivals.push(at);
             }
         }
-        let log: Value = client()
-            .get(format!("{}/_mock/log/{id}", mock.url()))
-            .send()
-            .await
-            .unwrap_or_else(|e| panic!("{e}"))
-            .json()
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
+        let log: Value = common::get_json(format!("{}/_mock/log/{id}", mock.url())).await;
         let sent: Vec<u64> = log["sent_at_us"]
             .as_array()
             .unwrap_or_else(|| panic!("no send log: {log}"))

@@ -92,6 +92,22 @@ pub fn classify(
     transcript: &Transcript,
     settings: &Settings,
 ) -> Classification {
+    classify_summarized(
+        previous,
+        &RequestSummary::of(transcript, settings),
+        transcript,
+        settings,
+    )
+}
+
+/// [`classify`] for a caller that already holds the request's
+/// [`RequestSummary`] (`now`), so it is not computed twice per request.
+pub fn classify_summarized(
+    previous: Option<&RequestSummary>,
+    now: &RequestSummary,
+    transcript: &Transcript,
+    settings: &Settings,
+) -> Classification {
     if is_summarizer(transcript, settings) {
         return Classification::Summarizer;
     }
@@ -110,7 +126,6 @@ pub fn classify(
                 .iter()
                 .any(|r| r.is_match(&own))
         });
-    let now = RequestSummary::of(transcript, settings);
     let shorter = now.messages < prev.messages;
     if marker && (shorter || now.first_user != prev.first_user) {
         return Classification::Compacted(Evidence::SummaryPrefix);

@@ -59,7 +59,7 @@ pub mod verdict;
 #[cfg(test)]
 mod testkit;
 
-pub use compaction::{Classification, RequestSummary, classify, is_summarizer};
+pub use compaction::{Classification, RequestSummary, classify, classify_summarized, is_summarizer};
 pub use content_chanting::{Channel, ContentScanner};
 pub use outcome::{Outcome, outcome_of};
 pub use replay::{ReplayLine, replay};

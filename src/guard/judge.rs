@@ -35,17 +35,12 @@ impl std::fmt::Debug for SessionJudge {
 }
 
 impl SessionJudge {
-    /// A judge for one response.
-    #[allow(
-        clippy::too_many_arguments,
-        reason = "built in one place from the request's context"
-    )]
+    /// A judge for one response (with a fresh chanting scanner).
     pub fn new(
         session: SharedSession,
         key: String,
         lane: u64,
         settings: Arc<Settings>,
-        scanner: ContentScanner,
         store: Arc<Store>,
         agent: Option<String>,
         panic_for_test: bool,
@@ -54,8 +49,8 @@ impl SessionJudge {
             session,
             key,
             lane,
+            scanner: ContentScanner::new(&settings),
             settings,
-            scanner,
             store,
             agent,
             chanting_reported: false,

@@ -18,9 +18,9 @@ use http::HeaderMap;
 
 use crate::action::{self, Action, Answer, Mode};
 use crate::config::{Config, Route};
-use crate::detect::compaction::{Classification, Evidence, RequestSummary, classify};
+use crate::detect::compaction::{Classification, Evidence, RequestSummary, classify_summarized};
 use crate::detect::outcome::hash64;
-use crate::detect::{ContentScanner, Settings, Verdict, decisive};
+use crate::detect::{Settings, Verdict, decisive};
 use crate::dialect::{Dialect, ParsedRequest};
 use crate::proxy::hold::{PassJudge, ResponseJudge};
 use crate::session::key::{self, BodyIds};
@@ -238,7 +238,7 @@ impl Guard {
             &request.route.prefix,
             &summary,
         );
-        let session = self.session_for(&key, lane, transcript, settings);
+        let session = self.session_for(&key, lane, &summary, transcript, settings);
         if self.wants_panic(request.headers, "request") {
             panic!("fault injection: request-time detector panic");
         }
@@ -248,7 +248,7 @@ impl Guard {
         guard.last_seen = std::time::SystemTime::now();
         let session_key = guard.key.clone();
         let lane_state = guard.lane(lane);
-        let classification = classify(lane_state.prev.as_ref(), transcript, settings);
+        let classification = classify_summarized(lane_state.prev.as_ref(), &summary, transcript, settings);
         match classification {
             Classification::Summarizer => {
                 tracing::debug!(session = %session_key, "summarizer request: no detection");
@@ -303,7 +303,6 @@ impl Guard {
             session_key.clone(),
             lane,
             Arc::clone(settings),
-            ContentScanner::new(settings),
             Arc::clone(&self.store),
             agent.map(str::to_owned),
             self.fault_injection
@@ -361,6 +360,7 @@ impl Guard {
         &self,
         key: &key::SessionKey,
         lane: u64,
+        summary: &RequestSummary,
         transcript: &crate::transcript::Transcript,
         settings: &Settings,
     ) -> SharedSession {
@@ -370,7 +370,7 @@ impl Guard {
                     let mut s = previous.lock().unwrap_or_else(PoisonError::into_inner);
                     let prev = s.lane(lane).prev;
                     matches!(
-                        classify(prev.as_ref(), transcript, settings),
+                        classify_summarized(prev.as_ref(), summary, transcript, settings),
                         Classification::Compacted(Evidence::SummaryPrefix)
                     )
                 };

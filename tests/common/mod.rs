@@ -302,6 +302,15 @@ pub async fn post(
     request.send().await.unwrap_or_else(|e| panic!("{e}"))
 }
 
+/// The `x-loopguard-verdict` header of a response, if any.
+pub fn verdict_header(response: &reqwest::Response) -> Option<String> {
+    response
+        .headers()
+        .get("x-loopguard-verdict")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
+}
+
 /// GETs `url` and parses the answer as JSON.
 pub async fn get_json<T: serde::de::DeserializeOwned>(url: String) -> T {
     client()
