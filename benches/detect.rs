@@ -39,6 +39,7 @@ fn transcript(cycles: usize) -> Transcript {
         system: "You are a coding agent.".into(),
         tools: vec!["read_file".into(), "edit_file".into()],
         messages,
+        compactions: 0,
     }
 }
 

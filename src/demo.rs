@@ -20,7 +20,8 @@ fn demo_config(upstream: &str) -> Result<Config, String> {
     let text = format!(
         "[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\n\n\
          [[routes]]\nprefix = \"/v1\"\nprovider = \"openai\"\nupstream = \"{upstream}\"\n\n\
-         [[routes]]\nprefix = \"/v1beta\"\nprovider = \"gemini\"\nupstream = \"{upstream}\"\n"
+         [[routes]]\nprefix = \"/v1beta\"\nprovider = \"gemini\"\nupstream = \"{upstream}\"\n\n\
+         [[routes]]\nprefix = \"/anthropic\"\nprovider = \"anthropic\"\nupstream = \"{upstream}\"\nstrip_prefix = true\n"
     );
     config::load_str(&text, "<demo>")
         .map(|l| l.config)
@@ -122,6 +123,22 @@ fn add_turn(dialect: Dialect, body: &mut Value, n: usize, name: &str, args: &str
                     {"functionResponse": {"name": name, "response": {"output": RESULT}}}]}));
             }
         }
+        Dialect::OpenaiResponses => {
+            if let Some(input) = body["input"].as_array_mut() {
+                let id = format!("call_{n}");
+                input.push(json!({"type": "function_call", "call_id": id, "name": name, "arguments": args}));
+                input.push(json!({"type": "function_call_output", "call_id": id, "output": RESULT}));
+            }
+        }
+        Dialect::Anthropic => {
+            if let Some(messages) = body["messages"].as_array_mut() {
+                let id = format!("toolu_{n}");
+                messages.push(json!({"role": "assistant", "content": [
+                    {"type": "tool_use", "id": id, "name": name, "input": args_value}]}));
+                messages.push(json!({"role": "user", "content": [
+                    {"type": "tool_result", "tool_use_id": id, "content": RESULT}]}));
+            }
+        }
     }
 }
 
@@ -158,6 +175,18 @@ async fn run_dialect(
             format!("{proxy}/v1beta/models/demo:streamGenerateContent?alt=sse"),
             json!({"contents": [{"role": "user", "parts": [{"text": "What files are in this project?"}]}],
                    "tools": [{"functionDeclarations": [{"name": "list_directory"}]}]}),
+        ),
+        Dialect::OpenaiResponses => (
+            format!("{proxy}/v1/responses"),
+            json!({"model": "demo", "stream": true, "store": false,
+                   "input": [{"role": "user", "content": "What files are in this project?"}],
+                   "tools": [{"type": "function", "name": "list_directory", "parameters": {"type": "object"}}]}),
+        ),
+        Dialect::Anthropic => (
+            format!("{proxy}/anthropic/v1/messages"),
+            json!({"model": "demo", "stream": true, "max_tokens": 1024,
+                   "messages": [{"role": "user", "content": "What files are in this project?"}],
+                   "tools": [{"name": "list_directory", "input_schema": {"type": "object"}}]}),
         ),
     };
     println!(
@@ -223,7 +252,7 @@ pub async fn run() -> Result<(), String> {
         "loopguard demo: mock upstream at {mock}, loopguard at {proxy} (defaults: warn at 3 identical calls, block at 5)"
     );
     let client = reqwest::Client::new();
-    for dialect in [Dialect::OpenaiChat, Dialect::Gemini] {
+    for dialect in Dialect::ALL {
         run_dialect(&client, &proxy, &mock, dialect).await?;
     }
     Ok(())

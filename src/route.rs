@@ -58,8 +58,9 @@ fn segment_prefix(path: &str, prefix: &str) -> bool {
 /// The provider a dialect belongs to.
 pub fn provider_of(dialect: Dialect) -> Provider {
     match dialect {
-        Dialect::OpenaiChat => Provider::Openai,
+        Dialect::OpenaiChat | Dialect::OpenaiResponses => Provider::Openai,
         Dialect::Gemini => Provider::Gemini,
+        Dialect::Anthropic => Provider::Anthropic,
     }
 }
 

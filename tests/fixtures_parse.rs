@@ -1,4 +1,5 @@
-//! Every recorded `openai-chat` and `gemini` stream, decoded and parsed whole,
+//! Every recorded stream of every dialect (`openai-chat`, `gemini`,
+//! `openai-responses`, `anthropic`), decoded and parsed whole,
 //! in random chunks and one byte at a time: the events must be identical, and
 //! the assembled summary (text, reasoning, tool calls, finish, usage) is
 //! snapshotted. Gemini streams are also re-served as a streamed JSON array.
@@ -127,6 +128,8 @@ struct Summary {
     last_usage: Option<Value>,
     usage_events: usize,
     done: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    response_id: Option<String>,
     errors: Vec<String>,
     parse_errors: Vec<String>,
 }
@@ -138,6 +141,7 @@ fn summarize(run: &Run) -> Summary {
         last_usage: None,
         usage_events: 0,
         done: false,
+        response_id: None,
         errors: Vec::new(),
         parse_errors: run.parse_errors.clone(),
     };
@@ -194,6 +198,7 @@ fn summarize(run: &Run) -> Summary {
             }
             StreamEvent::Error { message } => summary.errors.push(message.clone()),
             StreamEvent::Done => summary.done = true,
+            StreamEvent::ResponseId { id } => summary.response_id = Some(id.clone()),
         }
     }
     summary
@@ -270,5 +275,43 @@ fn gemini_fixtures_parse_the_same_whatever_the_chunking_or_framing() {
                 "{name}: JSON-array framing changed the events"
             );
         }
+    }
+}
+
+/// Named-event dialects: each event's `event:` line names the payload's `type`.
+fn assert_named(runs: &[(String, Run)]) {
+    for (name, run) in runs {
+        for event in &run.sse {
+            let payload: Value = serde_json::from_str(&event.data).unwrap_or_default();
+            assert_eq!(
+                event.event.as_deref(),
+                payload["type"].as_str(),
+                "{name}: event name and payload type differ"
+            );
+        }
+    }
+}
+
+/// openai-responses fixtures (single responses and the successive responses
+/// of multi-step runs): chunking never changes the events; summaries match
+/// the snapshots.
+#[test]
+fn openai_responses_fixtures_parse_the_same_whatever_the_chunking() {
+    let runs = check_dialect(Dialect::OpenaiResponses);
+    assert_named(&runs);
+    let with_calls = runs
+        .iter()
+        .filter(|(_, run)| run.events.iter().any(|e| matches!(e, StreamEvent::ToolCallComplete { .. })))
+        .count();
+    assert!(with_calls >= 5, "client calls found in only {with_calls} fixtures");
+}
+
+/// anthropic fixtures: the same.
+#[test]
+fn anthropic_fixtures_parse_the_same_whatever_the_chunking() {
+    let runs = check_dialect(Dialect::Anthropic);
+    assert_named(&runs);
+    for (name, run) in &runs {
+        assert!(run.events.contains(&StreamEvent::Done), "{name}: message_stop is the end");
     }
 }

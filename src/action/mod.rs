@@ -9,8 +9,10 @@
 //! - `abort`: HTTP 400 with the dialect's error shape ([`abort_body`]), or
 //!   the dialect's in-stream error event once headers went out.
 
+pub mod anthropic;
 pub mod gemini;
 pub mod openai_chat;
+pub mod openai_responses;
 
 use serde_json::Value;
 
@@ -41,12 +43,16 @@ pub struct Answer {
 /// Adds `warning` to a request body where every server of the dialect
 /// accepts it: OpenAI chat — appended to the content of the last tool
 /// message; Gemini — a `loopguard_warning` field inside the last
-/// `functionResponse.response` object. Returns `false` (body untouched) when
-/// the request carries no tool result to attach it to.
+/// `functionResponse.response` object; OpenAI Responses — appended to the
+/// last call output's `output`; Anthropic — a `text` block after the
+/// `tool_result` blocks of the last user message. Returns `false` (body
+/// untouched) when the request carries no tool result to attach it to.
 pub fn inject_warning(dialect: Dialect, body: &mut Value, warning: &str) -> bool {
     match dialect {
         Dialect::OpenaiChat => openai_chat::inject_warning(body, warning),
         Dialect::Gemini => gemini::inject_warning(body, warning),
+        Dialect::OpenaiResponses => openai_responses::inject_warning(body, warning),
+        Dialect::Anthropic => anthropic::inject_warning(body, warning),
     }
 }
 
@@ -57,6 +63,8 @@ pub fn block_answer(dialect: Dialect, mode: Mode, model: &str, message: &str, in
     match dialect {
         Dialect::OpenaiChat => openai_chat::block_answer(mode, model, message, include_usage),
         Dialect::Gemini => gemini::block_answer(mode, model, message),
+        Dialect::OpenaiResponses => openai_responses::block_answer(mode, model, message),
+        Dialect::Anthropic => anthropic::block_answer(mode, model, message),
     }
 }
 
@@ -66,6 +74,8 @@ pub fn abort_body(dialect: Dialect, message: &str) -> Vec<u8> {
     match dialect {
         Dialect::OpenaiChat => openai_chat::abort_body(message),
         Dialect::Gemini => gemini::abort_body(message),
+        Dialect::OpenaiResponses => openai_responses::abort_body(message),
+        Dialect::Anthropic => anthropic::abort_body(message),
     }
 }
 

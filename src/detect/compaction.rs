@@ -39,6 +39,8 @@ pub struct RequestSummary {
     pub first_user: u64,
     /// Number of messages.
     pub messages: usize,
+    /// Opaque compaction items the history carries (Responses `compaction`).
+    pub compactions: usize,
 }
 
 impl RequestSummary {
@@ -49,6 +51,7 @@ impl RequestSummary {
             tools: hash64(transcript.tools.join("\u{0}").as_bytes()),
             first_user: first_real_user(transcript, settings).map_or(0, |t| hash64(t.as_bytes())),
             messages: transcript.messages.len(),
+            compactions: transcript.compactions,
         }
     }
 }
@@ -75,6 +78,9 @@ pub enum Evidence {
     /// Same system text and tools, the first real user message replaced, and
     /// at most half the previous message count.
     ReplacedHistory,
+    /// The history carries a compaction item the previous request did not
+    /// (OpenAI Responses `compaction`).
+    CompactionItem,
 }
 
 /// Whether a request is a summarizer request: its last user message or its
@@ -114,6 +120,9 @@ pub fn classify_summarized(
     let Some(prev) = previous else {
         return Classification::Continuation;
     };
+    if now.compactions > prev.compactions {
+        return Classification::Compacted(Evidence::CompactionItem);
+    }
     let marker = transcript
         .messages
         .iter()

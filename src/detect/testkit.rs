@@ -28,6 +28,7 @@ impl Builder {
             system: "You are a coding agent.".into(),
             tools: tools.iter().map(|s| (*s).to_owned()).collect(),
             messages: vec![Message::text(Role::User, "Fix the failing test in the repo.")],
+            compactions: 0,
         };
         Self {
             dialect,

@@ -68,6 +68,13 @@ pub enum StreamEvent {
         /// The error's message, or its JSON when it has no message.
         message: String,
     },
-    /// The stream's own end marker (OpenAI `data: [DONE]`).
+    /// The stream's own end marker (OpenAI `data: [DONE]`, Anthropic
+    /// `message_stop`).
     Done,
+    /// The response's own id (OpenAI Responses `response.id`), which a later
+    /// request may chain to with `previous_response_id`.
+    ResponseId {
+        /// The id as the upstream wrote it.
+        id: String,
+    },
 }

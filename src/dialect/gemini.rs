@@ -73,10 +73,13 @@ pub fn parse_request(body: &[u8]) -> Result<ParsedRequest, DialectError> {
             system,
             tools,
             messages,
+            compactions: 0,
         },
         stream: false,
         include_usage: false,
         model: None,
+        summarizer: false,
+        responses: None,
     })
 }
 

@@ -7,9 +7,11 @@
 //! payload at a time. What the client receives is always the upstream's own
 //! bytes; parsing works on a side copy.
 
+pub mod anthropic;
 pub mod event;
 pub mod gemini;
 pub mod openai_chat;
+pub mod openai_responses;
 
 pub use event::StreamEvent;
 
@@ -23,16 +25,31 @@ pub enum Dialect {
     OpenaiChat,
     /// Gemini: `POST …/models/{model}:generateContent` and `:streamGenerateContent`.
     Gemini,
+    /// OpenAI Responses: `POST …/responses` (and `…/responses/compact`).
+    OpenaiResponses,
+    /// Anthropic Messages: `POST …/messages`.
+    Anthropic,
 }
 
 impl Dialect {
-    /// The dialect's name as used in config, logs and metrics (`openai-chat`, `gemini`).
+    /// The dialect's name as used in config, logs and metrics (`openai-chat`,
+    /// `gemini`, `openai-responses`, `anthropic`).
     pub fn name(self) -> &'static str {
         match self {
             Self::OpenaiChat => "openai-chat",
             Self::Gemini => "gemini",
+            Self::OpenaiResponses => "openai-responses",
+            Self::Anthropic => "anthropic",
         }
     }
+
+    /// Every dialect, in the order they are documented.
+    pub const ALL: [Self; 4] = [
+        Self::OpenaiChat,
+        Self::Gemini,
+        Self::OpenaiResponses,
+        Self::Anthropic,
+    ];
 
     /// Picks the dialect for a request path (without query), or `None` for
     /// paths that are proxied without detection (model lists, embeddings,
@@ -41,6 +58,12 @@ impl Dialect {
         let path = path.trim_end_matches('/');
         if path.ends_with("/chat/completions") {
             return Some(Self::OpenaiChat);
+        }
+        if path.ends_with("/responses") || path.ends_with("/responses/compact") {
+            return Some(Self::OpenaiResponses);
+        }
+        if path.ends_with("/messages") {
+            return Some(Self::Anthropic);
         }
         let last = path.rsplit('/').next().unwrap_or_default();
         if let Some((_model, method)) = last.split_once(':') {
@@ -61,6 +84,8 @@ impl Dialect {
         match self {
             Self::OpenaiChat => openai_chat::parse_request(body),
             Self::Gemini => gemini::parse_request(body),
+            Self::OpenaiResponses => openai_responses::parse_request(body),
+            Self::Anthropic => anthropic::parse_request(body),
         }
     }
 
@@ -69,6 +94,10 @@ impl Dialect {
         match self {
             Self::OpenaiChat => StreamParser::OpenaiChat(openai_chat::ResponseParser::default()),
             Self::Gemini => StreamParser::Gemini(gemini::ResponseParser::default()),
+            Self::OpenaiResponses => {
+                StreamParser::OpenaiResponses(openai_responses::ResponseParser::default())
+            }
+            Self::Anthropic => StreamParser::Anthropic(anthropic::ResponseParser::default()),
         }
     }
 }
@@ -86,6 +115,11 @@ pub struct ParsedRequest {
     pub include_usage: bool,
     /// The model named in the body, if any (Gemini names it in the path).
     pub model: Option<String>,
+    /// The body itself asks for a summary of the history (a Responses
+    /// `compaction_trigger` item): no detector runs on it.
+    pub summarizer: bool,
+    /// What an `openai-responses` request tells beyond its history.
+    pub responses: Option<openai_responses::ResponsesRequest>,
 }
 
 /// Why a body could not be parsed in its dialect.
@@ -111,6 +145,10 @@ pub enum StreamParser {
     OpenaiChat(openai_chat::ResponseParser),
     /// `gemini` responses.
     Gemini(gemini::ResponseParser),
+    /// `openai-responses` responses.
+    OpenaiResponses(openai_responses::ResponseParser),
+    /// `anthropic` responses.
+    Anthropic(anthropic::ResponseParser),
 }
 
 impl StreamParser {
@@ -123,6 +161,8 @@ impl StreamParser {
         match self {
             Self::OpenaiChat(p) => p.payload(payload, out),
             Self::Gemini(p) => p.payload(payload, out),
+            Self::OpenaiResponses(p) => p.payload(payload, out),
+            Self::Anthropic(p) => p.payload(payload, out),
         }
     }
 
@@ -131,6 +171,8 @@ impl StreamParser {
         match self {
             Self::OpenaiChat(p) => p.end(out),
             Self::Gemini(p) => p.end(out),
+            Self::OpenaiResponses(p) => p.end(out),
+            Self::Anthropic(p) => p.end(out),
         }
     }
 }
@@ -158,6 +200,16 @@ mod tests {
             None
         );
         assert_eq!(Dialect::from_path("/v1/models"), None);
+        assert_eq!(
+            Dialect::from_path("/v1/responses"),
+            Some(Dialect::OpenaiResponses)
+        );
+        assert_eq!(
+            Dialect::from_path("/v1/responses/compact"),
+            Some(Dialect::OpenaiResponses)
+        );
+        assert_eq!(Dialect::from_path("/v1/messages"), Some(Dialect::Anthropic));
+        assert_eq!(Dialect::from_path("/v1/messages/count_tokens"), None);
         assert_eq!(Dialect::from_path("/v1/embeddings"), None);
     }
 }

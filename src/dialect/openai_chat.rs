@@ -77,6 +77,8 @@ pub fn parse_request(body: &[u8]) -> Result<ParsedRequest, DialectError> {
             .and_then(Value::as_bool)
             .unwrap_or(false),
         model: root.get("model").and_then(Value::as_str).map(str::to_owned),
+        summarizer: false,
+        responses: None,
     })
 }
 

@@ -470,6 +470,7 @@ fn whole_completion_body() {
             StreamEvent::Usage { .. } => "usage",
             StreamEvent::Error { .. } => "error",
             StreamEvent::Done => "done",
+            StreamEvent::ResponseId { .. } => "id",
         })
         .collect();
     assert_eq!(

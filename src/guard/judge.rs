@@ -23,6 +23,20 @@ pub struct SessionJudge {
     agent: Option<String>,
     chanting_reported: bool,
     panic_for_test: bool,
+    /// Block is never an option: the request is a stateful Responses one
+    /// (the server keeps the withheld call), so blocks become aborts.
+    stateful: bool,
+    /// Responses only: the tenant, to remember the response's id with its
+    /// calls for a later `previous_response_id` request.
+    chain: Option<Chain>,
+}
+
+/// What a Responses response leaves for a request that chains to it.
+#[derive(Debug)]
+struct Chain {
+    tenant: String,
+    id: Option<String>,
+    calls: Vec<ToolCall>,
 }
 
 impl std::fmt::Debug for SessionJudge {
@@ -55,7 +69,37 @@ impl SessionJudge {
             agent,
             chanting_reported: false,
             panic_for_test,
+            stateful: false,
+            chain: None,
         }
+    }
+
+    /// For an `openai-responses` response: its id is remembered (with the
+    /// calls it carries) for requests of `tenant` that chain to it; a
+    /// `stateful` request is aborted where others would be blocked.
+    #[must_use]
+    pub fn for_responses(mut self, tenant: String, stateful: bool) -> Self {
+        self.stateful = stateful;
+        self.chain = Some(Chain {
+            tenant,
+            id: None,
+            calls: Vec::new(),
+        });
+        self
+    }
+
+    /// Records the chain link of this response, when it has an id.
+    fn note_chain(&self) {
+        let Some(chain) = &self.chain else { return };
+        let Some(id) = &chain.id else { return };
+        self.store.note_response(
+            id,
+            crate::session::StoredResponse {
+                tenant: chain.tenant.clone(),
+                session: self.key.clone(),
+                calls: chain.calls.clone(),
+            },
+        );
     }
 
     fn decide(&self, verdict: &Verdict) -> Decision {
@@ -75,6 +119,10 @@ impl SessionJudge {
 
 impl ResponseJudge for SessionJudge {
     fn calls(&mut self, calls: &[ToolCall]) -> Decision {
+        if let Some(chain) = self.chain.as_mut() {
+            chain.calls.extend_from_slice(calls);
+            self.note_chain();
+        }
         let now = self.store.now();
         let judged = catch_unwind(AssertUnwindSafe(|| {
             if self.panic_for_test {
@@ -88,7 +136,7 @@ impl ResponseJudge for SessionJudge {
             }
             verdicts
         }));
-        let verdicts = match judged {
+        let mut verdicts = match judged {
             Ok(v) => v,
             Err(_) => {
                 tracing::error!(session = %self.key, "detector panicked at stream time; releasing the calls");
@@ -96,6 +144,9 @@ impl ResponseJudge for SessionJudge {
                 return Decision::Pass;
             }
         };
+        if self.stateful {
+            super::abort_instead_of_block(&mut verdicts);
+        }
         for v in &verdicts {
             record(v, &self.key, self.agent.as_deref(), "stream");
         }
@@ -103,6 +154,10 @@ impl ResponseJudge for SessionJudge {
     }
 
     fn event(&mut self, event: &StreamEvent) -> Decision {
+        if let (StreamEvent::ResponseId { id }, Some(chain)) = (event, self.chain.as_mut()) {
+            chain.id = Some(id.clone());
+            self.note_chain();
+        }
         if self.chanting_reported {
             return Decision::Pass;
         }

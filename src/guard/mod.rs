@@ -97,6 +97,8 @@ impl RequestView<'_> {
                 }
             }
             Dialect::Gemini => Mode::Whole,
+            Dialect::OpenaiResponses | Dialect::Anthropic if self.parsed.stream => Mode::Sse,
+            Dialect::OpenaiResponses | Dialect::Anthropic => Mode::Whole,
         }
     }
 
@@ -141,6 +143,16 @@ pub fn record(verdict: &Verdict, session: &str, agent: Option<&str>, at: &'stati
         "action" => verdict.action.name()
     )
     .increment(1);
+}
+
+/// A stateful OpenAI Responses request (`previous_response_id`,
+/// `conversation`, `store: true`) is never blocked: the server already holds
+/// the withheld call and the agent's next turn would fail with "No tool
+/// output found". Its blocks become aborts.
+pub fn abort_instead_of_block(verdicts: &mut [Verdict]) {
+    for v in verdicts.iter_mut().filter(|v| v.action == Action::Block) {
+        v.action = Action::Abort;
+    }
 }
 
 /// The message of an abort: the error code, then the verdict's message.
@@ -226,11 +238,26 @@ impl Guard {
         settings: &Arc<Settings>,
         agent: Option<&str>,
     ) -> (RequestDecision, String) {
-        let transcript = &request.parsed.transcript;
+        let responses = request.parsed.responses.as_ref();
+        let stateful = responses.is_some_and(|r| r.stateful);
+        let tenant = key::tenant(request.headers, request.query);
+        // A request chaining to an earlier response carries only the items
+        // new since: the calls it answers come from that response.
+        let chained = responses
+            .and_then(|r| r.previous_response_id.as_deref())
+            .and_then(|id| self.store.response(&tenant, id));
+        let owned;
+        let transcript = match &chained {
+            Some(link) => {
+                owned = with_calls(&request.parsed.transcript, &link.calls);
+                &owned
+            }
+            None => &request.parsed.transcript,
+        };
         let summary = RequestSummary::of(transcript, settings);
         let lane = lane_id(&request.route.prefix, &summary);
         let ids = || -> BodyIds { serde_json::from_slice(request.decoded).unwrap_or_default() };
-        let key = key::resolve(
+        let mut key = key::resolve(
             request.headers,
             request.query,
             session_header,
@@ -238,6 +265,13 @@ impl Guard {
             &request.route.prefix,
             &summary,
         );
+        if let Some(link) = &chained {
+            key = key::SessionKey {
+                key: link.session.clone(),
+                source: key::KeySource::Body,
+                tenant: tenant.clone(),
+            };
+        }
         let session = self.session_for(&key, lane, &summary, transcript, settings);
         if self.wants_panic(request.headers, "request") {
             panic!("fault injection: request-time detector panic");
@@ -248,7 +282,14 @@ impl Guard {
         guard.last_seen = std::time::SystemTime::now();
         let session_key = guard.key.clone();
         let lane_state = guard.lane(lane);
-        let classification = classify_summarized(lane_state.prev.as_ref(), &summary, transcript, settings);
+        let classification = if explicit_summarizer(request) {
+            Classification::Summarizer
+        } else if chained.is_some() {
+            // A chain carries only what is new: never a compaction or a rerun.
+            Classification::Continuation
+        } else {
+            classify_summarized(lane_state.prev.as_ref(), &summary, transcript, settings)
+        };
         match classification {
             Classification::Summarizer => {
                 tracing::debug!(session = %session_key, "summarizer request: no detection");
@@ -268,6 +309,9 @@ impl Guard {
         lane_state.prev = Some(summary);
         let absorbed = lane_state.state.absorb(transcript, now, settings);
         let mut verdicts = lane_state.state.judge_request(settings);
+        if stateful {
+            abort_instead_of_block(&mut verdicts);
+        }
         let ticket = crate::judge::on_request(
             &self.judge,
             lane_state,
@@ -298,7 +342,7 @@ impl Guard {
         for v in &verdicts {
             record(v, &session_key, agent, "request");
         }
-        let judge = Box::new(SessionJudge::new(
+        let judge = SessionJudge::new(
             Arc::clone(&session),
             session_key.clone(),
             lane,
@@ -310,7 +354,12 @@ impl Guard {
                     .headers
                     .get(TEST_PANIC_HEADER)
                     .is_some_and(|v| v == "stream"),
-        ));
+        );
+        let judge = Box::new(if request.dialect == Dialect::OpenaiResponses {
+            judge.for_responses(tenant, stateful)
+        } else {
+            judge
+        });
         let Some(verdict) = decisive(&verdicts) else {
             return (RequestDecision::Forward { body: None, judge }, session_key);
         };
@@ -381,6 +430,30 @@ impl Guard {
         }
         self.store.get_or_create(&key.key).0
     }
+}
+
+/// The request carries an explicit summarizer signal on the wire: Codex's
+/// `POST …/responses/compact`, a `compaction_trigger` item, Claude Code's
+/// `x-claude-code-compaction` header.
+fn explicit_summarizer(request: &RequestView<'_>) -> bool {
+    request.parsed.summarizer
+        || request.path.trim_end_matches('/').ends_with("/responses/compact")
+        || request.headers.contains_key("x-claude-code-compaction")
+}
+
+/// The transcript with an assistant turn carrying `calls` put first (the
+/// calls of the response a `previous_response_id` request chains to).
+fn with_calls(
+    transcript: &crate::transcript::Transcript,
+    calls: &[crate::transcript::ToolCall],
+) -> crate::transcript::Transcript {
+    let mut out = transcript.clone();
+    if !calls.is_empty() {
+        let mut turn = crate::transcript::Message::text(crate::transcript::Role::Assistant, "");
+        turn.tool_calls = calls.to_vec();
+        out.messages.insert(0, turn);
+    }
+    out
 }
 
 fn pass() -> RequestDecision {

@@ -353,6 +353,13 @@ async fn answer(State(st): State<Arc<MockState>>, request: Request) -> Response 
     let path = parts.uri.path();
     let query = parts.uri.query().unwrap_or_default();
     let gemini = path.contains(":generateContent") || path.contains(":streamGenerateContent");
+    let named = if path.ends_with("/responses") {
+        Some(Named::Responses)
+    } else if path.ends_with("/messages") {
+        Some(Named::Anthropic)
+    } else {
+        None
+    };
     let mode = if gemini {
         if path.ends_with(":generateContent") {
             Mode::Whole
@@ -397,15 +404,18 @@ async fn answer(State(st): State<Arc<MockState>>, request: Request) -> Response 
                         .map(str::to_owned)
                 })
                 .unwrap_or_else(|| "mock-model".to_owned());
-            scripted_pieces(
-                &turn,
-                &model,
-                seq,
-                mode,
-                gemini,
-                &json_body,
-                controls.no_terminator,
-            )
+            match named {
+                Some(named) => named_pieces(named, &turn, &model, seq, mode),
+                None => scripted_pieces(
+                    &turn,
+                    &model,
+                    seq,
+                    mode,
+                    gemini,
+                    &json_body,
+                    controls.no_terminator,
+                ),
+            }
         }
     };
     // A recorded stream is served as the stream it is, whatever the request asked.
@@ -470,6 +480,34 @@ async fn play_judge(answer: JudgeAnswer, body: &Value) -> Response {
         script::openai_whole(&turn, model, 0),
     )
         .into_response()
+}
+
+/// The dialects whose streams are named SSE events.
+#[derive(Debug, Clone, Copy)]
+enum Named {
+    Responses,
+    Anthropic,
+}
+
+/// A scripted turn in the OpenAI Responses or Anthropic Messages dialect.
+fn named_pieces(named: Named, turn: &script::Turn, model: &str, seq: u64, mode: Mode) -> Vec<Vec<u8>> {
+    if mode != Mode::Sse {
+        return vec![
+            match named {
+                Named::Responses => script::responses_whole(turn, model, seq),
+                Named::Anthropic => script::anthropic_whole(turn, model, seq),
+            }
+            .into_bytes(),
+        ];
+    }
+    let events = match named {
+        Named::Responses => script::responses_stream(turn, model, seq),
+        Named::Anthropic => script::anthropic_stream(turn, model, seq),
+    };
+    events
+        .into_iter()
+        .map(|(kind, data)| format!("event: {kind}\ndata: {data}\n\n").into_bytes())
+        .collect()
 }
 
 fn scripted_pieces(

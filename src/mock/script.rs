@@ -195,6 +195,11 @@ pub fn json_constraint(body: &Value) -> Option<Value> {
             return Some(schema.cloned().unwrap_or_else(empty_object));
         }
     }
+    if let Some(format) = body.pointer("/text/format") {
+        if format.get("type").and_then(Value::as_str) == Some("json_schema") {
+            return Some(format.get("schema").cloned().unwrap_or_else(empty_object));
+        }
+    }
     let format = body.get("response_format")?;
     match format.get("type").and_then(Value::as_str) {
         Some("json_schema") => Some(
@@ -262,8 +267,30 @@ pub fn instance_of(schema: &Value) -> Value {
     }
 }
 
-/// Counts assistant turns in an OpenAI chat or Gemini request body.
+/// Counts assistant turns in a request body of any dialect (OpenAI chat and
+/// Anthropic `messages`, Gemini `contents`, Responses `input`, where a run of
+/// consecutive model items — assistant messages, calls, reasoning — is one turn).
 pub fn assistant_turns(body: &Value) -> usize {
+    if let Some(items) = body.get("input").and_then(Value::as_array) {
+        let model_side = |item: &Value| {
+            let kind = item.get("type").and_then(Value::as_str).unwrap_or("message");
+            match kind {
+                "message" => item.get("role").and_then(Value::as_str) == Some("assistant"),
+                "reasoning" => true,
+                _ => kind.ends_with("_call"),
+            }
+        };
+        let mut turns = 0;
+        let mut previous = false;
+        for item in items {
+            let now = model_side(item);
+            if now && !previous {
+                turns += 1;
+            }
+            previous = now;
+        }
+        return turns;
+    }
     if let Some(messages) = body.get("messages").and_then(Value::as_array) {
         return messages
             .iter()
@@ -411,6 +438,254 @@ pub fn gemini_whole(turn: &Turn, model: &str) -> String {
         "candidates": [{"content": {"role": "model", "parts": parts}, "finishReason": "STOP", "index": 0}],
         "usageMetadata": usage_gemini(), "modelVersion": model,
     })
+    .to_string()
+}
+
+/// OpenAI Responses: the named events (`(event, data)`) of a streamed turn,
+/// `response.created` … `response.completed`, with sequence numbers.
+pub fn responses_stream(turn: &Turn, model: &str, seq: u64) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = Vec::new();
+    let mut emit = |kind: &str, mut data: Value| {
+        data["type"] = json!(kind);
+        data["sequence_number"] = json!(out.len());
+        out.push((kind.to_owned(), data.to_string()));
+    };
+    let id = format!("resp_mock_{seq}");
+    let response = |status: &str, output: Value, usage: Value| {
+        json!({"id": id, "object": "response", "created_at": 1_700_000_000u64, "status": status,
+            "model": model, "output": output, "usage": usage, "error": null, "incomplete_details": null,
+            "parallel_tool_calls": true, "tools": []})
+    };
+    emit(
+        "response.created",
+        json!({"response": response("in_progress", json!([]), Value::Null)}),
+    );
+    emit(
+        "response.in_progress",
+        json!({"response": response("in_progress", json!([]), Value::Null)}),
+    );
+    let mut output = Vec::new();
+    if !turn.reasoning.is_empty() {
+        let rid = format!("rs_mock_{seq}");
+        let index = output.len();
+        emit(
+            "response.output_item.added",
+            json!({"output_index": index,
+            "item": {"id": rid, "type": "reasoning", "summary": []}}),
+        );
+        for piece in deltas(&turn.reasoning) {
+            emit(
+                "response.reasoning_summary_text.delta",
+                json!({"item_id": rid, "output_index": index,
+                "summary_index": 0, "delta": piece}),
+            );
+        }
+        let item = json!({"id": rid, "type": "reasoning",
+            "summary": [{"type": "summary_text", "text": turn.reasoning}]});
+        emit(
+            "response.output_item.done",
+            json!({"output_index": index, "item": item}),
+        );
+        output.push(item);
+    }
+    if !turn.text.is_empty() {
+        let mid = format!("msg_mock_{seq}");
+        let index = output.len();
+        emit(
+            "response.output_item.added",
+            json!({"output_index": index,
+            "item": {"id": mid, "type": "message", "status": "in_progress", "role": "assistant", "content": []}}),
+        );
+        emit(
+            "response.content_part.added",
+            json!({"item_id": mid, "output_index": index, "content_index": 0,
+            "part": {"type": "output_text", "text": "", "annotations": []}}),
+        );
+        for piece in deltas(&turn.text) {
+            emit(
+                "response.output_text.delta",
+                json!({"item_id": mid, "output_index": index,
+                "content_index": 0, "delta": piece, "logprobs": []}),
+            );
+        }
+        emit(
+            "response.output_text.done",
+            json!({"item_id": mid, "output_index": index, "content_index": 0,
+            "text": turn.text, "logprobs": []}),
+        );
+        let part = json!({"type": "output_text", "text": turn.text, "annotations": []});
+        emit(
+            "response.content_part.done",
+            json!({"item_id": mid, "output_index": index, "content_index": 0,
+            "part": part}),
+        );
+        let item = json!({"id": mid, "type": "message", "status": "completed", "role": "assistant",
+            "content": [part]});
+        emit(
+            "response.output_item.done",
+            json!({"output_index": index, "item": item}),
+        );
+        output.push(item);
+    }
+    for (i, call) in turn.tool_calls.iter().enumerate() {
+        let fid = format!("fc_mock_{seq}_{i}");
+        let call_id = format!("call_{seq}_{i}");
+        let index = output.len();
+        let args = call.arguments.to_string();
+        emit(
+            "response.output_item.added",
+            json!({"output_index": index, "item": {"id": fid,
+            "type": "function_call", "status": "in_progress", "arguments": "", "call_id": call_id, "name": call.name}}),
+        );
+        let mid = args
+            .char_indices()
+            .nth(args.chars().count() / 2)
+            .map_or(0, |(b, _)| b);
+        for part in [&args[..mid], &args[mid..]] {
+            emit(
+                "response.function_call_arguments.delta",
+                json!({"item_id": fid, "output_index": index,
+                "delta": part}),
+            );
+        }
+        emit(
+            "response.function_call_arguments.done",
+            json!({"item_id": fid, "output_index": index,
+            "arguments": args}),
+        );
+        let item = json!({"id": fid, "type": "function_call", "status": "completed", "arguments": args,
+            "call_id": call_id, "name": call.name});
+        emit(
+            "response.output_item.done",
+            json!({"output_index": index, "item": item}),
+        );
+        output.push(item);
+    }
+    emit(
+        "response.completed",
+        json!({"response": response("completed", Value::Array(output), usage_responses())}),
+    );
+    out
+}
+
+fn usage_responses() -> Value {
+    json!({"input_tokens": 10, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": 5,
+        "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 15})
+}
+
+/// OpenAI Responses: a non-streaming `response` object for a turn.
+pub fn responses_whole(turn: &Turn, model: &str, seq: u64) -> String {
+    let events = responses_stream(turn, model, seq);
+    let last = events.last().map(|(_, data)| data.as_str()).unwrap_or("{}");
+    let completed: Value = serde_json::from_str(last).unwrap_or_default();
+    completed.get("response").cloned().unwrap_or_default().to_string()
+}
+
+/// Anthropic Messages: the named events (`(event, data)`) of a streamed
+/// turn, `message_start` … `message_stop`, with a `ping` after the start.
+pub fn anthropic_stream(turn: &Turn, model: &str, seq: u64) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = Vec::new();
+    let mut emit = |kind: &str, mut data: Value| {
+        data["type"] = json!(kind);
+        out.push((kind.to_owned(), data.to_string()));
+    };
+    emit(
+        "message_start",
+        json!({"message": {"id": format!("msg_mock_{seq}"), "type": "message",
+        "role": "assistant", "model": model, "content": [], "stop_reason": null, "stop_sequence": null,
+        "usage": {"input_tokens": 10, "output_tokens": 1}}}),
+    );
+    emit("ping", json!({}));
+    let mut index = 0;
+    if !turn.reasoning.is_empty() {
+        emit(
+            "content_block_start",
+            json!({"index": index, "content_block": {"type": "thinking", "thinking": "", "signature": ""}}),
+        );
+        for piece in deltas(&turn.reasoning) {
+            emit(
+                "content_block_delta",
+                json!({"index": index, "delta": {"type": "thinking_delta", "thinking": piece}}),
+            );
+        }
+        emit(
+            "content_block_delta",
+            json!({"index": index, "delta": {"type": "signature_delta", "signature": "bW9jaw=="}}),
+        );
+        emit("content_block_stop", json!({"index": index}));
+        index += 1;
+    }
+    if !turn.text.is_empty() {
+        emit(
+            "content_block_start",
+            json!({"index": index, "content_block": {"type": "text", "text": ""}}),
+        );
+        for piece in deltas(&turn.text) {
+            emit(
+                "content_block_delta",
+                json!({"index": index, "delta": {"type": "text_delta", "text": piece}}),
+            );
+        }
+        emit("content_block_stop", json!({"index": index}));
+        index += 1;
+    }
+    for (i, call) in turn.tool_calls.iter().enumerate() {
+        emit(
+            "content_block_start",
+            json!({"index": index, "content_block": {"type": "tool_use",
+            "id": format!("toolu_mock_{seq}_{i}"), "name": call.name, "input": {}}}),
+        );
+        let args = call.arguments.to_string();
+        let mid = args
+            .char_indices()
+            .nth(args.chars().count() / 2)
+            .map_or(0, |(b, _)| b);
+        for part in [&args[..mid], &args[mid..]] {
+            emit(
+                "content_block_delta",
+                json!({"index": index, "delta": {"type": "input_json_delta", "partial_json": part}}),
+            );
+        }
+        emit("content_block_stop", json!({"index": index}));
+        index += 1;
+    }
+    let stop = if turn.tool_calls.is_empty() {
+        "end_turn"
+    } else {
+        "tool_use"
+    };
+    emit(
+        "message_delta",
+        json!({"delta": {"stop_reason": stop, "stop_sequence": null},
+        "usage": {"output_tokens": 5}}),
+    );
+    emit("message_stop", json!({}));
+    out
+}
+
+/// Anthropic Messages: a non-streaming `message` for a turn.
+pub fn anthropic_whole(turn: &Turn, model: &str, seq: u64) -> String {
+    let mut content = Vec::new();
+    if !turn.reasoning.is_empty() {
+        content.push(json!({"type": "thinking", "thinking": turn.reasoning, "signature": "bW9jaw=="}));
+    }
+    if !turn.text.is_empty() {
+        content.push(json!({"type": "text", "text": turn.text}));
+    }
+    for (i, call) in turn.tool_calls.iter().enumerate() {
+        content.push(
+            json!({"type": "tool_use", "id": format!("toolu_mock_{seq}_{i}"), "name": call.name,
+            "input": call.arguments}),
+        );
+    }
+    let stop = if turn.tool_calls.is_empty() {
+        "end_turn"
+    } else {
+        "tool_use"
+    };
+    json!({"id": format!("msg_mock_{seq}"), "type": "message", "role": "assistant", "model": model,
+        "content": content, "stop_reason": stop, "stop_sequence": null,
+        "usage": {"input_tokens": 10, "output_tokens": 5}})
     .to_string()
 }
 

@@ -18,7 +18,7 @@ use serde_json::Value;
 
 use super::tap::{Frame, Tap, TapEnd};
 use crate::action::{self, Mode, StreamEnding};
-use crate::dialect::{Dialect, StreamEvent};
+use crate::dialect::{Dialect, StreamEvent, StreamParser};
 use crate::transcript::ToolCall;
 
 /// What the response-time judge decided.
@@ -108,10 +108,13 @@ pub struct Holder {
     received: u64,
     /// Start of the held region (the end of the last released frame).
     hold_from: Option<u64>,
+    /// Where the first held frame stood in its stream (Responses
+    /// `sequence_number` and `output_index`, Anthropic block `index`): the
+    /// events replacing the held ones take its place.
+    held_at: (Option<u64>, Option<u32>),
     batch: Vec<ToolCall>,
     held_usage: Option<Value>,
     held_done: bool,
-    frames: Vec<Frame>,
     /// Frame end offsets already released up to.
     released_upto: u64,
     /// Held bytes went over the cap (reported once).
@@ -148,10 +151,10 @@ impl Holder {
             buf_start: 0,
             received: 0,
             hold_from: None,
+            held_at: (None, None),
             batch: Vec::new(),
             held_usage: None,
             held_done: false,
-            frames: Vec::new(),
             released_upto: 0,
             capped: false,
             text_released: false,
@@ -195,24 +198,23 @@ impl Holder {
         }
         self.received += chunk.len() as u64;
         self.buf.extend_from_slice(chunk);
-        let mut frames = std::mem::take(&mut self.frames);
-        self.tap.feed(chunk, &mut frames);
+        self.tap.frame_chunk(chunk);
         if self.state == State::Passthrough {
             // Unjudged, but still parsed: a truncated stream is still noticed.
-            frames.clear();
-            self.frames = frames;
+            while self.tap.next_frame().is_some() {}
             let all = self.take_upto(self.received);
             out.release.extend(all);
             out.headers_ready = true;
             return out;
         }
-        for frame in frames.drain(..) {
+        // One frame at a time: the parser's state is that of the frame judged.
+        while let Some(frame) = self.tap.next_frame() {
             self.on_frame(&frame, judge, &mut out);
             if self.state == State::Ended {
+                while self.tap.next_frame().is_some() {}
                 break;
             }
         }
-        self.frames = frames;
         self.check_cap(&mut out);
         out
     }
@@ -311,6 +313,7 @@ impl Holder {
 
         if self.hold_from.is_none() && carries_call {
             self.hold_from = Some(self.released_upto);
+            self.held_at = self.anchor();
         }
         if self.hold_from.is_some() {
             for event in &frame.events {
@@ -385,7 +388,15 @@ impl Holder {
     /// Cuts the generation (content detectors): what is unreleased is
     /// dropped, the answer ends cleanly with the note, the upstream is dropped.
     fn cut_generation(&mut self, cut: Cut, out: &mut Output) {
-        let mut ending = self.block_ending(&cut.message);
+        let mut ending = match self.tap.parser() {
+            StreamParser::OpenaiResponses(p) if self.mode != Mode::Whole => {
+                action::openai_responses::cut_ending(p.state(), &cut.message)
+            }
+            StreamParser::Anthropic(p) if self.mode != Mode::Whole => {
+                action::anthropic::cut_ending(p.state(), &cut.message)
+            }
+            _ => self.block_ending(&cut.message),
+        };
         let everything = self.received;
         self.drop_upto(everything);
         if self.dialect == Dialect::OpenaiChat && self.mode == Mode::Sse {
@@ -412,6 +423,18 @@ impl Holder {
         }
     }
 
+    /// Where the frame just parsed stands in its stream.
+    fn anchor(&self) -> (Option<u64>, Option<u32>) {
+        match self.tap.parser() {
+            StreamParser::OpenaiResponses(p) => {
+                let a = p.state().anchor;
+                (a.sequence, a.output_index)
+            }
+            StreamParser::Anthropic(p) => (None, p.state().anchor),
+            _ => (None, None),
+        }
+    }
+
     fn first_element(&self) -> bool {
         self.released_upto == 0
     }
@@ -419,7 +442,10 @@ impl Holder {
     fn block_ending(&self, message: &str) -> Vec<u8> {
         let ending = self.ending();
         let separated;
-        let message = if self.text_released && self.mode != Mode::Whole {
+        // Chat and Gemini append the ending to the text already sent; the
+        // other dialects put it in an item / block of its own.
+        let same_text = matches!(self.dialect, Dialect::OpenaiChat | Dialect::Gemini);
+        let message = if self.text_released && self.mode != Mode::Whole && same_text {
             separated = format!("\n\n{message}");
             separated.as_str()
         } else {
@@ -463,7 +489,42 @@ impl Holder {
                 mode,
                 self.first_element(),
             ),
+            (dialect @ (Dialect::OpenaiResponses | Dialect::Anthropic), Mode::Whole) => {
+                action::block_answer(
+                    dialect,
+                    Mode::Whole,
+                    &self.model().unwrap_or_default(),
+                    message,
+                    false,
+                )
+                .body
+            }
+            (Dialect::OpenaiResponses | Dialect::Anthropic, _) => match self.tap.parser() {
+                StreamParser::OpenaiResponses(p) => action::openai_responses::block_stream_ending(
+                    p.state(),
+                    self.held_at.0,
+                    self.held_at.1,
+                    message,
+                ),
+                StreamParser::Anthropic(p) => {
+                    action::anthropic::block_stream_ending(p.state(), self.held_at.1, message)
+                }
+                _ => Vec::new(),
+            },
         }
+    }
+
+    /// The model the upstream named (Responses `response.model`, Anthropic `message.model`).
+    fn model(&self) -> Option<String> {
+        let value = match self.tap.parser() {
+            StreamParser::OpenaiResponses(p) => p.state().terminal.as_ref().or(p.state().response.as_ref()),
+            StreamParser::Anthropic(p) => p.state().message.as_ref(),
+            _ => None,
+        };
+        value
+            .and_then(|v| v.get("model"))
+            .and_then(Value::as_str)
+            .map(str::to_owned)
     }
 
     fn error_event(&self, message: &str) -> Vec<u8> {
@@ -475,6 +536,15 @@ impl Holder {
             (Dialect::Gemini, mode) => {
                 action::gemini::stream_error_event(message, mode, self.first_element())
             }
+            (Dialect::OpenaiResponses | Dialect::Anthropic, Mode::Whole) => {
+                action::abort_body(self.dialect, message)
+            }
+            (Dialect::OpenaiResponses | Dialect::Anthropic, _) => match self.tap.parser() {
+                StreamParser::OpenaiResponses(p) => {
+                    action::openai_responses::stream_error_event(p.state(), message)
+                }
+                _ => action::anthropic::stream_error_event(message),
+            },
         }
     }
 

@@ -169,3 +169,135 @@ fn a_block_never_drops_another_choices_events() {
     assert!(out == input, "with several choices the stream passes unjudged");
     assert!(decision.is_none());
 }
+
+/// The `data` payloads of an SSE body, in order.
+fn payloads(body: &[u8]) -> Vec<serde_json::Value> {
+    String::from_utf8_lossy(body)
+        .split("\n\n")
+        .filter_map(|event| event.lines().find_map(|l| l.strip_prefix("data:")))
+        .filter_map(|data| serde_json::from_str(data.trim()).ok())
+        .collect()
+}
+
+#[test]
+fn a_blocked_responses_stream_keeps_its_sequence_and_output_indices() {
+    for name in [
+        "openai-responses/azure-gpt51-function-call.sse",
+        "openai-responses/reasoning-calculator-steps.step1.sse",
+        "openai-responses/custom-tool-write-sql.sse",
+    ] {
+        let input = fixture(name);
+        for size in [7, 4096] {
+            let mut judge = Always(Decision::Block(cut("[loopguard] stopped a loop")));
+            let (out, decision) = run(holder(Dialect::OpenaiResponses), &input, size, &mut judge);
+            assert!(matches!(decision, Some(Decision::Block(_))), "{name}");
+            let events = payloads(&out);
+            let kinds: Vec<&str> = events.iter().filter_map(|e| e["type"].as_str()).collect();
+            assert!(
+                !kinds.contains(&"response.function_call_arguments.delta"),
+                "{name}: {kinds:?}"
+            );
+            assert!(
+                !kinds.iter().any(|k| *k == "response.output_item.added"
+                    && events.iter().any(|e| e["item"]["type"] != "message"
+                        && e["item"]["type"] != "reasoning"
+                        && e["type"] == *k)),
+                "{name}: a call item went out"
+            );
+            assert_eq!(kinds.last(), Some(&"response.completed"), "{name}");
+            let seqs: Vec<u64> = events
+                .iter()
+                .filter_map(|e| e["sequence_number"].as_u64())
+                .collect();
+            assert!(seqs.windows(2).all(|w| w[0] < w[1]), "{name}: {seqs:?}");
+            let completed = events
+                .last()
+                .map(|e| e["response"]["output"].clone())
+                .unwrap_or_default();
+            let output = completed.as_array().cloned().unwrap_or_default();
+            let added: Vec<u64> = events
+                .iter()
+                .filter(|e| e["type"] == "response.output_item.added")
+                .filter_map(|e| e["output_index"].as_u64())
+                .collect();
+            assert_eq!(
+                added,
+                (0..output.len() as u64).collect::<Vec<_>>(),
+                "{name}: contiguous indices"
+            );
+            let last = output.last().cloned().unwrap_or_default();
+            assert_eq!(last["type"], "message", "{name}");
+            assert_eq!(last["content"][0]["text"], "[loopguard] stopped a loop", "{name}");
+        }
+    }
+}
+
+#[test]
+fn a_blocked_anthropic_stream_puts_the_explanation_at_the_first_withheld_index() {
+    for (name, text_blocks) in [
+        ("anthropic/tool-use-no-args.sse", 1),
+        ("anthropic/parallel-tool-use-same-tool.sse", 0),
+        ("anthropic/tool-use-quoted-input.sse", 0),
+    ] {
+        let input = fixture(name);
+        for size in [5, 4096] {
+            let mut judge = Always(Decision::Block(cut("[loopguard] stopped a loop")));
+            let (out, decision) = run(holder(Dialect::Anthropic), &input, size, &mut judge);
+            assert!(matches!(decision, Some(Decision::Block(_))), "{name}");
+            let events = payloads(&out);
+            let starts: Vec<(u64, String)> = events
+                .iter()
+                .filter(|e| e["type"] == "content_block_start")
+                .map(|e| {
+                    let kind = e["content_block"]["type"].as_str().unwrap_or_default().to_owned();
+                    (e["index"].as_u64().unwrap_or(99), kind)
+                })
+                .collect();
+            let indices: Vec<u64> = starts.iter().map(|(i, _)| *i).collect();
+            assert_eq!(
+                indices,
+                (0..starts.len() as u64).collect::<Vec<_>>(),
+                "{name}: {starts:?}"
+            );
+            assert!(starts.iter().all(|(_, k)| k == "text"), "{name}: {starts:?}");
+            assert_eq!(starts.len(), text_blocks + 1, "{name}");
+            let kinds: Vec<&str> = events.iter().filter_map(|e| e["type"].as_str()).collect();
+            assert_eq!(
+                &kinds[kinds.len() - 2..],
+                ["message_delta", "message_stop"],
+                "{name}"
+            );
+            let delta = &events[events.len() - 2];
+            assert_eq!(delta["delta"]["stop_reason"], "end_turn");
+            assert!(
+                delta["usage"]["output_tokens"].is_u64(),
+                "{name}: upstream usage kept"
+            );
+        }
+    }
+}
+
+#[test]
+fn an_abort_after_text_ends_with_the_dialects_error_event() {
+    for (dialect, name, error) in [
+        (
+            Dialect::Anthropic,
+            "anthropic/tool-use-no-args.sse",
+            "invalid_request_error",
+        ),
+        (
+            Dialect::OpenaiResponses,
+            "openai-responses/reasoning-calculator-steps.step1.sse",
+            "loop_detected",
+        ),
+    ] {
+        let input = fixture(name);
+        let mut judge = Always(Decision::Abort(cut("loop_detected: stop")));
+        let (out, decision) = run(holder(dialect), &input, 64, &mut judge);
+        assert!(matches!(decision, Some(Decision::Abort(_))));
+        let events = payloads(&out);
+        let last = events.last().cloned().unwrap_or_default();
+        assert_eq!(last["type"], "error", "{name}");
+        assert!(last.to_string().contains(error), "{name}: {last}");
+    }
+}

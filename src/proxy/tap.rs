@@ -3,6 +3,8 @@
 //! element, each with the stream offset where it ends. It never changes or
 //! delays bytes itself; [`super::hold`] decides what to release.
 
+use std::collections::VecDeque;
+
 use crate::dialect::{Dialect, StreamEvent, StreamParser};
 use crate::json_array::{ArrayElement, ArraySplitter};
 use crate::sse::{SseDecoder, SseEvent};
@@ -89,6 +91,9 @@ pub struct Tap {
     seen: Seen,
     sse_scratch: Vec<SseEvent>,
     array_scratch: Vec<ArrayElement>,
+    /// Framed payloads not parsed yet: stream end offset and payload (`None`
+    /// for a truncated SSE event, which yields an empty frame).
+    pending: VecDeque<(u64, Option<String>)>,
 }
 
 impl std::fmt::Debug for Tap {
@@ -121,7 +126,14 @@ impl Tap {
             seen: Seen::default(),
             sse_scratch: Vec::new(),
             array_scratch: Vec::new(),
+            pending: VecDeque::new(),
         }
+    }
+
+    /// The dialect parser, whose state is that after the last frame handed
+    /// out (what loopguard's own events continue from).
+    pub fn parser(&self) -> &StreamParser {
+        &self.parser
     }
 
     /// Why the tap stopped parsing, if it did: a short fail-open label
@@ -146,38 +158,34 @@ impl Tap {
     /// Feeds the next chunk of the body as received, appending every frame
     /// it completes to `out`. After a failure it yields nothing more.
     pub fn feed(&mut self, chunk: &[u8], out: &mut Vec<Frame>) {
+        self.frame_chunk(chunk);
+        while let Some(frame) = self.next_frame() {
+            out.push(frame);
+        }
+    }
+
+    /// Frames the next chunk of the body without parsing it: the frames it
+    /// completes come out of [`Tap::next_frame`], one at a time, so the
+    /// parser's state always matches the last frame handed out.
+    pub fn frame_chunk(&mut self, chunk: &[u8]) {
         if self.failed.is_some() {
             return;
         }
         match &mut self.framer {
             Framer::Sse(decoder) => {
                 decoder.push(chunk, &mut self.sse_scratch);
-                let events = std::mem::take(&mut self.sse_scratch);
-                for event in &events {
-                    let frame = if event.truncated {
-                        Frame {
-                            end: event.end,
-                            events: Vec::new(),
-                        }
-                    } else {
-                        self.frame(event.end, &event.data)
-                    };
-                    out.push(frame);
+                for event in self.sse_scratch.drain(..) {
+                    let data = (!event.truncated).then_some(event.data);
+                    self.pending.push_back((event.end, data));
                 }
-                self.sse_scratch = events;
-                self.sse_scratch.clear();
             }
             Framer::Array(splitter) => {
                 if let Err(e) = splitter.push(chunk, &mut self.array_scratch) {
                     self.failed = Some(format!("json array: {e}"));
                 }
-                let elements = std::mem::take(&mut self.array_scratch);
-                for element in &elements {
-                    let frame = self.frame(element.end, &element.text);
-                    out.push(frame);
+                for element in self.array_scratch.drain(..) {
+                    self.pending.push_back((element.end, Some(element.text)));
                 }
-                self.array_scratch = elements;
-                self.array_scratch.clear();
             }
             Framer::Json { buf, cap } => {
                 if buf.len() + chunk.len() > *cap {
@@ -188,6 +196,18 @@ impl Tap {
                 }
             }
         }
+    }
+
+    /// Parses the next framed payload.
+    pub fn next_frame(&mut self) -> Option<Frame> {
+        let (end, data) = self.pending.pop_front()?;
+        Some(match data {
+            Some(data) => self.frame(end, &data),
+            None => Frame {
+                end,
+                events: Vec::new(),
+            },
+        })
     }
 
     /// Identity fields of the first payload that had any.
@@ -234,6 +254,9 @@ impl Tap {
     /// `total`) when that produced anything, and says whether the dialect's
     /// end was seen.
     pub fn finish(&mut self, total: u64, out: &mut Vec<Frame>) -> TapEnd {
+        while let Some(frame) = self.next_frame() {
+            out.push(frame);
+        }
         if self.failed.is_some() {
             return TapEnd::Unknown;
         }

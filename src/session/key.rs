@@ -194,6 +194,7 @@ mod tests {
             tools: 2,
             first_user: first,
             messages: 3,
+            compactions: 0,
         }
     }
 

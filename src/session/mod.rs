@@ -117,7 +117,23 @@ pub struct Store {
     /// lane: finds a fingerprinted session again after a compaction replaced
     /// the first message its fingerprint was made of.
     lanes: moka::sync::Cache<(String, u64), String>,
+    /// OpenAI Responses `response.id` → the response it names, so a request
+    /// chaining to it with `previous_response_id` (which carries only the
+    /// items new since) finds its session and the calls it answers.
+    responses: moka::sync::Cache<String, Arc<StoredResponse>>,
     epoch: Instant,
+}
+
+/// A Responses response a later request may chain to.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredResponse {
+    /// Hash of the credential of the request that produced it: only the same
+    /// tenant may chain to it.
+    pub tenant: String,
+    /// The session key.
+    pub session: String,
+    /// The client calls the response carried (the next request answers them).
+    pub calls: Vec<crate::transcript::ToolCall>,
 }
 
 impl std::fmt::Debug for Store {
@@ -137,6 +153,10 @@ impl Store {
                 .time_to_idle(idle_ttl)
                 .build(),
             lanes: moka::sync::Cache::builder()
+                .max_capacity(max_sessions)
+                .time_to_idle(idle_ttl)
+                .build(),
+            responses: moka::sync::Cache::builder()
                 .max_capacity(max_sessions)
                 .time_to_idle(idle_ttl)
                 .build(),
@@ -178,6 +198,16 @@ impl Store {
     /// Records that `key` is the most recently active session of a lane.
     pub fn note_lane(&self, tenant: &str, lane: u64, key: &str) {
         self.lanes.insert((tenant.to_owned(), lane), key.to_owned());
+    }
+
+    /// Remembers a Responses response by its id.
+    pub fn note_response(&self, id: &str, response: StoredResponse) {
+        self.responses.insert(id.to_owned(), Arc::new(response));
+    }
+
+    /// The response `id` names, if the same tenant produced it.
+    pub fn response(&self, tenant: &str, id: &str) -> Option<Arc<StoredResponse>> {
+        self.responses.get(id).filter(|r| r.tenant == tenant)
     }
 
     /// Sessions kept (after pending evictions are applied).

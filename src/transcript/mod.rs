@@ -39,6 +39,9 @@ pub struct Transcript {
     pub tools: Vec<String>,
     /// The turns, in order.
     pub messages: Vec<Message>,
+    /// Opaque compaction items the history carries (OpenAI Responses
+    /// `compaction`): one more than in the previous request is a compaction.
+    pub compactions: usize,
 }
 
 /// One turn of the history.

@@ -1,0 +1,554 @@
+//! The `openai-responses` dialect (OpenAI Responses API, Codex's only wire
+//! protocol): request body → [`Transcript`], response payloads →
+//! [`StreamEvent`]s.
+//!
+//! History is a list of `input` items. Items the agent executes — the
+//! client-side calls `function_call`, `custom_tool_call`, `local_shell_call`,
+//! `shell_call`, `apply_patch_call` and `computer_call` — are tool calls; their
+//! `*_output` items are tool results, matched by `call_id`. Server-side items
+//! (`web_search_call`, `mcp_call`, `file_search_call`, …) ran on the
+//! server before the model answered: they are not calls the agent can loop
+//! on. `reasoning` and `compaction` items are opaque and passed through.
+//!
+//! A stream is a sequence of named SSE events whose `data` repeats the event
+//! name in `type` and carries a `sequence_number`; there is no `[DONE]`.
+//! Calls are correlated by `output_index` (and `item_id`), never by `call_id`.
+
+use std::collections::HashMap;
+
+use serde_json::{Map, Value};
+
+use super::{DialectError, ParsedRequest, StreamEvent};
+use crate::transcript::{Arguments, Message, ResultContent, Role, ToolCall, ToolResult, Transcript};
+
+/// Item types of calls the client executes (they can loop; they are held).
+const CLIENT_CALLS: [&str; 6] = [
+    "function_call",
+    "custom_tool_call",
+    "local_shell_call",
+    "shell_call",
+    "apply_patch_call",
+    "computer_call",
+];
+
+/// Whether an item type is a call the client executes.
+pub fn is_client_call(kind: &str) -> bool {
+    CLIENT_CALLS.contains(&kind)
+}
+
+/// The tool name of a call item: its `name`, else the built-in tool its
+/// type stands for (`local_shell_call` → `local_shell`, …).
+fn call_name(item: &Value, kind: &str) -> String {
+    match item.get("name").and_then(Value::as_str) {
+        Some(name) => name.to_owned(),
+        None => kind.trim_end_matches("_call").to_owned(),
+    }
+}
+
+/// The arguments of a call item: `arguments` (a JSON string), a custom
+/// tool's free-form `input`, or the `action` / `operation` object of a
+/// built-in tool.
+fn call_arguments(item: &Value) -> Arguments {
+    if let Some(arguments) = item.get("arguments") {
+        return match arguments {
+            Value::String(text) => Arguments::from_json_str(text),
+            Value::Null => Arguments::Json(Value::Object(Map::new())),
+            other => Arguments::Json(other.clone()),
+        };
+    }
+    for key in ["input", "action", "operation"] {
+        if let Some(value) = item.get(key) {
+            return Arguments::Json(value.clone());
+        }
+    }
+    Arguments::Json(Value::Object(Map::new()))
+}
+
+/// A call item as a [`ToolCall`] (`None` for items that are not client calls).
+pub fn call_of(item: &Value) -> Option<ToolCall> {
+    let kind = item.get("type").and_then(Value::as_str)?;
+    if !is_client_call(kind) {
+        return None;
+    }
+    let id = item
+        .get("call_id")
+        .or_else(|| item.get("id"))
+        .and_then(Value::as_str)
+        .map(str::to_owned);
+    Some(ToolCall::new(id, call_name(item, kind), call_arguments(item)))
+}
+
+/// What a request tells beyond its history.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct ResponsesRequest {
+    /// `previous_response_id`: the request carries only the items new since
+    /// that response.
+    pub previous_response_id: Option<String>,
+    /// The server keeps state for it (`previous_response_id`, `conversation`,
+    /// or `store: true`): a withheld call would leave the server's copy
+    /// dangling, so loopguard never blocks it (it aborts instead).
+    pub stateful: bool,
+}
+
+/// Parses a `POST …/responses` request body.
+///
+/// `instructions` and leading `system` / `developer` messages form
+/// [`Transcript::system`]. Consecutive model items (assistant messages and
+/// calls) form one assistant turn; consecutive call outputs one tool turn.
+/// A `compaction_trigger` item makes it a summarizer request; `compaction`
+/// items are counted in [`Transcript::compactions`].
+///
+/// # Errors
+/// [`DialectError::Json`] when the body is not JSON; [`DialectError::Shape`]
+/// when it is not an object or `input` is neither a string nor an array.
+pub fn parse_request(body: &[u8]) -> Result<ParsedRequest, DialectError> {
+    let value: Value = serde_json::from_slice(body)?;
+    let Value::Object(root) = value else {
+        return Err(DialectError::Shape(
+            "request body is not a JSON object".to_owned(),
+        ));
+    };
+    let mut transcript = Transcript {
+        tools: declared_tools(&root),
+        ..Transcript::default()
+    };
+    let mut system_parts: Vec<String> = root
+        .get("instructions")
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned)
+        .into_iter()
+        .collect();
+    let mut summarizer = false;
+    match root.get("input") {
+        Some(Value::String(text)) => transcript.messages.push(Message::text(Role::User, text.clone())),
+        Some(Value::Array(items)) => {
+            let mut names: HashMap<String, String> = HashMap::new();
+            for item in items {
+                summarizer |= item_input(item, &mut transcript, &mut system_parts, &mut names);
+            }
+        }
+        None | Some(Value::Null) => {}
+        Some(_) => {
+            return Err(DialectError::Shape(
+                "`input` is neither a string nor an array".to_owned(),
+            ));
+        }
+    }
+    transcript.system = system_parts.join("\n");
+    let previous_response_id = root
+        .get("previous_response_id")
+        .and_then(Value::as_str)
+        .map(str::to_owned);
+    let conversation = root.get("conversation").is_some_and(|c| !c.is_null());
+    let store = root.get("store").and_then(Value::as_bool) == Some(true);
+    Ok(ParsedRequest {
+        transcript,
+        stream: root.get("stream").and_then(Value::as_bool).unwrap_or(false),
+        include_usage: false,
+        model: root.get("model").and_then(Value::as_str).map(str::to_owned),
+        summarizer,
+        responses: Some(ResponsesRequest {
+            stateful: previous_response_id.is_some() || conversation || store,
+            previous_response_id,
+        }),
+    })
+}
+
+/// Adds one `input` item to the transcript; `true` for a `compaction_trigger`.
+fn item_input(
+    item: &Value,
+    transcript: &mut Transcript,
+    system_parts: &mut Vec<String>,
+    names: &mut HashMap<String, String>,
+) -> bool {
+    let role = item.get("role").and_then(Value::as_str);
+    let kind = item
+        .get("type")
+        .and_then(Value::as_str)
+        .unwrap_or(if role.is_some() { "message" } else { "" });
+    if kind == "message" {
+        let text = content_text(item.get("content"));
+        match role.unwrap_or("user") {
+            "system" | "developer" if transcript.messages.is_empty() => system_parts.push(text),
+            "user" => transcript.messages.push(Message::text(Role::User, text)),
+            "assistant" => {
+                let turn = assistant_turn(transcript);
+                if !turn.text.is_empty() && !text.is_empty() {
+                    turn.text.push('\n');
+                }
+                turn.text.push_str(&text);
+            }
+            _ => transcript.messages.push(Message::text(Role::System, text)),
+        }
+        return false;
+    }
+    if let Some(call) = call_of(item) {
+        if let Some(id) = &call.id {
+            names.insert(id.clone(), call.name.clone());
+        }
+        assistant_turn(transcript).tool_calls.push(call);
+        return false;
+    }
+    if let Some(call_kind) = kind.strip_suffix("_output") {
+        if is_client_call(call_kind) {
+            let call_id = item
+                .get("call_id")
+                .or_else(|| item.get("id"))
+                .and_then(Value::as_str)
+                .map(str::to_owned);
+            let name = call_id.as_ref().and_then(|id| names.get(id).cloned());
+            let content = match item.get("output") {
+                Some(Value::String(text)) => ResultContent::Text(text.clone()),
+                Some(Value::Array(_)) => ResultContent::Text(content_text(item.get("output"))),
+                Some(other) => ResultContent::Json(other.clone()),
+                None => ResultContent::Text(String::new()),
+            };
+            tool_turn(transcript).tool_results.push(ToolResult {
+                call_id,
+                name,
+                content,
+                is_error: false,
+            });
+        }
+        return false;
+    }
+    match kind {
+        "compaction" => transcript.compactions += 1,
+        "compaction_trigger" => return true,
+        // reasoning, item_reference, server-side tool items: opaque here.
+        _ => {}
+    }
+    false
+}
+
+/// The assistant turn being built (a new one unless the last message is one).
+fn assistant_turn(transcript: &mut Transcript) -> &mut Message {
+    if transcript
+        .messages
+        .last()
+        .is_none_or(|m| m.role != Role::Assistant)
+    {
+        transcript.messages.push(Message::text(Role::Assistant, ""));
+    }
+    let last = transcript.messages.len() - 1;
+    &mut transcript.messages[last]
+}
+
+/// The tool-result turn being built (a new one unless the last message is one).
+fn tool_turn(transcript: &mut Transcript) -> &mut Message {
+    if transcript.messages.last().is_none_or(|m| m.role != Role::Tool) {
+        transcript.messages.push(Message::text(Role::Tool, ""));
+    }
+    let last = transcript.messages.len() - 1;
+    &mut transcript.messages[last]
+}
+
+/// Tool names: `tools[].name`, else the tool's `type` (`local_shell`, `web_search`, …).
+fn declared_tools(root: &Map<String, Value>) -> Vec<String> {
+    root.get("tools")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|t| t.get("name").or_else(|| t.get("type")).and_then(Value::as_str))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Message `content` as text: a string, or the `text` of its text parts
+/// (`input_text`, `output_text`, `text`) joined by newlines.
+fn content_text(content: Option<&Value>) -> String {
+    match content {
+        Some(Value::String(text)) => text.clone(),
+        Some(Value::Array(parts)) => parts
+            .iter()
+            .filter(|p| {
+                matches!(
+                    p.get("type").and_then(Value::as_str),
+                    Some("input_text" | "output_text" | "text") | None
+                )
+            })
+            .filter_map(|p| p.get("text").and_then(Value::as_str))
+            .collect::<Vec<_>>()
+            .join("\n"),
+        _ => String::new(),
+    }
+}
+
+/// Where in the stream the last payload stood: what loopguard's own events
+/// must continue from.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct StreamState {
+    /// The `response` object of `response.created` / `response.in_progress`.
+    pub response: Option<Value>,
+    /// The `response` object of the terminal event (`response.completed`,
+    /// `.incomplete`), with its usage.
+    pub terminal: Option<Value>,
+    /// Output items completed so far (`response.output_item.done`), with
+    /// their `output_index`.
+    pub done_items: Vec<(u32, Value)>,
+    /// `sequence_number` of the last payload that had one.
+    pub last_sequence: Option<u64>,
+    /// `sequence_number` and `output_index` of the last payload.
+    pub anchor: Anchor,
+    /// The message item whose text is streaming, if one is open.
+    pub open_text: Option<OpenText>,
+    /// Highest `output_index` seen.
+    pub max_output_index: Option<u32>,
+}
+
+/// Position of one payload in a Responses stream.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Anchor {
+    /// Its `sequence_number`.
+    pub sequence: Option<u64>,
+    /// Its `output_index`.
+    pub output_index: Option<u32>,
+}
+
+/// A message item whose `output_text` is streaming.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OpenText {
+    /// The item's `id`.
+    pub item_id: String,
+    /// Its `output_index`.
+    pub output_index: u32,
+    /// The `content_index` of the text part.
+    pub content_index: u32,
+    /// The text so far.
+    pub text: String,
+}
+
+/// Incremental parser for one Responses response, streamed (named SSE
+/// events) or not (one whole `response` object).
+#[derive(Debug, Default)]
+pub struct ResponseParser {
+    /// Client calls being streamed: `output_index` → position among the calls.
+    calls: HashMap<u32, u32>,
+    next_position: u32,
+    state: StreamState,
+}
+
+impl ResponseParser {
+    /// Where the stream stands after the last payload.
+    pub fn state(&self) -> &StreamState {
+        &self.state
+    }
+
+    /// Parses one payload (an SSE `data` field, or a whole response body).
+    ///
+    /// # Errors
+    /// [`DialectError::Json`] when the payload is not JSON,
+    /// [`DialectError::Shape`] when it is not an object.
+    pub fn payload(&mut self, payload: &str, out: &mut Vec<StreamEvent>) -> Result<(), DialectError> {
+        let Value::Object(event) = serde_json::from_str(payload)? else {
+            return Err(DialectError::Shape("payload is not a JSON object".to_owned()));
+        };
+        let output_index = event
+            .get("output_index")
+            .and_then(Value::as_u64)
+            .and_then(|i| u32::try_from(i).ok());
+        let sequence = event.get("sequence_number").and_then(Value::as_u64);
+        self.state.anchor = Anchor {
+            sequence,
+            output_index,
+        };
+        if sequence.is_some() {
+            self.state.last_sequence = sequence;
+        }
+        if let Some(i) = output_index {
+            self.state.max_output_index = Some(self.state.max_output_index.map_or(i, |m| m.max(i)));
+        }
+        let kind = event.get("type").and_then(Value::as_str).unwrap_or_default();
+        if kind.is_empty() && event.get("object").and_then(Value::as_str) == Some("response") {
+            self.whole(&event, out);
+            return Ok(());
+        }
+        match kind {
+            "response.created" | "response.in_progress" => {
+                if let Some(response) = event.get("response") {
+                    if self.state.response.is_none() {
+                        if let Some(id) = response.get("id").and_then(Value::as_str) {
+                            out.push(StreamEvent::ResponseId { id: id.to_owned() });
+                        }
+                    }
+                    self.state.response = Some(response.clone());
+                }
+            }
+            "response.output_item.added" => {
+                let item = event.get("item").unwrap_or(&Value::Null);
+                let item_kind = item.get("type").and_then(Value::as_str).unwrap_or_default();
+                if let (true, Some(i)) = (is_client_call(item_kind), output_index) {
+                    let position = self.next_position;
+                    self.next_position += 1;
+                    self.calls.insert(i, position);
+                    out.push(StreamEvent::ToolCallDelta {
+                        choice: 0,
+                        index: position,
+                        arguments_delta: String::new(),
+                    });
+                } else if item_kind == "message" {
+                    self.state.open_text = Some(OpenText {
+                        item_id: item
+                            .get("id")
+                            .and_then(Value::as_str)
+                            .unwrap_or_default()
+                            .to_owned(),
+                        output_index: output_index.unwrap_or(0),
+                        content_index: 0,
+                        text: String::new(),
+                    });
+                }
+            }
+            "response.output_text.delta" | "response.refusal.delta" => {
+                let delta = event.get("delta").and_then(Value::as_str).unwrap_or_default();
+                if let Some(open) = self.state.open_text.as_mut() {
+                    open.text.push_str(delta);
+                    open.content_index = event
+                        .get("content_index")
+                        .and_then(Value::as_u64)
+                        .and_then(|i| u32::try_from(i).ok())
+                        .unwrap_or(open.content_index);
+                }
+                if !delta.is_empty() {
+                    out.push(StreamEvent::TextDelta {
+                        choice: 0,
+                        text: delta.to_owned(),
+                    });
+                }
+            }
+            "response.reasoning_summary_text.delta" | "response.reasoning_text.delta" => {
+                let delta = event.get("delta").and_then(Value::as_str).unwrap_or_default();
+                if !delta.is_empty() {
+                    out.push(StreamEvent::ReasoningDelta {
+                        choice: 0,
+                        text: delta.to_owned(),
+                    });
+                }
+            }
+            "response.output_item.done" => {
+                let item = event.get("item").cloned().unwrap_or(Value::Null);
+                if let Some(i) = output_index {
+                    if self.state.open_text.as_ref().is_some_and(|o| o.output_index == i) {
+                        self.state.open_text = None;
+                    }
+                    if let Some(position) = self.calls.remove(&i) {
+                        if let Some(call) = call_of(&item) {
+                            out.push(StreamEvent::ToolCallComplete {
+                                choice: 0,
+                                index: position,
+                                call,
+                            });
+                        }
+                    }
+                    self.state.done_items.push((i, item));
+                }
+            }
+            "response.completed" | "response.incomplete" => {
+                let response = event.get("response").cloned().unwrap_or(Value::Null);
+                if let Some(usage) = response.get("usage").filter(|u| u.is_object()) {
+                    out.push(StreamEvent::Usage { usage: usage.clone() });
+                }
+                let reason = response
+                    .pointer("/incomplete_details/reason")
+                    .and_then(Value::as_str)
+                    .or_else(|| response.get("status").and_then(Value::as_str))
+                    .unwrap_or(kind.trim_start_matches("response."))
+                    .to_owned();
+                self.state.terminal = Some(response);
+                out.push(StreamEvent::Finish { choice: 0, reason });
+            }
+            "response.failed" => {
+                let message = event
+                    .get("response")
+                    .and_then(|r| r.pointer("/error/message"))
+                    .and_then(Value::as_str)
+                    .unwrap_or("response failed")
+                    .to_owned();
+                out.push(StreamEvent::Error { message });
+            }
+            "error" => {
+                let message = event
+                    .get("message")
+                    .or_else(|| event.get("error").and_then(|e| e.get("message")))
+                    .and_then(Value::as_str)
+                    .unwrap_or("error")
+                    .to_owned();
+                out.push(StreamEvent::Error { message });
+            }
+            _ => {
+                // Argument / input deltas and `.done` events of a call are parts of it.
+                if let Some(&position) = output_index.and_then(|i| self.calls.get(&i)) {
+                    let delta = if kind.ends_with(".delta") {
+                        event.get("delta").and_then(Value::as_str).unwrap_or_default()
+                    } else {
+                        ""
+                    };
+                    out.push(StreamEvent::ToolCallDelta {
+                        choice: 0,
+                        index: position,
+                        arguments_delta: delta.to_owned(),
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// A whole (non-streaming) `response` object.
+    fn whole(&mut self, response: &Map<String, Value>, out: &mut Vec<StreamEvent>) {
+        if let Some(id) = response.get("id").and_then(Value::as_str) {
+            out.push(StreamEvent::ResponseId { id: id.to_owned() });
+        }
+        let items = response
+            .get("output")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten();
+        let mut position = 0;
+        for item in items {
+            let kind = item.get("type").and_then(Value::as_str).unwrap_or_default();
+            if kind == "message" {
+                let text = content_text(item.get("content"));
+                if !text.is_empty() {
+                    out.push(StreamEvent::TextDelta { choice: 0, text });
+                }
+            } else if let Some(call) = call_of(item) {
+                let arguments_delta = match &call.arguments {
+                    Arguments::Json(v) => v.to_string(),
+                    Arguments::Unparsable(s) => s.clone(),
+                };
+                out.push(StreamEvent::ToolCallDelta {
+                    choice: 0,
+                    index: position,
+                    arguments_delta,
+                });
+                out.push(StreamEvent::ToolCallComplete {
+                    choice: 0,
+                    index: position,
+                    call,
+                });
+                position += 1;
+            }
+        }
+        if let Some(usage) = response.get("usage").filter(|u| u.is_object()) {
+            out.push(StreamEvent::Usage { usage: usage.clone() });
+        }
+        let reason = response
+            .get("status")
+            .and_then(Value::as_str)
+            .unwrap_or("completed")
+            .to_owned();
+        self.state.terminal = Some(Value::Object(response.clone()));
+        out.push(StreamEvent::Finish { choice: 0, reason });
+    }
+
+    /// The body ended: nothing is completed by the end alone (a call without
+    /// its `output_item.done` was cut off and never reaches the agent whole).
+    pub fn end(&mut self, _out: &mut Vec<StreamEvent>) {}
+}
+
+#[cfg(test)]
+#[expect(clippy::unwrap_used, reason = "test")]
+#[path = "openai_responses_tests.rs"]
+mod tests;
