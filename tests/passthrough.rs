@@ -101,6 +101,19 @@ async fn gemini_sse_fixtures_pass_byte_exact() {
     .await;
 }
 
+/// OpenAI Responses recordings (named SSE events, no `[DONE]`) pass byte-exact.
+#[tokio::test(flavor = "multi_thread")]
+async fn openai_responses_fixtures_pass_byte_exact() {
+    check_dialect("openai-responses", Dialect::OpenaiResponses, "/v1/responses").await;
+}
+
+/// Anthropic Messages recordings pass byte-exact through the `/anthropic`
+/// route, with Claude Code's `?beta=true` query.
+#[tokio::test(flavor = "multi_thread")]
+async fn anthropic_fixtures_pass_byte_exact() {
+    check_dialect("anthropic", Dialect::Anthropic, "/anthropic/v1/messages?beta=true").await;
+}
+
 /// Gemini recordings re-served as one streamed JSON array (no `alt=sse`)
 /// pass byte-exact, compared with the mock's own answer.
 #[tokio::test(flavor = "multi_thread")]

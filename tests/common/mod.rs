@@ -211,9 +211,9 @@ fn spawn_mock(fixtures: &std::path::Path, extra: &[&str]) -> Proc {
     proc
 }
 
-/// A config routing `/v1` (openai), `/v1beta` (gemini) and `/gemini`
-/// (gemini, strip_prefix) to `upstream`, with `server_extra` TOML lines added
-/// to `[server]`.
+/// A config routing `/v1` (openai), `/v1beta` (gemini), `/gemini`
+/// (gemini, strip_prefix) and `/anthropic` (anthropic, strip_prefix) to
+/// `upstream`, with `server_extra` TOML lines added to `[server]`.
 pub fn config_for(upstream: &str, server_extra: &str) -> String {
     format!(
         r#"[server]
@@ -234,6 +234,12 @@ upstream = "{upstream}"
 [[routes]]
 prefix = "/gemini"
 provider = "gemini"
+upstream = "{upstream}"
+strip_prefix = true
+
+[[routes]]
+prefix = "/anthropic"
+provider = "anthropic"
 upstream = "{upstream}"
 strip_prefix = true
 "#
