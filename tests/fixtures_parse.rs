@@ -301,9 +301,16 @@ fn openai_responses_fixtures_parse_the_same_whatever_the_chunking() {
     assert_named(&runs);
     let with_calls = runs
         .iter()
-        .filter(|(_, run)| run.events.iter().any(|e| matches!(e, StreamEvent::ToolCallComplete { .. })))
+        .filter(|(_, run)| {
+            run.events
+                .iter()
+                .any(|e| matches!(e, StreamEvent::ToolCallComplete { .. }))
+        })
         .count();
-    assert!(with_calls >= 5, "client calls found in only {with_calls} fixtures");
+    assert!(
+        with_calls >= 5,
+        "client calls found in only {with_calls} fixtures"
+    );
 }
 
 /// anthropic fixtures: the same.
@@ -312,6 +319,9 @@ fn anthropic_fixtures_parse_the_same_whatever_the_chunking() {
     let runs = check_dialect(Dialect::Anthropic);
     assert_named(&runs);
     for (name, run) in &runs {
-        assert!(run.events.contains(&StreamEvent::Done), "{name}: message_stop is the end");
+        assert!(
+            run.events.contains(&StreamEvent::Done),
+            "{name}: message_stop is the end"
+        );
     }
 }

@@ -111,7 +111,12 @@ async fn openai_responses_fixtures_pass_byte_exact() {
 /// route, with Claude Code's `?beta=true` query.
 #[tokio::test(flavor = "multi_thread")]
 async fn anthropic_fixtures_pass_byte_exact() {
-    check_dialect("anthropic", Dialect::Anthropic, "/anthropic/v1/messages?beta=true").await;
+    check_dialect(
+        "anthropic",
+        Dialect::Anthropic,
+        "/anthropic/v1/messages?beta=true",
+    )
+    .await;
 }
 
 /// Gemini recordings re-served as one streamed JSON array (no `alt=sse`)

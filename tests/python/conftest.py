@@ -87,6 +87,12 @@ provider = "gemini"
 upstream = "{mock.url}"
 strip_prefix = true
 
+[[routes]]
+prefix = "/anthropic"
+provider = "anthropic"
+upstream = "{mock.url}"
+strip_prefix = true
+
 {extra}
 """
     path = tempfile.NamedTemporaryFile(prefix="loopguard-py-", suffix=".toml", delete=False)
