@@ -41,7 +41,7 @@ pub enum Command {
         #[arg(long)]
         config: Option<PathBuf>,
         /// Dialect of the bodies (default: guessed from their shape).
-        #[arg(long, value_parser = ["openai-chat", "gemini"])]
+        #[arg(long, value_parser = ["openai-chat", "gemini", "openai-responses", "anthropic"])]
         dialect: Option<String>,
         /// Wall time between recorded requests, in seconds (recordings carry no clock).
         #[arg(long, default_value_t = 10.0)]
@@ -53,7 +53,7 @@ pub enum Command {
         #[arg(required = true)]
         files: Vec<PathBuf>,
     },
-    /// See it work in ten seconds: a scripted looping model, loopguard in front, both dialects.
+    /// See it work in ten seconds: a scripted looping model, loopguard in front, every dialect.
     Demo,
     /// Probe the admin listener's /healthz (exit 0 when healthy); for container health checks.
     Healthcheck {
@@ -61,7 +61,7 @@ pub enum Command {
         #[arg(long, default_value = "http://127.0.0.1:9090/healthz")]
         url: String,
     },
-    /// Run a scripted upstream that speaks the OpenAI chat and Gemini dialects (for tests, benchmarks and demos).
+    /// Run a scripted upstream that speaks every dialect (OpenAI chat and Responses, Gemini, Anthropic) (for tests, benchmarks and demos).
     MockUpstream(crate::mock::MockArgs),
 }
 

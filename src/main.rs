@@ -155,11 +155,7 @@ fn replay(
             return ExitCode::FAILURE;
         }
     };
-    let dialect = match dialect {
-        Some("gemini") => Some(Dialect::Gemini),
-        Some(_) => Some(Dialect::OpenaiChat),
-        None => None,
-    };
+    let dialect = dialect.and_then(|name| Dialect::ALL.into_iter().find(|d| d.name() == name));
     let settings = &loaded.config.loop_detection.defaults;
     if settings.semantic_check.enabled {
         eprintln!(

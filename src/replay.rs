@@ -54,19 +54,44 @@ fn read(path: &Path) -> Result<String, ReplayError> {
     })
 }
 
-/// Guesses the dialect of a request body from its shape.
+/// Guesses the dialect of a request body from its shape: `contents` is
+/// Gemini, `input` OpenAI Responses; `messages` is Anthropic when the body
+/// has Anthropic's marks (a top-level `system`, `max_tokens` without any
+/// OpenAI `tool` message, or `tool_use` / `tool_result` / `thinking`
+/// blocks), else OpenAI chat.
 pub fn guess_dialect(body: &serde_json::Value) -> Option<Dialect> {
-    if body.get("messages").is_some() {
-        Some(Dialect::OpenaiChat)
-    } else if body.get("contents").is_some() {
-        Some(Dialect::Gemini)
-    } else {
-        None
+    if body.get("contents").is_some() {
+        return Some(Dialect::Gemini);
     }
+    if body.get("input").is_some() {
+        return Some(Dialect::OpenaiResponses);
+    }
+    let messages = body.get("messages")?.as_array()?;
+    let openai = messages.iter().any(|m| {
+        m.get("tool_calls").is_some()
+            || matches!(m.get("role").and_then(|r| r.as_str()), Some("tool" | "developer"))
+    });
+    let blocks = messages
+        .iter()
+        .filter_map(|m| m.get("content").and_then(|c| c.as_array()))
+        .flatten()
+        .filter_map(|b| b.get("type").and_then(|t| t.as_str()));
+    let anthropic_blocks = blocks
+        .into_iter()
+        .any(|t| matches!(t, "tool_use" | "tool_result" | "thinking" | "redacted_thinking"));
+    let anthropic_body = body.get("system").is_some() || body.get("max_tokens").is_some() && !openai;
+    Some(if anthropic_blocks || (anthropic_body && !openai) {
+        Dialect::Anthropic
+    } else {
+        Dialect::OpenaiChat
+    })
 }
 
 fn is_response(body: &serde_json::Value) -> bool {
-    body.get("choices").is_some() || body.get("candidates").is_some()
+    body.get("choices").is_some()
+        || body.get("candidates").is_some()
+        || body.get("object").and_then(|o| o.as_str()) == Some("response")
+        || body.get("stop_reason").is_some()
 }
 
 fn parse_body(

@@ -1,4 +1,4 @@
-//! `loopguard replay` end to end: recorded request bodies of both dialects go
+//! `loopguard replay` end to end: recorded request bodies of every dialect go
 //! through the real dialect parsers and the detectors; `--fail-on` sets the
 //! exit code.
 
@@ -55,6 +55,43 @@ fn gemini_session(steps: usize) -> String {
     lines.join("\n")
 }
 
+/// Successive OpenAI Responses bodies (Codex's shape: instructions, input items).
+fn responses_session(steps: usize) -> String {
+    let mut lines = Vec::new();
+    for n in 0..steps {
+        let mut input = vec![
+            json!({"type": "message", "role": "user", "content": [{"type": "input_text", "text": "read the config"}]}),
+        ];
+        for i in 0..n {
+            input.push(json!({"type": "function_call", "call_id": format!("c{i}"), "name": "exec_command", "arguments": "{\"cmd\":\"cat config.toml\"}"}));
+            input
+                .push(json!({"type": "function_call_output", "call_id": format!("c{i}"), "output": "x = 1"}));
+        }
+        lines.push(
+            json!({"model": "m", "instructions": "You are Codex.", "input": input, "stream": true})
+                .to_string(),
+        );
+    }
+    lines.join("\n")
+}
+
+/// Successive Anthropic Messages bodies (Claude Code's shape).
+fn anthropic_session(steps: usize) -> String {
+    let mut lines = Vec::new();
+    for n in 0..steps {
+        let mut messages =
+            vec![json!({"role": "user", "content": [{"type": "text", "text": "read the config"}]})];
+        for i in 0..n {
+            messages.push(json!({"role": "assistant", "content": [
+                {"type": "tool_use", "id": format!("t{i}"), "name": "Read", "input": {"file_path": "config.toml"}}]}));
+            messages.push(json!({"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": format!("t{i}"), "content": "x = 1"}]}));
+        }
+        lines.push(json!({"model": "claude", "max_tokens": 1024, "system": "You are Claude Code.", "messages": messages}).to_string());
+    }
+    lines.join("\n")
+}
+
 fn levels_at(lines: &[Value], detector: &str) -> Vec<(u64, String)> {
     lines
         .iter()
@@ -85,6 +122,36 @@ fn identical_reads_escalate_in_both_dialects() {
     let gemini = write("gemini.jsonl", &gemini_session(7));
     let (_, lines) = replay(&[gemini.to_str().unwrap_or_default()]);
     assert_eq!(levels_at(&lines, "identical_call"), expected, "{lines:?}");
+}
+
+/// The same escalation from OpenAI Responses and Anthropic Messages bodies,
+/// each dialect guessed from the body's shape.
+#[test]
+fn identical_reads_escalate_in_responses_and_anthropic_bodies() {
+    let expected: Vec<(u64, String)> = vec![
+        (3, "warning".into()),
+        (4, "warning".into()),
+        (5, "critical".into()),
+        (6, "critical".into()),
+    ];
+    for (name, text) in [
+        ("responses.jsonl", responses_session(7)),
+        ("anthropic.jsonl", anthropic_session(7)),
+    ] {
+        let path = write(name, &text);
+        let (code, lines) = replay(&["--fail-on", "critical", path.to_str().unwrap_or_default()]);
+        assert_eq!(code, Some(3), "{name}");
+        assert_eq!(levels_at(&lines, "identical_call"), expected, "{name}: {lines:?}");
+    }
+    let forced = write("forced.jsonl", &anthropic_session(6));
+    let (code, _) = replay(&[
+        "--dialect",
+        "anthropic",
+        "--fail-on",
+        "critical",
+        forced.to_str().unwrap_or_default(),
+    ]);
+    assert_eq!(code, Some(3));
 }
 
 /// Codex-style results (a random `Chunk ID:` and a changing `Wall time:`
