@@ -133,7 +133,8 @@ pub fn block_stream_ending(state: &StreamState, held_index: Option<u32>, message
 /// block as a new one), then `end_turn`.
 pub fn cut_ending(state: &StreamState, note: &str) -> Vec<u8> {
     let mut out = Vec::new();
-    match &state.open_block {
+    let (open, next) = state.before_last();
+    match open {
         Some((index, kind)) if kind == "text" => {
             event(
                 &mut out,
@@ -144,9 +145,9 @@ pub fn cut_ending(state: &StreamState, note: &str) -> Vec<u8> {
         }
         Some((index, _)) => {
             event(&mut out, "content_block_stop", json!({"index": index}));
-            text_block(&mut out, state.blocks, note);
+            text_block(&mut out, next, note);
         }
-        None => text_block(&mut out, state.blocks, note),
+        None => text_block(&mut out, next, note),
     }
     end_turn(&mut out, usage_of(state));
     out

@@ -102,7 +102,7 @@ impl Writer {
 
     /// Closes a message item whose text was streaming, adding `note` to it.
     fn close_text(&mut self, open: &OpenText, note: &str) -> Value {
-        let text = format!("{}{note}", open.text);
+        let text = format!("{}{note}", open.text_before_last());
         let (id, index, content) = (&open.item_id, open.output_index, open.content_index);
         self.emit(
             "response.output_text.delta",

@@ -157,6 +157,21 @@ pub struct StreamState {
     pub open_block: Option<(u32, String)>,
     /// The number of blocks started so far (the next block's index).
     pub blocks: u32,
+    /// The last payload started the open block (a cut at that payload drops
+    /// its start with it).
+    pub opened_by_last: bool,
+}
+
+impl StreamState {
+    /// The block the client has open and the next free index, when the
+    /// generation is cut at the last payload (whose bytes are dropped).
+    pub fn before_last(&self) -> (Option<&(u32, String)>, u32) {
+        if self.opened_by_last {
+            (None, self.blocks.saturating_sub(1))
+        } else {
+            (self.open_block.as_ref(), self.blocks)
+        }
+    }
 }
 
 /// Incremental parser for one Messages response, streamed or whole.
@@ -197,6 +212,7 @@ impl ResponseParser {
             .and_then(Value::as_u64)
             .and_then(|i| u32::try_from(i).ok());
         self.state.anchor = index;
+        self.state.opened_by_last = false;
         match event.get("type").and_then(Value::as_str).unwrap_or_default() {
             "message_start" => self.state.message = event.get("message").cloned(),
             "message" => self.whole(&event, out),
@@ -205,6 +221,7 @@ impl ResponseParser {
                 let kind = block.get("type").and_then(Value::as_str).unwrap_or_default();
                 let i = index.unwrap_or(self.state.blocks);
                 self.state.open_block = Some((i, kind.to_owned()));
+                self.state.opened_by_last = true;
                 self.state.blocks = self.state.blocks.max(i + 1);
                 match kind {
                     "tool_use" => {

@@ -315,8 +315,21 @@ pub struct OpenText {
     pub output_index: u32,
     /// The `content_index` of the text part.
     pub content_index: u32,
-    /// The text so far.
+    /// The text so far, including the last payload's delta.
     pub text: String,
+    /// Bytes of `text` the last payload added (0 when it added none): a cut
+    /// at that payload drops them with it.
+    pub last_delta: usize,
+}
+
+impl OpenText {
+    /// The text the client received when the generation is cut at the last
+    /// payload (whose bytes are dropped).
+    pub fn text_before_last(&self) -> &str {
+        self.text
+            .get(..self.text.len().saturating_sub(self.last_delta))
+            .unwrap_or_default()
+    }
 }
 
 /// Incremental parser for one Responses response, streamed (named SSE
@@ -359,6 +372,9 @@ impl ResponseParser {
         if let Some(i) = output_index {
             self.state.max_output_index = Some(self.state.max_output_index.map_or(i, |m| m.max(i)));
         }
+        if let Some(open) = self.state.open_text.as_mut() {
+            open.last_delta = 0;
+        }
         let kind = event.get("type").and_then(Value::as_str).unwrap_or_default();
         if kind.is_empty() && event.get("object").and_then(Value::as_str) == Some("response") {
             self.whole(&event, out);
@@ -397,6 +413,7 @@ impl ResponseParser {
                         output_index: output_index.unwrap_or(0),
                         content_index: 0,
                         text: String::new(),
+                        last_delta: 0,
                     });
                 }
             }
@@ -404,6 +421,7 @@ impl ResponseParser {
                 let delta = event.get("delta").and_then(Value::as_str).unwrap_or_default();
                 if let Some(open) = self.state.open_text.as_mut() {
                     open.text.push_str(delta);
+                    open.last_delta = delta.len();
                     open.content_index = event
                         .get("content_index")
                         .and_then(Value::as_u64)

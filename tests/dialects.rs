@@ -1,0 +1,216 @@
+//! The `openai-responses` and `anthropic` dialects end to end through the
+//! built binary, for what the SDK tests (`tests/python/test_responses_anthropic.py`)
+//! do not reach: chanting cuts, compaction signals, chained responses.
+
+mod common;
+
+use common::{metric_value, metrics, mock_requests, pair, post};
+use serde_json::{Value, json};
+
+/// The `data` payloads of an SSE body, in order.
+fn payloads(body: &str) -> Vec<Value> {
+    body.split("\n\n")
+        .filter_map(|event| event.lines().find_map(|l| l.strip_prefix("data: ")))
+        .filter_map(|data| serde_json::from_str(data).ok())
+        .collect()
+}
+
+fn chanting_script() -> String {
+    let chant = "I will check the configuration file again now.\n".repeat(200);
+    json!({"turns": [{"text": chant}]}).to_string()
+}
+
+/// A Responses stream that degenerates into a repeated line is cut: the
+/// open message item gets the note and is closed, `response.completed`
+/// lists it, sequence numbers keep increasing, the upstream is dropped.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_chanting_responses_stream_is_cut_and_completed() {
+    let (mock, lg) = pair("");
+    let script = chanting_script();
+    let response = post(
+        format!("{}/v1/responses", lg.url()),
+        &[("x-mock-script", script.as_str()), ("x-mock-pace-ms", "2")],
+        r#"{"model":"m","stream":true,"input":"hi"}"#,
+    )
+    .await;
+    let text = response
+        .text()
+        .await
+        .unwrap_or_else(|e| panic!("a clean end was expected: {e}"));
+    let events = payloads(&text);
+    let last = events.last().cloned().unwrap_or_default();
+    assert_eq!(last["type"], "response.completed", "{text}");
+    let item = &last["response"]["output"][0];
+    let final_text = item["content"][0]["text"].as_str().unwrap_or_default();
+    assert!(final_text.contains("content_chanting"), "{final_text}");
+    let streamed: String = events
+        .iter()
+        .filter(|e| e["type"] == "response.output_text.delta")
+        .filter_map(|e| e["delta"].as_str())
+        .collect();
+    assert_eq!(
+        streamed, final_text,
+        "the done item holds exactly the streamed text"
+    );
+    let seqs: Vec<u64> = events
+        .iter()
+        .filter_map(|e| e["sequence_number"].as_u64())
+        .collect();
+    assert!(seqs.windows(2).all(|w| w[0] < w[1]), "{seqs:?}");
+    assert!(
+        final_text.matches("check the configuration").count() < 100,
+        "cut late"
+    );
+    common::wait_mock_stat(&mock, "responses_dropped", 1).await;
+    assert_eq!(
+        metric_value(&metrics(&lg).await, "loopguard_generation_cut_total"),
+        1.0
+    );
+}
+
+/// An Anthropic stream that degenerates is cut: the note ends the open text
+/// block, then `message_delta` (`end_turn`) and `message_stop`.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_chanting_anthropic_stream_is_cut_and_ended() {
+    let (mock, lg) = pair("");
+    let script = chanting_script();
+    let response = post(
+        format!("{}/anthropic/v1/messages", lg.url()),
+        &[("x-mock-script", script.as_str()), ("x-mock-pace-ms", "2")],
+        r#"{"model":"m","stream":true,"max_tokens":100,"messages":[{"role":"user","content":"hi"}]}"#,
+    )
+    .await;
+    let text = response
+        .text()
+        .await
+        .unwrap_or_else(|e| panic!("a clean end was expected: {e}"));
+    let events = payloads(&text);
+    let kinds: Vec<&str> = events.iter().filter_map(|e| e["type"].as_str()).collect();
+    assert_eq!(
+        &kinds[kinds.len() - 4..],
+        [
+            "content_block_delta",
+            "content_block_stop",
+            "message_delta",
+            "message_stop"
+        ],
+        "{kinds:?}"
+    );
+    assert!(
+        events[events.len() - 4]["delta"]["text"]
+            .as_str()
+            .is_some_and(|t| t.contains("content_chanting"))
+    );
+    assert_eq!(events[events.len() - 2]["delta"]["stop_reason"], "end_turn");
+    assert_eq!(kinds.iter().filter(|k| **k == "content_block_start").count(), 1);
+    common::wait_mock_stat(&mock, "responses_dropped", 1).await;
+}
+
+/// A looping Responses history: `n` identical `exec_command` cycles.
+fn responses_history(first: &str, cycles: usize, compaction: bool) -> Value {
+    let mut input = Vec::new();
+    if compaction {
+        input.push(json!({"type": "compaction", "encrypted_content": "opaque-summary"}));
+    }
+    input.push(json!({"role": "user", "content": first}));
+    for i in 0..cycles {
+        input.push(json!({"type": "function_call", "call_id": format!("c{i}"), "name": "exec_command", "arguments": "{\"cmd\":\"cat a.txt\"}"}));
+        input.push(json!({"type": "function_call_output", "call_id": format!("c{i}"), "output": "same"}));
+    }
+    json!({"model": "m", "input": input, "tools": [{"type": "function", "name": "exec_command"}]})
+}
+
+const EXEC_LOOP: &str =
+    r#"{"turns":[{"tool_calls":[{"name":"exec_command","arguments":{"cmd":"cat a.txt"}}]}]}"#;
+
+/// `POST /v1/responses/compact` (Codex's compaction endpoint) is a
+/// summarizer request: a looping history passes untouched, with no verdict.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_responses_compact_endpoint_passes_untouched() {
+    let (mock, lg) = pair("");
+    let body = responses_history("fix it", 6, false).to_string();
+    let response = post(
+        format!("{}/v1/responses/compact", lg.url()),
+        &[
+            ("x-loopguard-session", "compact"),
+            ("content-type", "application/json"),
+        ],
+        body.clone(),
+    )
+    .await;
+    assert_eq!(response.status(), 200);
+    assert!(common::verdict_header(&response).is_none());
+    let recorded = mock_requests(&mock).await;
+    assert_eq!(
+        recorded[0]["body"].as_str(),
+        Some(body.as_str()),
+        "forwarded byte for byte"
+    );
+}
+
+/// Claude Code's `x-claude-code-compaction` marks a summarizer request too.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_claude_code_compaction_request_feeds_no_detector() {
+    let (mock, lg) = pair("");
+    let mut messages = vec![json!({"role": "user", "content": "fix it"})];
+    for i in 0..6 {
+        messages.push(json!({"role": "assistant", "content": [{"type": "tool_use", "id": format!("t{i}"), "name": "Read", "input": {"file_path": "a"}}]}));
+        messages.push(json!({"role": "user", "content": [{"type": "tool_result", "tool_use_id": format!("t{i}"), "content": "same"}]}));
+    }
+    let body = json!({"model": "m", "max_tokens": 10, "messages": messages}).to_string();
+    let response = post(
+        format!("{}/anthropic/v1/messages", lg.url()),
+        &[
+            ("x-loopguard-session", "cc-compact"),
+            ("x-claude-code-compaction", "1"),
+        ],
+        body.clone(),
+    )
+    .await;
+    assert_eq!(response.status(), 200);
+    assert!(common::verdict_header(&response).is_none());
+    assert_eq!(
+        mock_requests(&mock).await[0]["body"].as_str(),
+        Some(body.as_str())
+    );
+}
+
+/// A Responses history that newly carries a `compaction` item is a
+/// compaction: the loop seen before it, repeated 3 times after it, is
+/// aborted with `compaction_loop_persisted`.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_loop_that_survives_a_responses_compaction_item_is_aborted() {
+    let (_mock, lg) = pair("");
+    let url = format!("{}/v1/responses", lg.url());
+    let headers = [
+        ("x-loopguard-session", "responses-compaction"),
+        ("x-mock-script", EXEC_LOOP),
+    ];
+    for n in 0..3 {
+        let response = post(
+            url.clone(),
+            &headers,
+            responses_history("fix it", n, false).to_string(),
+        )
+        .await;
+        assert_eq!(response.status(), 200);
+    }
+    let mut aborted = None;
+    for n in 0..4 {
+        let response = post(
+            url.clone(),
+            &headers,
+            responses_history("go on", n, true).to_string(),
+        )
+        .await;
+        if response.status() == 400 {
+            let body: Value = response.json().await.unwrap_or_default();
+            aborted = Some((n, body));
+            break;
+        }
+    }
+    let (n, body) = aborted.unwrap_or_else(|| panic!("never aborted"));
+    assert_eq!(n, 3);
+    let message = body["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.starts_with("compaction_loop_persisted"), "{message}");
+}
