@@ -32,17 +32,21 @@ $(VENV)/.installed: tests/python/requirements.lock
 	$(VENV)/bin/pip install --quiet --disable-pip-version-check -r tests/python/requirements.lock
 	touch $@
 
-# The agent CLIs tests/real_agents.rs drives (Gemini CLI, OpenCode), exact
-# versions from tests/agents/package.json + package-lock.json, into
-# tests/agents/node_modules. `npm install --no-save` rather than `npm ci`: the
-# lock file holds only the platform packages the registry served when it was
-# written, and npm ci refuses a lock file without the other platforms'.
-# Install scripts follow package.json's allowScripts (only opencode-ai's,
-# which links its platform binary from the optional dependency).
+# The agent CLIs tests/real_agents.rs drives (Gemini CLI, OpenCode, Codex,
+# Claude Code), exact versions from tests/agents/package.json +
+# package-lock.json, into tests/agents/node_modules. `npm install --no-save`
+# rather than `npm ci`: the lock file holds only the platform packages the
+# registry served when it was written, and npm ci refuses a lock file without
+# the other platforms'. Install scripts follow package.json's allowScripts
+# (only opencode-ai's and @anthropic-ai/claude-code's, which put the platform
+# binary from the optional dependency in place; Codex's launcher finds its
+# platform package at run time and has no install script).
 agents: $(AGENTS)/node_modules/.installed
 
 $(AGENTS)/node_modules/.installed: $(AGENTS)/package.json $(AGENTS)/package-lock.json
 	cd $(AGENTS) && npm install --no-save --no-audit --no-fund --loglevel=error
 	$(AGENTS)/node_modules/.bin/gemini --version
 	$(AGENTS)/node_modules/.bin/opencode --version
+	$(AGENTS)/node_modules/.bin/codex --version
+	$(AGENTS)/node_modules/.bin/claude --version
 	touch $@
