@@ -1,9 +1,10 @@
 //! Real agent CLIs from npm, driven headless through loopguard in front of
-//! the mock upstream: Gemini CLI (`gemini` dialect) and OpenCode
-//! (`openai-chat`). `make agents` installs the pinned versions
-//! (`tests/agents/package.json`); `tests/agents/gemini.sh` and
-//! `tests/agents/opencode.sh` hold each agent's headless setup (throw-away
-//! HOME, fake key, telemetry and updates off) and can be run by hand.
+//! the mock upstream: Gemini CLI (`gemini` dialect), OpenCode
+//! (`openai-chat`), Codex (`openai-responses`) and Claude Code
+//! (`anthropic`). `make agents` installs the pinned versions
+//! (`tests/agents/package.json`); `tests/agents/{gemini,opencode,codex,claude}.sh`
+//! hold each agent's headless setup (throw-away HOME, fake key, telemetry
+//! and updates off) and can be run by hand.
 //!
 //! The mock always answers the same tool call (`tests/agents/*/script.json`)
 //! with a text turn after 30 turns; side calls (Gemini CLI's model router,
@@ -348,5 +349,141 @@ fn opencode_is_stopped_by_loopguard_at_the_fifth_identical_call() {
         .collect();
     assert_eq!(warned, [false, false, false, true, true]);
     assert_title_request(&requests);
+    lg.wait_for_log("\"action\":\"block\"");
+}
+
+/// Codex's `--json` events.
+fn json_lines(run: &Run) -> Vec<Value> {
+    run.stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .collect()
+}
+
+/// The agent messages Codex printed (`item.completed` of type `agent_message`).
+fn codex_messages(run: &Run) -> Vec<String> {
+    json_lines(run)
+        .iter()
+        .filter(|e| e["type"] == "item.completed" && e["item"]["type"] == "agent_message")
+        .filter_map(|e| e["item"]["text"].as_str().map(str::to_owned))
+        .collect()
+}
+
+/// Call outputs in the last Responses loop request (calls executed).
+fn responses_calls_executed(requests: &[&Value]) -> usize {
+    requests.last().map_or(0, |body| {
+        body["input"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|i| i["type"] == "function_call_output")
+            .count()
+    })
+}
+
+#[test]
+fn codex_on_its_own_runs_all_thirty_identical_calls() {
+    require_cli("codex");
+    let (mock, lg) = setup("codex", false);
+    let run = run_agent("codex.sh", &format!("{}/v1", lg.url()));
+    assert!(run.status.success(), "{}", run.describe());
+    let messages = codex_messages(&run);
+    assert_eq!(messages.last().map(String::as_str), Some("Done looping."), "{}", run.describe());
+    assert!(!run.stdout.contains("[loopguard]"), "{}", run.describe());
+    let requests = recorded(&mock);
+    let loop_reqs = loop_requests(&requests);
+    assert_eq!(loop_reqs.len(), 31, "30 tool turns and the final text turn");
+    assert_eq!(responses_calls_executed(&loop_reqs), 30);
+    assert!(requests.iter().all(|(path, _)| path.ends_with("/responses")));
+}
+
+#[test]
+fn codex_is_stopped_by_loopguard_at_the_fifth_identical_call() {
+    require_cli("codex");
+    let (mock, lg) = setup("codex", true);
+    let run = run_agent("codex.sh", &format!("{}/v1", lg.url()));
+    assert!(run.status.success(), "{}", run.describe());
+    let messages = codex_messages(&run);
+    assert!(
+        messages.last().is_some_and(|m| m.starts_with(
+            "[loopguard] identical_call (critical, count 5): `exec_command` with {\"cmd\":\"cat hello.txt\"}"
+        )),
+        "{}",
+        run.describe()
+    );
+    assert!(!run.stdout.contains("Done looping."), "{}", run.describe());
+    let requests = recorded(&mock);
+    let loop_reqs = loop_requests(&requests);
+    assert_eq!(loop_reqs.len(), 5, "the run ends with the blocked fifth turn");
+    assert_eq!(responses_calls_executed(&loop_reqs), 4);
+    let warned: Vec<bool> = loop_reqs
+        .iter()
+        .map(|b| b.to_string().contains("[loopguard] identical_call (warning"))
+        .collect();
+    assert_eq!(warned, [false, false, false, true, true]);
+    lg.wait_for_log("\"action\":\"block\"");
+}
+
+/// Claude Code's final `result` event.
+fn claude_result(run: &Run) -> Value {
+    json_lines(run)
+        .into_iter()
+        .rev()
+        .find(|e| e["type"] == "result")
+        .unwrap_or(Value::Null)
+}
+
+/// `tool_result` blocks in the last Messages loop request (calls executed).
+fn anthropic_calls_executed(requests: &[&Value]) -> usize {
+    requests.last().map_or(0, |body| {
+        body["messages"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|m| m["content"].as_array())
+            .flatten()
+            .filter(|b| b["type"] == "tool_result")
+            .count()
+    })
+}
+
+#[test]
+fn claude_code_on_its_own_runs_all_thirty_identical_calls() {
+    require_cli("claude");
+    let (mock, lg) = setup("claude", false);
+    let run = run_agent("claude.sh", &format!("{}/anthropic", lg.url()));
+    assert!(run.status.success(), "{}", run.describe());
+    let result = claude_result(&run);
+    assert_eq!(result["result"], "Done looping.", "{}", run.describe());
+    let requests = recorded(&mock);
+    let loop_reqs = loop_requests(&requests);
+    assert_eq!(loop_reqs.len(), 31, "30 tool turns and the final text turn");
+    assert_eq!(anthropic_calls_executed(&loop_reqs), 30);
+    assert!(requests.iter().all(|(path, _)| path.ends_with("/v1/messages")));
+}
+
+#[test]
+fn claude_code_is_stopped_by_loopguard_at_the_fifth_identical_call() {
+    require_cli("claude");
+    let (mock, lg) = setup("claude", true);
+    let run = run_agent("claude.sh", &format!("{}/anthropic", lg.url()));
+    assert!(run.status.success(), "{}", run.describe());
+    let result = claude_result(&run);
+    let text = result["result"].as_str().unwrap_or_default();
+    assert!(
+        text.starts_with("[loopguard] identical_call (critical, count 5): `Bash` with "),
+        "{}",
+        run.describe()
+    );
+    assert_eq!(result["is_error"], false);
+    let requests = recorded(&mock);
+    let loop_reqs = loop_requests(&requests);
+    assert_eq!(loop_reqs.len(), 5, "the run ends with the blocked fifth turn");
+    assert_eq!(anthropic_calls_executed(&loop_reqs), 4);
+    let warned: Vec<bool> = loop_reqs
+        .iter()
+        .map(|b| b.to_string().contains("[loopguard] identical_call (warning"))
+        .collect();
+    assert_eq!(warned, [false, false, false, true, true]);
     lg.wait_for_log("\"action\":\"block\"");
 }
