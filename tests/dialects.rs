@@ -148,6 +148,32 @@ async fn the_responses_compact_endpoint_passes_untouched() {
     );
 }
 
+/// Codex marks its compaction requests (sent to `/responses` itself) with
+/// `"request_kind":"compaction"` in `x-codex-turn-metadata`: no detector runs.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_codex_compaction_turn_feeds_no_detector() {
+    let (mock, lg) = pair("");
+    let body = responses_history("fix it", 6, false).to_string();
+    let response = post(
+        format!("{}/v1/responses", lg.url()),
+        &[
+            ("x-loopguard-session", "codex-compact"),
+            (
+                "x-codex-turn-metadata",
+                r#"{"request_kind":"compaction","turn_id":"t1"}"#,
+            ),
+        ],
+        body.clone(),
+    )
+    .await;
+    assert_eq!(response.status(), 200);
+    assert!(common::verdict_header(&response).is_none());
+    assert_eq!(
+        mock_requests(&mock).await[0]["body"].as_str(),
+        Some(body.as_str())
+    );
+}
+
 /// Claude Code's `x-claude-code-compaction` marks a summarizer request too.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_claude_code_compaction_request_feeds_no_detector() {

@@ -388,7 +388,12 @@ fn codex_on_its_own_runs_all_thirty_identical_calls() {
     let run = run_agent("codex.sh", &format!("{}/v1", lg.url()));
     assert!(run.status.success(), "{}", run.describe());
     let messages = codex_messages(&run);
-    assert_eq!(messages.last().map(String::as_str), Some("Done looping."), "{}", run.describe());
+    assert_eq!(
+        messages.last().map(String::as_str),
+        Some("Done looping."),
+        "{}",
+        run.describe()
+    );
     assert!(!run.stdout.contains("[loopguard]"), "{}", run.describe());
     let requests = recorded(&mock);
     let loop_reqs = loop_requests(&requests);

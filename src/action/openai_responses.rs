@@ -252,13 +252,22 @@ pub fn cut_ending(state: &StreamState, note: &str) -> Vec<u8> {
     w.out
 }
 
-/// The in-stream `error` event for an abort after headers went out.
+/// The in-stream ending of an abort after headers went out: the `error`
+/// event, then `response.failed` carrying the same error. Codex ignores a
+/// bare `error` event (and then fails only after retrying the whole
+/// request for "stream closed before response.completed"); it reports
+/// `response.failed`.
 pub fn stream_error_event(state: &StreamState, message_text: &str) -> Vec<u8> {
     let mut w = Writer::new(state.last_sequence.map_or(0, |s| s + 1));
+    let error = json!({"code": "loop_detected", "message": message_text});
     w.emit(
         "error",
         json!({"code": "loop_detected", "message": message_text, "param": null}),
     );
+    let mut response = base_of(state);
+    response["status"] = json!("failed");
+    response["error"] = error;
+    w.emit("response.failed", json!({"response": response}));
     w.out
 }
 

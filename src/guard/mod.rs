@@ -433,10 +433,18 @@ impl Guard {
 }
 
 /// The request carries an explicit summarizer signal on the wire: Codex's
-/// `POST …/responses/compact`, a `compaction_trigger` item, Claude Code's
-/// `x-claude-code-compaction` header.
+/// `POST …/responses/compact` or `"request_kind":"compaction"` in its
+/// `x-codex-turn-metadata` header, a `compaction_trigger` item, Claude
+/// Code's `x-claude-code-compaction` header.
 fn explicit_summarizer(request: &RequestView<'_>) -> bool {
+    let codex_compaction = request
+        .headers
+        .get("x-codex-turn-metadata")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| serde_json::from_str::<serde_json::Value>(v).ok())
+        .is_some_and(|m| m["request_kind"] == "compaction");
     request.parsed.summarizer
+        || codex_compaction
         || request.path.trim_end_matches('/').ends_with("/responses/compact")
         || request.headers.contains_key("x-claude-code-compaction")
 }

@@ -296,8 +296,18 @@ fn an_abort_after_text_ends_with_the_dialects_error_event() {
         let (out, decision) = run(holder(dialect), &input, 64, &mut judge);
         assert!(matches!(decision, Some(Decision::Abort(_))));
         let events = payloads(&out);
+        let error_event = events
+            .iter()
+            .find(|e| e["type"] == "error")
+            .cloned()
+            .unwrap_or_default();
+        assert!(error_event.to_string().contains(error), "{name}: {error_event}");
         let last = events.last().cloned().unwrap_or_default();
-        assert_eq!(last["type"], "error", "{name}");
-        assert!(last.to_string().contains(error), "{name}: {last}");
+        if dialect == Dialect::OpenaiResponses {
+            assert_eq!(last["type"], "response.failed", "{name}");
+            assert_eq!(last["response"]["error"]["code"], "loop_detected");
+        } else {
+            assert_eq!(last["type"], "error", "{name}");
+        }
     }
 }

@@ -160,15 +160,16 @@ def test_anthropic_abort_after_text_is_an_in_stream_error(mock, loopguard_abort)
 
 def test_responses_abort_after_text_is_an_error_event(mock, loopguard_abort):
     """Text went out first: the stream ends with the Responses `error` event
-    (code loop_detected) and no `response.completed`."""
+    (code loop_detected) and `response.failed`, no `response.completed`."""
     client = responses_client(loopguard_abort.url, session_id())
     items = [{"role": "user", "content": "List the files, please."}]
     for n in range(6):
         events = list(client.responses.create(model="gpt-test", input=items, tools=RESPONSES_TOOLS, store=False, stream=True))
         kinds = [e.type for e in events]
         if "error" in kinds:
-            error = events[-1]
-            assert error.type == "error" and error.code == "loop_detected", error
+            error = events[kinds.index("error")]
+            assert error.code == "loop_detected", error
+            assert kinds[-1] == "response.failed" and events[-1].response.error.code == "loop_detected"
             assert "response.completed" not in kinds
             assert n == 4
             return
