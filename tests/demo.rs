@@ -1,11 +1,11 @@
-//! `loopguard demo` shows a loop stopped in both dialects.
+//! `loopguard demo` shows a loop stopped in every dialect.
 
 use std::process::Command;
 
 /// The demo runs to the end and tells, for each dialect, that the looping
 /// call was warned about and then never reached the agent.
 #[test]
-fn demo_stops_the_loop_in_both_dialects() {
+fn demo_stops_the_loop_in_every_dialect() {
     let out = Command::new(env!("CARGO_BIN_EXE_loopguard"))
         .arg("demo")
         .output()
@@ -16,11 +16,13 @@ fn demo_stops_the_loop_in_both_dialects() {
         "{stdout}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert_eq!(stdout.matches("forwarded with a warning").count(), 4, "{stdout}");
+    assert_eq!(stdout.matches("forwarded with a warning").count(), 8, "{stdout}");
     assert_eq!(
         stdout.matches("the looping call never reached it").count(),
-        2,
+        4,
         "{stdout}"
     );
-    assert!(stdout.contains("=== openai-chat") && stdout.contains("=== gemini"));
+    for dialect in ["openai-chat", "gemini", "openai-responses", "anthropic"] {
+        assert!(stdout.contains(&format!("=== {dialect} ")), "{dialect}: {stdout}");
+    }
 }

@@ -1,9 +1,11 @@
-//! A scripted upstream speaking `openai-chat` and `gemini`, for tests,
-//! benchmarks and demos (`loopguard mock-upstream`).
+//! A scripted upstream speaking every dialect (`openai-chat`,
+//! `openai-responses`, `gemini`, `anthropic`), for tests, benchmarks and
+//! demos (`loopguard mock-upstream`).
 //!
-//! It answers every `POST …/chat/completions`, `…:generateContent` and
-//! `…:streamGenerateContent` with either a recorded fixture or a scripted
-//! turn (see [`script`]), in the mode the request asked for (SSE, streamed
+//! It answers every `POST …/chat/completions`, `…/responses`, `…/messages`,
+//! `…:generateContent` and `…:streamGenerateContent` with either a recorded
+//! fixture or a scripted turn (see [`script`]), in the mode the request
+//! asked for (SSE — named events for Responses and Anthropic —, streamed
 //! JSON array, or one JSON document). Per-request behaviour is set by
 //! headers, so one mock serves many tests:
 //!
