@@ -123,21 +123,11 @@ fn responses_history(first: &str, cycles: usize, compaction: bool) -> Value {
 const EXEC_LOOP: &str =
     r#"{"turns":[{"tool_calls":[{"name":"exec_command","arguments":{"cmd":"cat a.txt"}}]}]}"#;
 
-/// `POST /v1/responses/compact` (Codex's compaction endpoint) is a
-/// summarizer request: a looping history passes untouched, with no verdict.
-#[tokio::test(flavor = "multi_thread")]
-async fn the_responses_compact_endpoint_passes_untouched() {
+/// Sends a looping history as a summarizer request: it must pass untouched
+/// (byte for byte, no verdict header), since no detector runs on it.
+async fn assert_summarizer_passes(path: &str, headers: &[(&str, &str)], body: String) {
     let (mock, lg) = pair("");
-    let body = responses_history("fix it", 6, false).to_string();
-    let response = post(
-        format!("{}/v1/responses/compact", lg.url()),
-        &[
-            ("x-loopguard-session", "compact"),
-            ("content-type", "application/json"),
-        ],
-        body.clone(),
-    )
-    .await;
+    let response = post(format!("{}{path}", lg.url()), headers, body.clone()).await;
     assert_eq!(response.status(), 200);
     assert!(common::verdict_header(&response).is_none());
     let recorded = mock_requests(&mock).await;
@@ -148,57 +138,48 @@ async fn the_responses_compact_endpoint_passes_untouched() {
     );
 }
 
-/// Codex marks its compaction requests (sent to `/responses` itself) with
-/// `"request_kind":"compaction"` in `x-codex-turn-metadata`: no detector runs.
+/// `POST /v1/responses/compact` (Codex's compaction endpoint) is a
+/// summarizer request.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_codex_compaction_turn_feeds_no_detector() {
-    let (mock, lg) = pair("");
+async fn the_responses_compact_endpoint_passes_untouched() {
     let body = responses_history("fix it", 6, false).to_string();
-    let response = post(
-        format!("{}/v1/responses", lg.url()),
-        &[
-            ("x-loopguard-session", "codex-compact"),
-            (
-                "x-codex-turn-metadata",
-                r#"{"request_kind":"compaction","turn_id":"t1"}"#,
-            ),
-        ],
-        body.clone(),
+    assert_summarizer_passes(
+        "/v1/responses/compact",
+        &[("x-loopguard-session", "compact")],
+        body,
     )
     .await;
-    assert_eq!(response.status(), 200);
-    assert!(common::verdict_header(&response).is_none());
-    assert_eq!(
-        mock_requests(&mock).await[0]["body"].as_str(),
-        Some(body.as_str())
-    );
+}
+
+/// Codex marks its compaction requests (sent to `/responses` itself) with
+/// `"request_kind":"compaction"` in `x-codex-turn-metadata`.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_codex_compaction_turn_feeds_no_detector() {
+    let body = responses_history("fix it", 6, false).to_string();
+    let headers = [
+        ("x-loopguard-session", "codex-compact"),
+        (
+            "x-codex-turn-metadata",
+            r#"{"request_kind":"compaction","turn_id":"t1"}"#,
+        ),
+    ];
+    assert_summarizer_passes("/v1/responses", &headers, body).await;
 }
 
 /// Claude Code's `x-claude-code-compaction` marks a summarizer request too.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_claude_code_compaction_request_feeds_no_detector() {
-    let (mock, lg) = pair("");
     let mut messages = vec![json!({"role": "user", "content": "fix it"})];
     for i in 0..6 {
         messages.push(json!({"role": "assistant", "content": [{"type": "tool_use", "id": format!("t{i}"), "name": "Read", "input": {"file_path": "a"}}]}));
         messages.push(json!({"role": "user", "content": [{"type": "tool_result", "tool_use_id": format!("t{i}"), "content": "same"}]}));
     }
     let body = json!({"model": "m", "max_tokens": 10, "messages": messages}).to_string();
-    let response = post(
-        format!("{}/anthropic/v1/messages", lg.url()),
-        &[
-            ("x-loopguard-session", "cc-compact"),
-            ("x-claude-code-compaction", "1"),
-        ],
-        body.clone(),
-    )
-    .await;
-    assert_eq!(response.status(), 200);
-    assert!(common::verdict_header(&response).is_none());
-    assert_eq!(
-        mock_requests(&mock).await[0]["body"].as_str(),
-        Some(body.as_str())
-    );
+    let headers = [
+        ("x-loopguard-session", "cc-compact"),
+        ("x-claude-code-compaction", "1"),
+    ];
+    assert_summarizer_passes("/anthropic/v1/messages", &headers, body).await;
 }
 
 /// A Responses history that newly carries a `compaction` item is a

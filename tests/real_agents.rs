@@ -203,6 +203,20 @@ fn gemini_calls_executed(requests: &[&Value]) -> usize {
     })
 }
 
+/// The loop requests of a run stopped at the 5th identical call: 5 of them
+/// (no turn after the block), warned from the one carrying the 3rd result
+/// (`warning` is the text the warning leaves in a request body), and the
+/// block logged.
+fn assert_stopped_at_fifth(lg: &Proc, loop_reqs: &[&Value], warning: &str) {
+    assert_eq!(loop_reqs.len(), 5, "the run ends with the blocked fifth turn");
+    let warned: Vec<bool> = loop_reqs
+        .iter()
+        .map(|b| b.to_string().contains(warning))
+        .collect();
+    assert_eq!(warned, [false, false, false, true, true]);
+    lg.wait_for_log("\"action\":\"block\"");
+}
+
 #[test]
 fn gemini_cli_on_its_own_stops_at_its_fifth_identical_call() {
     require_cli("gemini");
@@ -263,15 +277,9 @@ fn gemini_cli_is_stopped_by_loopguard_before_its_own_guard() {
     assert!(!run.stdout.contains("Loop detected"), "{}", run.describe());
     let requests = recorded(&mock);
     let loop_reqs = loop_requests(&requests);
-    assert_eq!(loop_reqs.len(), 5, "no recovery turn after the block");
     assert_eq!(gemini_calls_executed(&loop_reqs), 4);
-    // Warned at the third and fourth call, inside the function response.
-    let warned: Vec<bool> = loop_reqs
-        .iter()
-        .map(|b| b.to_string().contains("loopguard_warning"))
-        .collect();
-    assert_eq!(warned, [false, false, false, true, true]);
-    lg.wait_for_log("\"action\":\"block\"");
+    // Warned at the third and fourth call, inside the function response; no recovery turn.
+    assert_stopped_at_fifth(&lg, &loop_reqs, "loopguard_warning");
 }
 
 /// Reads OpenCode reported on stderr (`→ Read notes.txt`).
@@ -341,15 +349,9 @@ fn opencode_is_stopped_by_loopguard_at_the_fifth_identical_call() {
     assert!(!run.stdout.contains("Done looping."), "{}", run.describe());
     let requests = recorded(&mock);
     let loop_reqs = loop_requests(&requests);
-    assert_eq!(loop_reqs.len(), 5, "the run ends with the blocked fifth turn");
     assert_eq!(openai_calls_executed(&loop_reqs), 4);
-    let warned: Vec<bool> = loop_reqs
-        .iter()
-        .map(|b| b.to_string().contains("[loopguard] identical_call (warning"))
-        .collect();
-    assert_eq!(warned, [false, false, false, true, true]);
     assert_title_request(&requests);
-    lg.wait_for_log("\"action\":\"block\"");
+    assert_stopped_at_fifth(&lg, &loop_reqs, "[loopguard] identical_call (warning");
 }
 
 /// Codex's `--json` events.
@@ -419,14 +421,8 @@ fn codex_is_stopped_by_loopguard_at_the_fifth_identical_call() {
     assert!(!run.stdout.contains("Done looping."), "{}", run.describe());
     let requests = recorded(&mock);
     let loop_reqs = loop_requests(&requests);
-    assert_eq!(loop_reqs.len(), 5, "the run ends with the blocked fifth turn");
     assert_eq!(responses_calls_executed(&loop_reqs), 4);
-    let warned: Vec<bool> = loop_reqs
-        .iter()
-        .map(|b| b.to_string().contains("[loopguard] identical_call (warning"))
-        .collect();
-    assert_eq!(warned, [false, false, false, true, true]);
-    lg.wait_for_log("\"action\":\"block\"");
+    assert_stopped_at_fifth(&lg, &loop_reqs, "[loopguard] identical_call (warning");
 }
 
 /// Claude Code's final `result` event.
@@ -483,12 +479,6 @@ fn claude_code_is_stopped_by_loopguard_at_the_fifth_identical_call() {
     assert_eq!(result["is_error"], false);
     let requests = recorded(&mock);
     let loop_reqs = loop_requests(&requests);
-    assert_eq!(loop_reqs.len(), 5, "the run ends with the blocked fifth turn");
     assert_eq!(anthropic_calls_executed(&loop_reqs), 4);
-    let warned: Vec<bool> = loop_reqs
-        .iter()
-        .map(|b| b.to_string().contains("[loopguard] identical_call (warning"))
-        .collect();
-    assert_eq!(warned, [false, false, false, true, true]);
-    lg.wait_for_log("\"action\":\"block\"");
+    assert_stopped_at_fifth(&lg, &loop_reqs, "[loopguard] identical_call (warning");
 }

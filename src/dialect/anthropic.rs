@@ -31,12 +31,7 @@ use crate::transcript::{Arguments, Message, ResultContent, Role, ToolCall, ToolR
 /// [`DialectError::Json`] when the body is not JSON; [`DialectError::Shape`]
 /// when it is not an object or has no `messages` array.
 pub fn parse_request(body: &[u8]) -> Result<ParsedRequest, DialectError> {
-    let value: Value = serde_json::from_slice(body)?;
-    let Value::Object(root) = value else {
-        return Err(DialectError::Shape(
-            "request body is not a JSON object".to_owned(),
-        ));
-    };
+    let root = super::json_object(body)?;
     let Some(messages) = root.get("messages").and_then(Value::as_array) else {
         return Err(DialectError::Shape("no `messages` array".to_owned()));
     };
@@ -333,18 +328,10 @@ impl ResponseParser {
                         .get("input")
                         .cloned()
                         .unwrap_or_else(|| Value::Object(Map::new()));
-                    out.push(StreamEvent::ToolCallDelta {
-                        choice: 0,
-                        index: position,
-                        arguments_delta: input.to_string(),
-                    });
                     let id = block.get("id").and_then(Value::as_str).map(str::to_owned);
                     let name = block.get("name").and_then(Value::as_str).unwrap_or_default();
-                    out.push(StreamEvent::ToolCallComplete {
-                        choice: 0,
-                        index: position,
-                        call: ToolCall::new(id, name, Arguments::Json(input)),
-                    });
+                    let call = ToolCall::new(id, name, Arguments::Json(input));
+                    super::push_whole_call(out, position, call);
                     position += 1;
                 }
                 _ => {}

@@ -31,12 +31,7 @@ const MAX_PATH_INDEX: usize = 100_000;
 /// [`DialectError::Json`] when the body is not JSON; [`DialectError::Shape`]
 /// when it is not an object or has no `contents` array.
 pub fn parse_request(body: &[u8]) -> Result<ParsedRequest, DialectError> {
-    let value: Value = serde_json::from_slice(body)?;
-    let Value::Object(root) = value else {
-        return Err(DialectError::Shape(
-            "request body is not a JSON object".to_owned(),
-        ));
-    };
+    let root = super::json_object(body)?;
     let Some(contents) = root.get("contents").and_then(Value::as_array) else {
         return Err(DialectError::Shape("no `contents` array".to_owned()));
     };

@@ -133,6 +133,39 @@ pub enum DialectError {
     Shape(String),
 }
 
+/// A request body as a JSON object.
+///
+/// # Errors
+/// [`DialectError::Json`] when it is not JSON, [`DialectError::Shape`] when
+/// it is not an object.
+pub(crate) fn json_object(body: &[u8]) -> Result<serde_json::Map<String, serde_json::Value>, DialectError> {
+    match serde_json::from_slice(body)? {
+        serde_json::Value::Object(root) => Ok(root),
+        _ => Err(DialectError::Shape(
+            "request body is not a JSON object".to_owned(),
+        )),
+    }
+}
+
+/// The two events of a tool call that arrived whole (a non-streaming
+/// answer): its arguments as one delta, then its completion.
+pub(crate) fn push_whole_call(out: &mut Vec<StreamEvent>, index: u32, call: crate::transcript::ToolCall) {
+    let arguments_delta = match &call.arguments {
+        crate::transcript::Arguments::Json(v) => v.to_string(),
+        crate::transcript::Arguments::Unparsable(s) => s.clone(),
+    };
+    out.push(StreamEvent::ToolCallDelta {
+        choice: 0,
+        index,
+        arguments_delta,
+    });
+    out.push(StreamEvent::ToolCallComplete {
+        choice: 0,
+        index,
+        call,
+    });
+}
+
 /// Turns the payloads of one response into [`StreamEvent`]s, incrementally.
 ///
 /// Feed it every payload in order ([`StreamParser::payload`]: one SSE `data`

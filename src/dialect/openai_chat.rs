@@ -25,12 +25,7 @@ use crate::transcript::{Arguments, Message, ResultContent, Role, ToolCall, ToolR
 /// [`DialectError::Json`] when the body is not JSON; [`DialectError::Shape`]
 /// when it is not an object or has no `messages` array.
 pub fn parse_request(body: &[u8]) -> Result<ParsedRequest, DialectError> {
-    let value: Value = serde_json::from_slice(body)?;
-    let Value::Object(root) = value else {
-        return Err(DialectError::Shape(
-            "request body is not a JSON object".to_owned(),
-        ));
-    };
+    let root = super::json_object(body)?;
     let Some(messages) = root.get("messages").and_then(Value::as_array) else {
         return Err(DialectError::Shape("no `messages` array".to_owned()));
     };

@@ -102,12 +102,7 @@ pub struct ResponsesRequest {
 /// [`DialectError::Json`] when the body is not JSON; [`DialectError::Shape`]
 /// when it is not an object or `input` is neither a string nor an array.
 pub fn parse_request(body: &[u8]) -> Result<ParsedRequest, DialectError> {
-    let value: Value = serde_json::from_slice(body)?;
-    let Value::Object(root) = value else {
-        return Err(DialectError::Shape(
-            "request body is not a JSON object".to_owned(),
-        ));
-    };
+    let root = super::json_object(body)?;
     let mut transcript = Transcript {
         tools: declared_tools(&root),
         ..Transcript::default()
@@ -532,20 +527,7 @@ impl ResponseParser {
                     out.push(StreamEvent::TextDelta { choice: 0, text });
                 }
             } else if let Some(call) = call_of(item) {
-                let arguments_delta = match &call.arguments {
-                    Arguments::Json(v) => v.to_string(),
-                    Arguments::Unparsable(s) => s.clone(),
-                };
-                out.push(StreamEvent::ToolCallDelta {
-                    choice: 0,
-                    index: position,
-                    arguments_delta,
-                });
-                out.push(StreamEvent::ToolCallComplete {
-                    choice: 0,
-                    index: position,
-                    call,
-                });
+                super::push_whole_call(out, position, call);
                 position += 1;
             }
         }

@@ -168,6 +168,16 @@ fn deltas(text: &str) -> Vec<String> {
     out
 }
 
+/// A call's argument text in two fragments (split at its middle character),
+/// as servers stream them.
+fn halves(args: &str) -> [&str; 2] {
+    let mid = args
+        .char_indices()
+        .nth(args.chars().count() / 2)
+        .map_or(0, |(b, _)| b);
+    [&args[..mid], &args[mid..]]
+}
+
 /// Whether an OpenAI chat or Gemini request declares at least one tool.
 pub fn declares_tools(body: &Value) -> bool {
     let Some(tools) = body.get("tools").and_then(Value::as_array) else {
@@ -325,16 +335,12 @@ pub fn openai_stream(turn: &Turn, model: &str, seq: u64, include_usage: bool) ->
     }
     for (i, call) in turn.tool_calls.iter().enumerate() {
         let args = call.arguments.to_string();
-        let mid = args
-            .char_indices()
-            .nth(args.chars().count() / 2)
-            .map_or(0, |(b, _)| b);
         out.push(chunk(
             json!({"tool_calls": [{"index": i, "id": format!("call_{seq}_{i}"), "type": "function",
                 "function": {"name": call.name, "arguments": ""}}]}),
             Value::Null,
         ));
-        for part in [&args[..mid], &args[mid..]] {
+        for part in halves(&args) {
             out.push(chunk(
                 json!({"tool_calls": [{"index": i, "function": {"arguments": part}}]}),
                 Value::Null,
@@ -537,11 +543,7 @@ pub fn responses_stream(turn: &Turn, model: &str, seq: u64) -> Vec<(String, Stri
             json!({"output_index": index, "item": {"id": fid,
             "type": "function_call", "status": "in_progress", "arguments": "", "call_id": call_id, "name": call.name}}),
         );
-        let mid = args
-            .char_indices()
-            .nth(args.chars().count() / 2)
-            .map_or(0, |(b, _)| b);
-        for part in [&args[..mid], &args[mid..]] {
+        for part in halves(&args) {
             emit(
                 "response.function_call_arguments.delta",
                 json!({"item_id": fid, "output_index": index,
@@ -636,11 +638,7 @@ pub fn anthropic_stream(turn: &Turn, model: &str, seq: u64) -> Vec<(String, Stri
             "id": format!("toolu_mock_{seq}_{i}"), "name": call.name, "input": {}}}),
         );
         let args = call.arguments.to_string();
-        let mid = args
-            .char_indices()
-            .nth(args.chars().count() / 2)
-            .map_or(0, |(b, _)| b);
-        for part in [&args[..mid], &args[mid..]] {
+        for part in halves(&args) {
             emit(
                 "content_block_delta",
                 json!({"index": index, "delta": {"type": "input_json_delta", "partial_json": part}}),
