@@ -63,7 +63,7 @@ impl Writer {
     fn emit(&mut self, kind: &str, mut data: Value) {
         data["type"] = json!(kind);
         data["sequence_number"] = json!(self.sequence);
-        self.sequence += 1;
+        self.sequence = self.sequence.saturating_add(1);
         self.out
             .extend(format!("event: {kind}\ndata: {data}\n\n").into_bytes());
     }
@@ -215,9 +215,9 @@ pub fn block_stream_ending(
     message_text: &str,
 ) -> Vec<u8> {
     let sequence = held_sequence
-        .or_else(|| state.last_sequence.map(|s| s + 1))
+        .or_else(|| state.last_sequence.map(|s| s.saturating_add(1)))
         .unwrap_or(0);
-    let index = held_index.unwrap_or_else(|| state.max_output_index.map_or(0, |m| m + 1));
+    let index = held_index.unwrap_or_else(|| state.max_output_index.map_or(0, |m| m.saturating_add(1)));
     let mut output: Vec<Value> = state
         .done_items
         .iter()
@@ -237,12 +237,12 @@ pub fn block_stream_ending(
 /// message item whose text was streaming gets `note` and is closed (or a new
 /// one carries it), then `response.completed`.
 pub fn cut_ending(state: &StreamState, note: &str) -> Vec<u8> {
-    let sequence = state.last_sequence.map_or(0, |s| s + 1);
+    let sequence = state.last_sequence.map_or(0, |s| s.saturating_add(1));
     let mut output: Vec<Value> = state.done_items.iter().map(|(_, item)| item.clone()).collect();
     let mut w = Writer::new(sequence);
     let item = match &state.open_text {
         Some(open) => w.close_text(open, &format!("\n\n{note}")),
-        None => w.message_item(state.max_output_index.map_or(0, |m| m + 1), note),
+        None => w.message_item(state.max_output_index.map_or(0, |m| m.saturating_add(1)), note),
     };
     output.push(item);
     w.emit(
@@ -258,7 +258,7 @@ pub fn cut_ending(state: &StreamState, note: &str) -> Vec<u8> {
 /// request for "stream closed before response.completed"); it reports
 /// `response.failed`.
 pub fn stream_error_event(state: &StreamState, message_text: &str) -> Vec<u8> {
-    let mut w = Writer::new(state.last_sequence.map_or(0, |s| s + 1));
+    let mut w = Writer::new(state.last_sequence.map_or(0, |s| s.saturating_add(1)));
     let error = json!({"code": "loop_detected", "message": message_text});
     w.emit(
         "error",

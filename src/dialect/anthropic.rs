@@ -217,7 +217,7 @@ impl ResponseParser {
                 let i = index.unwrap_or(self.state.blocks);
                 self.state.open_block = Some((i, kind.to_owned()));
                 self.state.opened_by_last = true;
-                self.state.blocks = self.state.blocks.max(i + 1);
+                self.state.blocks = self.state.blocks.max(i.saturating_add(1));
                 match kind {
                     "tool_use" => {
                         let position = self.next_position;

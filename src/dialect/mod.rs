@@ -246,3 +246,123 @@ mod tests {
         assert_eq!(Dialect::from_path("/v1/embeddings"), None);
     }
 }
+
+/// No body or payload, however odd, makes a parser panic: JSON built from
+/// the field names the dialects read, at random shapes and types.
+#[cfg(test)]
+mod robustness {
+    use proptest::prelude::*;
+    use serde_json::{Map, Value};
+
+    use super::*;
+
+    const KEYS: [&str; 40] = [
+        "type",
+        "role",
+        "content",
+        "messages",
+        "input",
+        "contents",
+        "parts",
+        "tool_calls",
+        "function",
+        "name",
+        "arguments",
+        "id",
+        "call_id",
+        "tool_use_id",
+        "output",
+        "index",
+        "output_index",
+        "sequence_number",
+        "item",
+        "delta",
+        "text",
+        "partial_json",
+        "content_block",
+        "response",
+        "choices",
+        "candidates",
+        "functionCall",
+        "functionResponse",
+        "args",
+        "usage",
+        "stop_reason",
+        "finish_reason",
+        "finishReason",
+        "tools",
+        "system",
+        "instructions",
+        "is_error",
+        "message",
+        "error",
+        "previous_response_id",
+    ];
+    const KINDS: [&str; 16] = [
+        "message",
+        "function_call",
+        "function_call_output",
+        "tool_use",
+        "tool_result",
+        "text",
+        "content_block_start",
+        "content_block_delta",
+        "content_block_stop",
+        "message_delta",
+        "response.output_item.added",
+        "response.output_item.done",
+        "response.completed",
+        "input_json_delta",
+        "custom_tool_call",
+        "error",
+    ];
+
+    fn json() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            prop_oneof![any::<i64>(), Just(i64::from(u32::MAX)), Just(-1), 0..4i64].prop_map(Value::from),
+            (0..KINDS.len()).prop_map(|i| Value::from(KINDS[i])),
+            "[a-z{}\":]{0,8}".prop_map(Value::from),
+        ];
+        leaf.prop_recursive(5, 64, 6, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..5).prop_map(Value::Array),
+                prop::collection::vec(((0..KEYS.len()), inner), 0..6).prop_map(|fields| {
+                    let map: Map<String, Value> =
+                        fields.into_iter().map(|(k, v)| (KEYS[k].to_owned(), v)).collect();
+                    Value::Object(map)
+                }),
+            ]
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(1000))]
+        #[test]
+        fn parsers_never_panic(raw in prop::collection::vec((0..KINDS.len(), json()), 1..6)) {
+            // Mostly objects typed like real payloads, so the deep paths run.
+            let values: Vec<Value> = raw
+                .into_iter()
+                .map(|(kind, value)| match value {
+                    Value::Object(mut map) => {
+                        map.entry("type").or_insert_with(|| Value::from(KINDS[kind]));
+                        Value::Object(map)
+                    }
+                    other => other,
+                })
+                .collect();
+            for dialect in Dialect::ALL {
+                for value in &values {
+                    let _ = dialect.parse_request(value.to_string().as_bytes());
+                }
+                let mut parser = dialect.stream_parser();
+                let mut out = Vec::new();
+                for value in &values {
+                    let _ = parser.payload(&value.to_string(), &mut out);
+                }
+                parser.end(&mut out);
+            }
+        }
+    }
+}
