@@ -15,7 +15,6 @@ use std::time::Duration;
 use crate::detect::{Level, ReplayLine, Settings, replay};
 use crate::dialect::{Dialect, StreamEvent};
 use crate::proxy::tap::{Framing, Tap};
-use crate::transcript::Transcript;
 
 /// Why a replay could not run.
 #[derive(Debug, thiserror::Error)]
@@ -99,7 +98,7 @@ fn parse_body(
     dialect: Option<Dialect>,
     path: &Path,
     line: &str,
-) -> Result<(Dialect, Transcript), ReplayError> {
+) -> Result<(Dialect, crate::dialect::ParsedRequest), ReplayError> {
     let err = |message: String| ReplayError::Parse {
         path: path.to_owned(),
         line: line.to_owned(),
@@ -112,7 +111,26 @@ fn parse_body(
     let parsed = dialect
         .parse_request(text.as_bytes())
         .map_err(|e| err(e.to_string()))?;
-    Ok((dialect, parsed.transcript))
+    Ok((dialect, parsed))
+}
+
+/// What a request body says beyond its transcript that changes a replay.
+#[derive(Debug, Default, Clone, Copy)]
+struct Flags {
+    /// A stateful Responses request: blocks become aborts, as in `serve`.
+    stateful: bool,
+    /// It chains to an earlier response (`previous_response_id`).
+    chained: bool,
+}
+
+impl Flags {
+    fn of(parsed: &crate::dialect::ParsedRequest) -> Self {
+        let responses = parsed.responses.as_ref();
+        Self {
+            stateful: responses.is_some_and(|r| r.stateful),
+            chained: responses.is_some_and(|r| r.previous_response_id.is_some()),
+        }
+    }
 }
 
 fn response_events(bytes: &[u8], dialect: Dialect, framing: Framing) -> Vec<StreamEvent> {
@@ -134,6 +152,7 @@ pub fn run(
     interval: Duration,
 ) -> Result<Vec<ReplayLine>, ReplayError> {
     let mut requests = Vec::new();
+    let mut flags: Vec<Flags> = Vec::new();
     let mut seen_dialect = dialect;
     let mut response = None;
     for (i, path) in files.iter().enumerate() {
@@ -151,9 +170,10 @@ pub fn run(
         let text = read(path)?;
         if ext == "jsonl" {
             for (n, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
-                let (d, t) = parse_body(line, seen_dialect, path, &format!(":{}", n + 1))?;
+                let (d, parsed) = parse_body(line, seen_dialect, path, &format!(":{}", n + 1))?;
                 seen_dialect = Some(d);
-                requests.push(t);
+                flags.push(Flags::of(&parsed));
+                requests.push(parsed.transcript);
             }
             continue;
         }
@@ -167,14 +187,30 @@ pub fn run(
             response = Some(response_events(text.as_bytes(), d, Framing::Json));
             continue;
         }
-        let (d, t) = parse_body(&text, seen_dialect, path, "")?;
+        let (d, parsed) = parse_body(&text, seen_dialect, path, "")?;
         seen_dialect = Some(d);
-        requests.push(t);
+        flags.push(Flags::of(&parsed));
+        requests.push(parsed.transcript);
     }
     if requests.is_empty() {
         return Err(ReplayError::Empty);
     }
+    let chained = flags.iter().filter(|f| f.chained).count();
+    if chained > 0 {
+        eprintln!(
+            "loopguard replay: {chained} request(s) chain to an earlier response (previous_response_id) and carry only \
+             the items new since; the tool calls they answer are in those responses, which request bodies do not \
+             hold, so such a chain cannot be judged from its bodies alone (loopguard serve follows it live)"
+        );
+    }
     let mut lines = replay(settings, &requests, interval, response.as_deref());
+    for line in &mut lines {
+        if flags.get(line.request).is_some_and(|f| f.stateful) && line.action == crate::detect::Action::Block
+        {
+            // As `serve` does: a stateful request is aborted where others are blocked.
+            line.action = crate::detect::Action::Abort;
+        }
+    }
     if settings.semantic_check.enabled {
         let judged = crate::judge::replay::run(settings, &requests).map_err(ReplayError::Judge)?;
         lines.extend(judged);

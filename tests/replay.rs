@@ -154,6 +154,44 @@ fn identical_reads_escalate_in_responses_and_anthropic_bodies() {
     assert_eq!(code, Some(3));
 }
 
+/// A stateful Responses session (`store: true`) shows `abort` where others
+/// show `block`, as `serve` acts; a `previous_response_id` chain cannot be
+/// judged from its bodies, and replay says so instead of staying silent.
+#[test]
+fn stateful_responses_bodies_abort_and_chains_are_named() {
+    let stored: Vec<String> = responses_session(6)
+        .lines()
+        .map(|l| {
+            let mut v: Value = serde_json::from_str(l).unwrap_or_default();
+            v["store"] = json!(true);
+            v.to_string()
+        })
+        .collect();
+    let path = write("stored.jsonl", &stored.join("\n"));
+    let (_, lines) = replay(&[path.to_str().unwrap_or_default()]);
+    let critical: Vec<&Value> = lines.iter().filter(|l| l["level"] == "critical").collect();
+    assert!(!critical.is_empty(), "{lines:?}");
+    assert!(critical.iter().all(|l| l["action"] == "abort"), "{critical:?}");
+
+    let chain: Vec<String> = (0..6)
+        .map(|i| {
+            json!({"model": "m", "previous_response_id": format!("resp_{i}"), "input": [
+                {"type": "function_call_output", "call_id": format!("c{i}"), "output": "x = 1"}]})
+            .to_string()
+        })
+        .collect();
+    let path = write("chain.jsonl", &chain.join("\n"));
+    let out = Command::new(env!("CARGO_BIN_EXE_loopguard"))
+        .args(["replay", path.to_str().unwrap_or_default()])
+        .output()
+        .unwrap_or_else(|e| panic!("{e}"));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("previous_response_id") && stderr.contains("cannot be judged"),
+        "{stderr}"
+    );
+}
+
 /// Codex-style results (a random `Chunk ID:` and a changing `Wall time:`
 /// above identical output) count as no progress: critical at 5.
 #[test]

@@ -110,6 +110,27 @@ pub fn block_answer(mode: Mode, model: &str, message: &str) -> Answer {
     }
 }
 
+/// A non-streaming answer whose `tool_use` blocks are withheld: the
+/// upstream's message (id, model, usage, its text and thinking blocks) with
+/// those blocks replaced by one text block carrying `message`, and
+/// `stop_reason: "end_turn"`. `None` when no whole message was parsed.
+pub fn block_whole(state: &StreamState, message: &str) -> Option<Vec<u8>> {
+    let mut whole = state.message.clone()?;
+    let mut content: Vec<Value> = whole
+        .get("content")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter(|b| b.get("type").and_then(Value::as_str) != Some("tool_use"))
+        .cloned()
+        .collect();
+    content.push(json!({"type": "text", "text": message}));
+    whole["content"] = Value::Array(content);
+    whole["stop_reason"] = json!("end_turn");
+    whole["stop_sequence"] = Value::Null;
+    Some(whole.to_string().into_bytes())
+}
+
 fn usage_of(state: &StreamState) -> Value {
     state
         .delta_usage

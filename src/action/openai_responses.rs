@@ -193,6 +193,29 @@ pub fn block_answer(mode: Mode, model: &str, message_text: &str) -> Answer {
     }
 }
 
+/// A non-streaming answer whose client calls are withheld: the upstream's
+/// `response` (id, model, usage, its messages and reasoning items) with
+/// those items replaced by one assistant message carrying `message_text`.
+/// `None` when no whole response was parsed.
+pub fn block_whole(state: &StreamState, message_text: &str) -> Option<Vec<u8>> {
+    let base = state.terminal.as_ref()?;
+    let mut output: Vec<Value> = base
+        .get("output")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter(|item| {
+            !item
+                .get("type")
+                .and_then(Value::as_str)
+                .is_some_and(is_client_call)
+        })
+        .cloned()
+        .collect();
+    output.push(message(&format!("msg_loopguard_{}", random_id()), message_text));
+    Some(completed(base, output).to_string().into_bytes())
+}
+
 /// The response object a stream ending completes: the upstream's terminal
 /// one, else the one it opened with, else a made-up one.
 fn base_of(state: &StreamState) -> Value {
@@ -253,20 +276,35 @@ pub fn cut_ending(state: &StreamState, note: &str) -> Vec<u8> {
 }
 
 /// The in-stream ending of an abort after headers went out: the `error`
-/// event, then `response.failed` carrying the same error. Codex ignores a
-/// bare `error` event (and then fails only after retrying the whole
-/// request for "stream closed before response.completed"); it reports
-/// `response.failed`.
-pub fn stream_error_event(state: &StreamState, message_text: &str) -> Vec<u8> {
-    let mut w = Writer::new(state.last_sequence.map_or(0, |s| s.saturating_add(1)));
-    let error = json!({"code": "loop_detected", "message": message_text});
+/// event, then `response.failed` carrying the same error and listing only
+/// the items the client received. Codex ignores a bare `error` event (and
+/// then fails only after retrying the whole request for "stream closed
+/// before response.completed"); it reports `response.failed`. When calls
+/// were held, the events take the place of the first held one
+/// (`held_sequence`, `held_index`), as a block's would.
+pub fn stream_error_event(
+    state: &StreamState,
+    held_sequence: Option<u64>,
+    held_index: Option<u32>,
+    message_text: &str,
+) -> Vec<u8> {
+    let sequence = held_sequence
+        .or_else(|| state.last_sequence.map(|s| s.saturating_add(1)))
+        .unwrap_or(0);
+    let mut w = Writer::new(sequence);
     w.emit(
         "error",
         json!({"code": "loop_detected", "message": message_text, "param": null}),
     );
     let mut response = base_of(state);
     response["status"] = json!("failed");
-    response["error"] = error;
+    response["error"] = json!({"code": "loop_detected", "message": message_text});
+    response["output"] = state
+        .done_items
+        .iter()
+        .filter(|(i, _)| held_index.is_none_or(|held| *i < held))
+        .map(|(_, item)| item.clone())
+        .collect();
     w.emit("response.failed", json!({"response": response}));
     w.out
 }

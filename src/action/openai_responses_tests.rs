@@ -62,7 +62,7 @@ fn abort_shapes_match_openai() {
         last_sequence: Some(4),
         ..StreamState::default()
     };
-    let event = String::from_utf8(stream_error_event(&state, "loop_detected: x")).unwrap();
+    let event = String::from_utf8(stream_error_event(&state, None, None, "loop_detected: x")).unwrap();
     assert!(event.starts_with("event: error\ndata: "));
     assert!(event.contains("\"sequence_number\":5") && event.contains("\"code\":\"loop_detected\""));
 }

@@ -459,6 +459,7 @@ impl ResponseParser {
             }
             "response.completed" | "response.incomplete" => {
                 let response = event.get("response").cloned().unwrap_or(Value::Null);
+                self.complete_from(&response, out);
                 if let Some(usage) = response.get("usage").filter(|u| u.is_object()) {
                     out.push(StreamEvent::Usage { usage: usage.clone() });
                 }
@@ -506,6 +507,27 @@ impl ResponseParser {
             }
         }
         Ok(())
+    }
+
+    /// Calls still open when the response ended (no `output_item.done`
+    /// arrived for them) are completed from the final `response.output`,
+    /// so they are judged like any other.
+    fn complete_from(&mut self, response: &Value, out: &mut Vec<StreamEvent>) {
+        let mut open: Vec<(u32, u32)> = self.calls.drain().collect();
+        open.sort_by_key(|(_, position)| *position);
+        let items = response.get("output").and_then(Value::as_array);
+        for (output_index, position) in open {
+            let item = usize::try_from(output_index)
+                .ok()
+                .and_then(|i| items.and_then(|items| items.get(i)));
+            if let Some(call) = item.and_then(call_of) {
+                out.push(StreamEvent::ToolCallComplete {
+                    choice: 0,
+                    index: position,
+                    call,
+                });
+            }
+        }
     }
 
     /// A whole (non-streaming) `response` object.

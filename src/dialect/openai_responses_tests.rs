@@ -172,3 +172,22 @@ fn a_whole_response_yields_text_calls_usage_and_finish() {
     assert_eq!(out.len(), 6, "{out:?}");
     assert!(matches!(&out[3], StreamEvent::ToolCallComplete { call, .. } if call.name == "read"));
 }
+
+#[test]
+fn a_call_without_its_done_item_is_completed_from_the_final_output() {
+    let call = json!({"id": "fc_1", "type": "function_call", "call_id": "c1", "name": "read", "arguments": "{\"p\":1}"});
+    let out = events(&[
+        json!({"type": "response.output_item.added", "output_index": 0, "item": {"id": "fc_1", "type": "function_call", "call_id": "c1", "name": "read", "arguments": ""}}),
+        json!({"type": "response.function_call_arguments.delta", "output_index": 0, "item_id": "fc_1", "delta": "{\"p\":1}"}),
+        json!({"type": "response.completed", "response": {"status": "completed", "output": [call]}}),
+    ]);
+    let completed: Vec<&ToolCall> = out
+        .iter()
+        .filter_map(|e| match e {
+            StreamEvent::ToolCallComplete { call, .. } => Some(call),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(completed.len(), 1, "{out:?}");
+    assert_eq!(completed[0].arguments, Arguments::Json(json!({"p": 1})));
+}

@@ -159,6 +159,7 @@ fn anthropic_type(status: StatusCode) -> &'static str {
         400 => "invalid_request_error",
         404 => "not_found_error",
         413 => "request_too_large",
+        504 => "timeout_error",
         _ => "api_error",
     }
 }

@@ -490,14 +490,24 @@ impl Holder {
                 self.first_element(),
             ),
             (dialect @ (Dialect::OpenaiResponses | Dialect::Anthropic), Mode::Whole) => {
-                action::block_answer(
-                    dialect,
-                    Mode::Whole,
-                    &self.model().unwrap_or_default(),
-                    message,
-                    false,
-                )
-                .body
+                // The upstream's answer, its calls replaced by the explanation.
+                let kept = match self.tap.parser() {
+                    StreamParser::OpenaiResponses(p) => {
+                        action::openai_responses::block_whole(p.state(), message)
+                    }
+                    StreamParser::Anthropic(p) => action::anthropic::block_whole(p.state(), message),
+                    _ => None,
+                };
+                kept.unwrap_or_else(|| {
+                    action::block_answer(
+                        dialect,
+                        Mode::Whole,
+                        &self.model().unwrap_or_default(),
+                        message,
+                        false,
+                    )
+                    .body
+                })
             }
             (Dialect::OpenaiResponses | Dialect::Anthropic, _) => match self.tap.parser() {
                 StreamParser::OpenaiResponses(p) => action::openai_responses::block_stream_ending(
@@ -541,7 +551,12 @@ impl Holder {
             }
             (Dialect::OpenaiResponses | Dialect::Anthropic, _) => match self.tap.parser() {
                 StreamParser::OpenaiResponses(p) => {
-                    action::openai_responses::stream_error_event(p.state(), message)
+                    let (sequence, index) = if self.hold_from.is_some() {
+                        self.held_at
+                    } else {
+                        (None, None)
+                    };
+                    action::openai_responses::stream_error_event(p.state(), sequence, index, message)
                 }
                 _ => action::anthropic::stream_error_event(message),
             },

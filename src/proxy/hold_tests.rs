@@ -306,8 +306,60 @@ fn an_abort_after_text_ends_with_the_dialects_error_event() {
         if dialect == Dialect::OpenaiResponses {
             assert_eq!(last["type"], "response.failed", "{name}");
             assert_eq!(last["response"]["error"]["code"], "loop_detected");
+            let listed = last["response"]["output"].as_array().cloned().unwrap_or_default();
+            assert!(
+                listed.iter().all(|item| item["type"] != "function_call"),
+                "{name}: {listed:?}"
+            );
+            let seqs: Vec<u64> = events
+                .iter()
+                .filter_map(|e| e["sequence_number"].as_u64())
+                .collect();
+            assert!(
+                seqs.windows(2).all(|w| w[1] == w[0] + 1),
+                "{name}: no gap: {seqs:?}"
+            );
         } else {
             assert_eq!(last["type"], "error", "{name}");
         }
+    }
+}
+
+#[test]
+fn a_whole_answer_keeps_the_models_text_and_usage_when_its_calls_are_blocked() {
+    let turn = crate::mock::script::Turn {
+        text: "I will list the files.".to_owned(),
+        reasoning: "thinking it over".to_owned(),
+        tool_calls: vec![crate::mock::script::ScriptCall {
+            name: "list_directory".to_owned(),
+            arguments: serde_json::json!({"path": "."}),
+        }],
+    };
+    for dialect in [Dialect::Anthropic, Dialect::OpenaiResponses] {
+        let body = match dialect {
+            Dialect::Anthropic => crate::mock::script::anthropic_whole(&turn, "m", 7),
+            _ => crate::mock::script::responses_whole(&turn, "m", 7),
+        };
+        let h = Holder::new(
+            Tap::new(dialect, Framing::Json, 1 << 20),
+            dialect,
+            Mode::Whole,
+            false,
+            1 << 20,
+        );
+        let mut judge = Always(Decision::Block(cut("[loopguard] stopped")));
+        let (out, decision) = run(h, body.as_bytes(), 4096, &mut judge);
+        assert!(matches!(decision, Some(Decision::Block(_))), "{dialect:?}");
+        let answer: serde_json::Value = serde_json::from_slice(&out).unwrap_or_default();
+        let text = answer.to_string();
+        assert!(
+            text.contains("I will list the files.") && text.contains("thinking it over"),
+            "{text}"
+        );
+        assert!(!text.contains("list_directory"), "the call is withheld: {text}");
+        assert!(text.contains("[loopguard] stopped"));
+        assert!(text.contains("mock_7"), "the upstream's id is kept: {text}");
+        let usage = &answer["usage"];
+        assert!(usage["output_tokens"].as_u64().is_some_and(|n| n > 0), "{text}");
     }
 }
