@@ -16,9 +16,10 @@
 use bytes::{Bytes, BytesMut};
 use serde_json::Value;
 
+use super::ending::Ending;
 use super::tap::{Frame, Tap, TapEnd};
-use crate::action::{self, Mode, StreamEnding};
-use crate::dialect::{Dialect, StreamEvent, StreamParser};
+use crate::action::Mode;
+use crate::dialect::{Dialect, StreamEvent};
 use crate::transcript::ToolCall;
 
 /// What the response-time judge decided.
@@ -313,7 +314,7 @@ impl Holder {
 
         if self.hold_from.is_none() && carries_call {
             self.hold_from = Some(self.released_upto);
-            self.held_at = self.anchor();
+            self.held_at = super::ending::anchor(&self.tap);
         }
         if self.hold_from.is_some() {
             for event in &frame.events {
@@ -364,14 +365,14 @@ impl Holder {
             }
             Decision::Block(cut) => {
                 // The ending is made before the drop: it depends on what was released.
-                let ending = self.block_ending(&cut.message);
+                let ending = self.ending().block(&cut.message);
                 self.drop_upto(upto);
                 out.release.push(Bytes::from(ending));
                 self.state = State::Blocked;
                 out.cut = Some(Decision::Block(cut));
             }
             Decision::Abort(cut) => {
-                let error = self.error_event(&cut.message);
+                let error = self.ending().error(&cut.message);
                 self.drop_upto(upto);
                 out.release.push(Bytes::from(error));
                 self.state = State::Ended;
@@ -388,24 +389,9 @@ impl Holder {
     /// Cuts the generation (content detectors): what is unreleased is
     /// dropped, the answer ends cleanly with the note, the upstream is dropped.
     fn cut_generation(&mut self, cut: Cut, out: &mut Output) {
-        let mut ending = match self.tap.parser() {
-            StreamParser::OpenaiResponses(p) if self.mode != Mode::Whole => {
-                action::openai_responses::cut_ending(p.state(), &cut.message)
-            }
-            StreamParser::Anthropic(p) if self.mode != Mode::Whole => {
-                action::anthropic::cut_ending(p.state(), &cut.message)
-            }
-            _ => self.block_ending(&cut.message),
-        };
+        let ending = self.ending().cut(&cut.message);
         let everything = self.received;
         self.drop_upto(everything);
-        if self.dialect == Dialect::OpenaiChat && self.mode == Mode::Sse {
-            if self.include_usage {
-                let e = self.ending();
-                ending.extend(zero_usage_chunk(e.id.as_deref(), e.model.as_deref(), e.created));
-            }
-            ending.extend_from_slice(b"data: [DONE]\n\n");
-        }
         out.release.push(Bytes::from(ending));
         out.headers_ready = true;
         out.stop_upstream = true;
@@ -413,153 +399,18 @@ impl Holder {
         self.state = State::Ended;
     }
 
-    fn ending(&self) -> StreamEnding {
-        let meta = self.tap.meta().cloned().unwrap_or_default();
-        StreamEnding {
-            id: meta.id,
-            model: meta.model.or(meta.model_version),
-            created: meta.created,
-            choice: 0,
-        }
-    }
-
-    /// Where the frame just parsed stands in its stream.
-    fn anchor(&self) -> (Option<u64>, Option<u32>) {
-        match self.tap.parser() {
-            StreamParser::OpenaiResponses(p) => {
-                let a = p.state().anchor;
-                (a.sequence, a.output_index)
-            }
-            StreamParser::Anthropic(p) => (None, p.state().anchor),
-            _ => (None, None),
-        }
-    }
-
-    fn first_element(&self) -> bool {
-        self.released_upto == 0
-    }
-
-    fn block_ending(&self, message: &str) -> Vec<u8> {
-        let ending = self.ending();
-        let separated;
-        // Chat and Gemini append the ending to the text already sent; the
-        // other dialects put it in an item / block of its own.
-        let same_text = matches!(self.dialect, Dialect::OpenaiChat | Dialect::Gemini);
-        let message = if self.text_released && self.mode != Mode::Whole && same_text {
-            separated = format!("\n\n{message}");
-            separated.as_str()
-        } else {
-            message
-        };
-        match (self.dialect, self.mode) {
-            (Dialect::OpenaiChat, Mode::Whole) => {
-                action::block_answer(
-                    Dialect::OpenaiChat,
-                    Mode::Whole,
-                    ending.model.as_deref().unwrap_or_default(),
-                    message,
-                    false,
-                )
-                .body
-            }
-            (Dialect::OpenaiChat, _) => {
-                let mut out = action::openai_chat::block_stream_ending(&ending, message);
-                if let Some(usage) = &self.held_usage {
-                    out.extend(usage_chunk(&ending, usage));
-                }
-                if self.held_done {
-                    out.extend_from_slice(b"data: [DONE]\n\n");
-                }
-                out
-            }
-            (Dialect::Gemini, Mode::Whole) => {
-                action::block_answer(
-                    Dialect::Gemini,
-                    Mode::Whole,
-                    ending.model.as_deref().unwrap_or_default(),
-                    message,
-                    false,
-                )
-                .body
-            }
-            (Dialect::Gemini, mode) => action::gemini::block_stream_ending(
-                &ending,
-                message,
-                self.held_usage.as_ref(),
-                mode,
-                self.first_element(),
-            ),
-            (dialect @ (Dialect::OpenaiResponses | Dialect::Anthropic), Mode::Whole) => {
-                // The upstream's answer, its calls replaced by the explanation.
-                let kept = match self.tap.parser() {
-                    StreamParser::OpenaiResponses(p) => {
-                        action::openai_responses::block_whole(p.state(), message)
-                    }
-                    StreamParser::Anthropic(p) => action::anthropic::block_whole(p.state(), message),
-                    _ => None,
-                };
-                kept.unwrap_or_else(|| {
-                    action::block_answer(
-                        dialect,
-                        Mode::Whole,
-                        &self.model().unwrap_or_default(),
-                        message,
-                        false,
-                    )
-                    .body
-                })
-            }
-            (Dialect::OpenaiResponses | Dialect::Anthropic, _) => match self.tap.parser() {
-                StreamParser::OpenaiResponses(p) => action::openai_responses::block_stream_ending(
-                    p.state(),
-                    self.held_at.0,
-                    self.held_at.1,
-                    message,
-                ),
-                StreamParser::Anthropic(p) => {
-                    action::anthropic::block_stream_ending(p.state(), self.held_at.1, message)
-                }
-                _ => Vec::new(),
-            },
-        }
-    }
-
-    /// The model the upstream named (Responses `response.model`, Anthropic `message.model`).
-    fn model(&self) -> Option<String> {
-        let value = match self.tap.parser() {
-            StreamParser::OpenaiResponses(p) => p.state().terminal.as_ref().or(p.state().response.as_ref()),
-            StreamParser::Anthropic(p) => p.state().message.as_ref(),
-            _ => None,
-        };
-        value
-            .and_then(|v| v.get("model"))
-            .and_then(Value::as_str)
-            .map(str::to_owned)
-    }
-
-    fn error_event(&self, message: &str) -> Vec<u8> {
-        match (self.dialect, self.mode) {
-            (Dialect::OpenaiChat, Mode::Whole) | (Dialect::Gemini, Mode::Whole) => {
-                action::abort_body(self.dialect, message)
-            }
-            (Dialect::OpenaiChat, _) => action::openai_chat::stream_error_event(message),
-            (Dialect::Gemini, mode) => {
-                action::gemini::stream_error_event(message, mode, self.first_element())
-            }
-            (Dialect::OpenaiResponses | Dialect::Anthropic, Mode::Whole) => {
-                action::abort_body(self.dialect, message)
-            }
-            (Dialect::OpenaiResponses | Dialect::Anthropic, _) => match self.tap.parser() {
-                StreamParser::OpenaiResponses(p) => {
-                    let (sequence, index) = if self.hold_from.is_some() {
-                        self.held_at
-                    } else {
-                        (None, None)
-                    };
-                    action::openai_responses::stream_error_event(p.state(), sequence, index, message)
-                }
-                _ => action::anthropic::stream_error_event(message),
-            },
+    /// What loopguard's own events must continue from, as of now.
+    fn ending(&self) -> Ending<'_> {
+        Ending {
+            tap: &self.tap,
+            dialect: self.dialect,
+            mode: self.mode,
+            include_usage: self.include_usage,
+            held_at: self.hold_from.map(|_| self.held_at),
+            held_usage: self.held_usage.as_ref(),
+            held_done: self.held_done,
+            text_released: self.text_released,
+            first_element: self.released_upto == 0,
         }
     }
 
@@ -606,22 +457,6 @@ fn event_choice(event: &StreamEvent) -> u32 {
         | StreamEvent::Finish { choice, .. } => *choice,
         _ => 0,
     }
-}
-
-fn usage_chunk(ending: &StreamEnding, usage: &Value) -> Vec<u8> {
-    let chunk = serde_json::json!({
-        "id": ending.id, "object": "chat.completion.chunk", "created": ending.created,
-        "model": ending.model, "choices": [], "usage": usage,
-    });
-    format!("data: {chunk}\n\n").into_bytes()
-}
-
-fn zero_usage_chunk(id: Option<&str>, model: Option<&str>, created: Option<u64>) -> Vec<u8> {
-    let chunk = serde_json::json!({
-        "id": id, "object": "chat.completion.chunk", "created": created, "model": model, "choices": [],
-        "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
-    });
-    format!("data: {chunk}\n\n").into_bytes()
 }
 
 #[cfg(test)]

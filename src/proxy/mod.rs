@@ -6,6 +6,7 @@
 //! timeout) → response headers → body stream (see [`stream`]).
 
 pub mod body;
+mod ending;
 pub mod error;
 pub mod headers;
 pub mod hold;
