@@ -11,7 +11,7 @@
 //!
 //! This is a pure state machine: it owns no socket and no clock. The driver
 //! ([`super::respond`]) feeds it the upstream's chunks and writes what it
-//! returns.
+//! returns; what replaces withheld bytes is rendered by [`super::ending`].
 
 use bytes::{Bytes, BytesMut};
 use serde_json::Value;
