@@ -221,3 +221,100 @@ async fn a_loop_that_survives_a_responses_compaction_item_is_aborted() {
     let message = body["error"]["message"].as_str().unwrap_or_default();
     assert!(message.starts_with("compaction_loop_persisted"), "{message}");
 }
+
+/// The calls a recorded response carries, parsed as loopguard parses it.
+fn recorded_calls(dialect: loopguard::dialect::Dialect, body: &[u8]) -> Vec<loopguard::transcript::ToolCall> {
+    let mut tap = loopguard::proxy::tap::Tap::new(dialect, loopguard::proxy::tap::Framing::Sse, usize::MAX);
+    let mut frames = Vec::new();
+    tap.feed(body, &mut frames);
+    let _ = tap.finish(body.len() as u64, &mut frames);
+    frames
+        .into_iter()
+        .flat_map(|f| f.events)
+        .filter_map(|e| match e {
+            loopguard::dialect::StreamEvent::ToolCallComplete { call, .. } => Some(call),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The multi-step recordings (`*.stepN.sse`, successive responses of one
+/// agent run) replayed as one session: each step is answered with its
+/// recording, byte for byte, and the next request carries the calls it made
+/// with results. A run that makes progress draws no verdict.
+#[tokio::test(flavor = "multi_thread")]
+async fn multi_step_recordings_pass_as_one_quiet_session() {
+    use loopguard::dialect::Dialect;
+    let (_mock, lg) = pair("");
+    for (dir, prefix, dialect) in [
+        (
+            "openai-responses",
+            "reasoning-calculator-steps",
+            Dialect::OpenaiResponses,
+        ),
+        ("openai-responses", "shell-tool", Dialect::OpenaiResponses),
+        ("anthropic", "tool-search-agent-steps", Dialect::Anthropic),
+    ] {
+        let steps: Vec<_> = common::fixtures_of(dir)
+            .into_iter()
+            .filter(|p| {
+                p.file_name()
+                    .is_some_and(|n| n.to_string_lossy().starts_with(prefix))
+            })
+            .collect();
+        assert!(steps.len() >= 2, "{prefix}: {steps:?}");
+        let mut history: Vec<Value> = vec![json!({"role": "user", "content": "work on it"})];
+        for (n, step) in steps.iter().enumerate() {
+            let name = format!("{dir}/{}", step.file_name().unwrap_or_default().to_string_lossy());
+            let expected = std::fs::read(step).unwrap_or_else(|e| panic!("{e}"));
+            let (path, body) = match dialect {
+                Dialect::Anthropic => (
+                    "/anthropic/v1/messages",
+                    json!({"model": "m", "stream": true, "max_tokens": 100, "messages": history}),
+                ),
+                _ => (
+                    "/v1/responses",
+                    json!({"model": "m", "stream": true, "input": history}),
+                ),
+            };
+            let session = format!("steps-{prefix}");
+            let response = post(
+                format!("{}{path}", lg.url()),
+                &[
+                    ("x-mock-fixture", name.as_str()),
+                    ("x-loopguard-session", session.as_str()),
+                ],
+                body.to_string(),
+            )
+            .await;
+            assert!(common::verdict_header(&response).is_none(), "{name}");
+            let (bytes, end) = common::read_body(response).await;
+            assert!(end.is_ok(), "{name}: {end:?}");
+            assert!(bytes == expected, "{name}: bytes differ from the recording");
+            for (i, call) in recorded_calls(dialect, &bytes).into_iter().enumerate() {
+                let id = call.id.clone().unwrap_or_else(|| format!("s{n}c{i}"));
+                let args = match &call.arguments {
+                    loopguard::transcript::Arguments::Json(v) => v.clone(),
+                    loopguard::transcript::Arguments::Unparsable(t) => json!(t),
+                };
+                if dialect == Dialect::Anthropic {
+                    history.push(json!({"role": "assistant", "content": [{"type": "tool_use", "id": id, "name": call.name, "input": args}]}));
+                    history.push(json!({"role": "user", "content": [{"type": "tool_result", "tool_use_id": id, "content": format!("result {n}")}]}));
+                } else {
+                    history.push(json!({"type": "function_call", "call_id": id, "name": call.name, "arguments": args.to_string()}));
+                    history.push(json!({"type": "function_call_output", "call_id": id, "output": format!("result {n}")}));
+                }
+            }
+        }
+    }
+    let verdicts: Vec<String> = lg
+        .logs()
+        .lines()
+        .filter(|l| l.contains("\"detector\""))
+        .map(str::to_owned)
+        .collect();
+    assert!(
+        verdicts.is_empty(),
+        "a run making progress drew verdicts: {verdicts:#?}"
+    );
+}
