@@ -101,6 +101,8 @@ pub async fn handle(State(state): State<Arc<ProxyState>>, request: Request) -> R
         Err(e) => return counted(&matched.route.prefix, "-", e.into_response_for(Some(provider))),
     };
 
+    // loopguard's own time on the request starts here: decoding, parsing and detection count.
+    let body_read = Instant::now();
     let dialect = matched.dialect;
     let side = dialect.and_then(|d| {
         let route = matched.route.prefix.as_str();
@@ -120,7 +122,6 @@ pub async fn handle(State(state): State<Arc<ProxyState>>, request: Request) -> R
     let mut judge: Box<dyn ResponseJudge> = Box::new(PassJudge);
     let mut body_replaced = false;
     let mut session: Option<String> = None;
-    let body_read = Instant::now();
     if let (Some(d), Some((decoded, parsed))) = (dialect, &side) {
         let view = RequestView {
             route: matched.route,
