@@ -143,6 +143,7 @@ impl ChainStore {
         }
         chain.items.extend(new);
         let parsed = assemble(split.head, chain.items.iter().cloned());
+        tracing::debug!(items = chain.items.len(), reused = from, "history parsed");
         self.put_back(chain);
         Ok((parsed, from))
     }
