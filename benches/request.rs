@@ -3,32 +3,94 @@
 //! compaction and run every detector — for a session that already saw the
 //! previous request, so the request adds one new tool result (the common
 //! case: agents resend their whole history on every turn).
+//!
+//! `before_*` is the full parse of every request ([`Dialect::parse_request`]),
+//! `after_*` the hash-chain parse the proxy uses ([`Guard::parse_request`]:
+//! split + hash every item, parse only the new ones), in the same run.
+//! `split_and_hash` is the part of the chain parse that still reads every
+//! byte. `plain` histories carry `x` runs (no escapes); `code` histories
+//! carry this crate's source text (newlines, quotes, backslashes), which is
+//! slower to scan.
 
 use std::hint::black_box;
 
 use bytes::Bytes;
-use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
 use http::HeaderMap;
 use loopguard::config;
 use loopguard::dialect::Dialect;
 use loopguard::guard::{Guard, RequestView};
+use loopguard::session::chain::{ChainStore, chain_hashes};
 use serde_json::json;
 
+/// Source text to fill `code` tool results with.
+const SOURCE: &str = include_str!("../src/dialect/openai_chat.rs");
+
 /// An OpenAI chat body with `cycles` distinct tool cycles of ~`result_len` bytes each.
-fn history(cycles: usize, result_len: usize) -> Vec<u8> {
+fn history(cycles: usize, result_len: usize, code: bool) -> Vec<u8> {
     let mut messages = vec![
         json!({"role": "system", "content": "You are a coding agent."}),
         json!({"role": "user", "content": "Refactor the parser module."}),
     ];
     for i in 0..cycles {
+        let body = if code {
+            let start = (i * 997) % (SOURCE.len() - result_len);
+            let start = (start..).find(|&s| SOURCE.is_char_boundary(s)).unwrap_or(0);
+            let end = (start + result_len..)
+                .find(|&e| SOURCE.is_char_boundary(e))
+                .unwrap_or(start);
+            SOURCE[start..end].to_owned()
+        } else {
+            "x".repeat(result_len)
+        };
         messages.push(json!({"role": "assistant", "content": null, "tool_calls": [{"id": format!("c{i}"), "type": "function",
             "function": {"name": "read_file", "arguments": format!("{{\"path\":\"src/file_{i}.rs\"}}")}}]}));
-        messages.push(json!({"role": "tool", "tool_call_id": format!("c{i}"), "content": format!("// file {i}\n{}", "x".repeat(result_len))}));
+        messages.push(json!({"role": "tool", "tool_call_id": format!("c{i}"), "content": format!("// file {i}\n{body}")}));
     }
     json!({"model": "m", "stream": true, "messages": messages,
         "tools": [{"type": "function", "function": {"name": "read_file", "parameters": {"type": "object"}}}]})
     .to_string()
     .into_bytes()
+}
+
+fn parse_paths(c: &mut Criterion) {
+    for (name, code) in [("plain", false), ("code", true)] {
+        let previous = history(199, 5_000, code);
+        let current = history(200, 5_000, code);
+        let mut group = c.benchmark_group(format!("parse_1mb_{name}"));
+        group.throughput(Throughput::Bytes(current.len() as u64));
+        group.bench_function("split_and_hash", |b| {
+            b.iter(|| {
+                let split = Dialect::OpenaiChat.split_request(black_box(&current));
+                split
+                    .and_then(Result::ok)
+                    .map(|s| chain_hashes(1, 2, &s.items).len())
+            })
+        });
+        group.bench_function("before_full_parse", |b| {
+            b.iter(|| {
+                Dialect::OpenaiChat
+                    .parse_request(black_box(&current))
+                    .map(|p| p.transcript.messages.len())
+            })
+        });
+        group.bench_function("after_chain_parse_one_new_result", |b| {
+            b.iter_batched_ref(
+                || {
+                    let store = ChainStore::new(std::time::Duration::from_secs(60));
+                    let _ = store.parse(Dialect::OpenaiChat, b"scope", &previous);
+                    store
+                },
+                |store: &mut ChainStore| {
+                    store
+                        .parse(Dialect::OpenaiChat, b"scope", black_box(&current))
+                        .map(|p| p.transcript.messages.len())
+                },
+                BatchSize::LargeInput,
+            )
+        });
+        group.finish();
+    }
 }
 
 fn guard_path(c: &mut Criterion) {
@@ -41,21 +103,19 @@ fn guard_path(c: &mut Criterion) {
     let mut headers = HeaderMap::new();
     headers.insert("x-loopguard-session", http::HeaderValue::from_static("bench"));
     let mut group = c.benchmark_group("request_path_1mb");
-    let previous = Bytes::from(history(199, 5_000));
-    let current = Bytes::from(history(200, 5_000));
+    let previous = Bytes::from(history(199, 5_000, false));
+    let current = Bytes::from(history(200, 5_000, false));
     group.throughput(Throughput::Bytes(current.len() as u64));
 
-    group.bench_function("parse_only", |b| {
-        b.iter(|| {
-            Dialect::OpenaiChat
-                .parse_request(black_box(&current))
-                .map(|p| p.transcript.messages.len())
-        })
-    });
-
-    // Parses `body` and runs it through the guard: loopguard's own work on a request.
-    let judge = |guard: &Guard, body: &Bytes| {
-        Dialect::OpenaiChat.parse_request(body).ok().map(|parsed| {
+    // Parses `body` (fully, or through the guard's hash chains) and runs it
+    // through the guard: loopguard's own work on a request.
+    let judge = |guard: &Guard, body: &Bytes, chain: bool| {
+        let parsed = if chain {
+            guard.parse_request(Dialect::OpenaiChat, &route.prefix, &headers, None, body)
+        } else {
+            Dialect::OpenaiChat.parse_request(body)
+        };
+        parsed.ok().map(|parsed| {
             let view = RequestView {
                 route: &route,
                 dialect: Dialect::OpenaiChat,
@@ -69,20 +129,25 @@ fn guard_path(c: &mut Criterion) {
         })
     };
 
-    group.bench_function("parse_and_guard_one_new_result", |b| {
-        b.iter_batched(
-            || {
-                // A session that has seen the previous request.
-                let guard = Guard::new(&config);
-                let _ = judge(&guard, &previous);
-                guard
-            },
-            |guard| black_box(judge(&guard, black_box(&current))),
-            criterion::BatchSize::LargeInput,
-        )
-    });
+    for (name, chain) in [
+        ("before_full_parse_and_guard", false),
+        ("after_chain_parse_and_guard", true),
+    ] {
+        group.bench_function(name, |b| {
+            b.iter_batched_ref(
+                || {
+                    // A session that has seen the previous request.
+                    let guard = Guard::new(&config);
+                    let _ = judge(&guard, &previous, chain);
+                    guard
+                },
+                |guard: &mut Guard| black_box(judge(guard, black_box(&current), chain)),
+                BatchSize::LargeInput,
+            )
+        });
+    }
     group.finish();
 }
 
-criterion_group!(benches, guard_path);
+criterion_group!(benches, parse_paths, guard_path);
 criterion_main!(benches);

@@ -15,7 +15,8 @@
 //!   response payloads → [`dialect::StreamEvent`]s.
 //! - [`transcript`]: the dialect-neutral history and tool-call signatures.
 //! - [`detect`]: the loop detectors (pure, synchronous).
-//! - [`session`]: session keys and the bounded store of per-session state.
+//! - [`session`]: session keys, the bounded store of per-session state, and
+//!   the hash chains that let a request's parse follow what is new in it.
 //! - [`guard`]: connects sessions and detectors to the proxy (request-time
 //!   verdicts, the stream-time judge).
 //! - [`judge`]: the optional LLM judge (`semantic_loop`), run in the

@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 
 use serde_json::{Map, Value};
 
+use super::split::{HistoryItem, SplitRequest, assemble, split_object};
 use super::{DialectError, ParsedRequest, StreamEvent};
 use crate::transcript::{Arguments, Message, ResultContent, Role, ToolCall, ToolResult, Transcript};
 
@@ -35,7 +36,22 @@ pub fn parse_request(body: &[u8]) -> Result<ParsedRequest, DialectError> {
     let Some(contents) = root.get("contents").and_then(Value::as_array) else {
         return Err(DialectError::Shape("no `contents` array".to_owned()));
     };
-    let system = match field(&root, "systemInstruction", "system_instruction") {
+    Ok(assemble(head(&root), parse_items(&[], contents)))
+}
+
+/// Splits a request body into its envelope and its raw `contents[]` (see
+/// [`super::split`]); the items parse as in [`parse_request`].
+///
+/// # Errors
+/// As [`split_object`]: the caller falls back to [`parse_request`].
+pub fn split_request(body: &[u8]) -> Result<SplitRequest<'_>, DialectError> {
+    let (envelope, items) = split_object(body, "contents")?;
+    Ok(SplitRequest::new(head(&envelope), items, parse_items))
+}
+
+/// Everything but the history: the system instruction and declared tools.
+fn head(root: &Map<String, Value>) -> ParsedRequest {
+    let system = match field(root, "systemInstruction", "system_instruction") {
         Some(Value::String(text)) => text.clone(),
         Some(content) => content_message(content, Role::System).text,
         None => String::new(),
@@ -48,26 +64,11 @@ pub fn parse_request(body: &[u8]) -> Result<ParsedRequest, DialectError> {
         .filter_map(|declaration| declaration.get("name").and_then(Value::as_str))
         .map(str::to_owned)
         .collect();
-    let messages = contents
-        .iter()
-        .map(|content| {
-            let role = match content.get("role").and_then(Value::as_str) {
-                Some("model") => Role::Assistant,
-                Some("function" | "tool") => Role::Tool,
-                _ => Role::User,
-            };
-            let mut message = content_message(content, role);
-            if role == Role::User && !message.tool_results.is_empty() && message.text.is_empty() {
-                message.role = Role::Tool;
-            }
-            message
-        })
-        .collect();
-    Ok(ParsedRequest {
+    ParsedRequest {
         transcript: Transcript {
             system,
             tools,
-            messages,
+            messages: Vec::new(),
             compactions: 0,
         },
         stream: false,
@@ -75,7 +76,24 @@ pub fn parse_request(body: &[u8]) -> Result<ParsedRequest, DialectError> {
         model: None,
         summarizer: false,
         responses: None,
-    })
+    }
+}
+
+/// Parses `contents`: each one is a message of its own, whatever came before.
+fn parse_items(_before: &[HistoryItem], contents: &[Value]) -> Vec<HistoryItem> {
+    let message = |content: &Value| {
+        let role = match content.get("role").and_then(Value::as_str) {
+            Some("model") => Role::Assistant,
+            Some("function" | "tool") => Role::Tool,
+            _ => Role::User,
+        };
+        let mut message = content_message(content, role);
+        if role == Role::User && !message.tool_results.is_empty() && message.text.is_empty() {
+            message.role = Role::Tool;
+        }
+        HistoryItem::Message(message)
+    };
+    contents.iter().map(message).collect()
 }
 
 /// One `Content` (`{role, parts[]}`) as a message of the given role.

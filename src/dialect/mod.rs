@@ -12,8 +12,10 @@ pub mod event;
 pub mod gemini;
 pub mod openai_chat;
 pub mod openai_responses;
+pub mod split;
 
 pub use event::StreamEvent;
+pub use split::{HistoryItem, SplitRequest};
 
 use crate::transcript::Transcript;
 
@@ -86,6 +88,22 @@ impl Dialect {
             Self::Gemini => gemini::parse_request(body),
             Self::OpenaiResponses => openai_responses::parse_request(body),
             Self::Anthropic => anthropic::parse_request(body),
+        }
+    }
+
+    /// Splits a request body into its envelope and raw history items, for
+    /// the incremental parse (see [`split`]); `None` for a dialect without
+    /// a split, whose requests always get [`Dialect::parse_request`].
+    ///
+    /// # Errors
+    /// [`DialectError`] when the body does not split; callers fall back to
+    /// [`Dialect::parse_request`], which names the problem.
+    pub fn split_request(self, body: &[u8]) -> Option<Result<SplitRequest<'_>, DialectError>> {
+        match self {
+            Self::OpenaiChat => Some(openai_chat::split_request(body)),
+            Self::Gemini => Some(gemini::split_request(body)),
+            // Not split yet: every request gets the full parse.
+            Self::OpenaiResponses | Self::Anthropic => None,
         }
     }
 

@@ -10,6 +10,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde_json::{Map, Value};
 
+use super::split::{HistoryItem, SplitRequest, assemble, split_object};
 use super::{DialectError, ParsedRequest, StreamEvent};
 use crate::transcript::{Arguments, Message, ResultContent, Role, ToolCall, ToolResult, Transcript};
 
@@ -29,42 +30,26 @@ pub fn parse_request(body: &[u8]) -> Result<ParsedRequest, DialectError> {
     let Some(messages) = root.get("messages").and_then(Value::as_array) else {
         return Err(DialectError::Shape("no `messages` array".to_owned()));
     };
-    let mut transcript = Transcript {
-        tools: declared_tools(&root),
-        ..Transcript::default()
-    };
-    let mut system_parts: Vec<String> = Vec::new();
-    let mut call_names: HashMap<String, String> = HashMap::new();
-    for message in messages {
-        let role = message.get("role").and_then(Value::as_str).unwrap_or_default();
-        let text = content_text(message.get("content"));
-        match role {
-            "system" | "developer" if transcript.messages.is_empty() => system_parts.push(text),
-            "user" => transcript.messages.push(Message::text(Role::User, text)),
-            "assistant" => transcript
-                .messages
-                .push(assistant_message(message, text, &mut call_names)),
-            "tool" => {
-                let call_id = message
-                    .get("tool_call_id")
-                    .and_then(Value::as_str)
-                    .map(str::to_owned);
-                let name = call_id
-                    .as_ref()
-                    .and_then(|id| call_names.get(id).cloned())
-                    .or_else(|| str_field(message, "name"));
-                transcript.messages.push(tool_message(call_id, name, text));
-            }
-            "function" => {
-                let name = str_field(message, "name");
-                transcript.messages.push(tool_message(None, name, text));
-            }
-            _ => transcript.messages.push(Message::text(Role::System, text)),
-        }
-    }
-    transcript.system = system_parts.join("\n");
-    Ok(ParsedRequest {
-        transcript,
+    Ok(assemble(head(&root), parse_items(&[], messages)))
+}
+
+/// Splits a request body into its envelope and its raw `messages[]` (see
+/// [`super::split`]); the items parse as in [`parse_request`].
+///
+/// # Errors
+/// As [`split_object`]: the caller falls back to [`parse_request`].
+pub fn split_request(body: &[u8]) -> Result<SplitRequest<'_>, DialectError> {
+    let (envelope, items) = split_object(body, "messages")?;
+    Ok(SplitRequest::new(head(&envelope), items, parse_items))
+}
+
+/// Everything but the history: flags, model, declared tools.
+fn head(root: &Map<String, Value>) -> ParsedRequest {
+    ParsedRequest {
+        transcript: Transcript {
+            tools: declared_tools(root),
+            ..Transcript::default()
+        },
         stream: root.get("stream").and_then(Value::as_bool).unwrap_or(false),
         include_usage: root
             .get("stream_options")
@@ -74,7 +59,72 @@ pub fn parse_request(body: &[u8]) -> Result<ParsedRequest, DialectError> {
         model: root.get("model").and_then(Value::as_str).map(str::to_owned),
         summarizer: false,
         responses: None,
-    })
+    }
+}
+
+/// Parses `messages`, given the parses of the messages before them (`before`):
+/// whether a non-system message came already, and the ids of earlier calls
+/// (read from `before` only when a `tool` message needs them).
+fn parse_items(before: &[HistoryItem], messages: &[Value]) -> Vec<HistoryItem> {
+    let mut any_message = before.iter().any(|i| matches!(i, HistoryItem::Message(_)));
+    // Call id → tool name: of the calls in `before` (built on first need) and
+    // of the calls in `messages` (later calls win, as in a map filled in order).
+    let mut before_names: Option<HashMap<&str, &str>> = None;
+    let mut names: HashMap<String, String> = HashMap::new();
+    let mut out = Vec::with_capacity(messages.len());
+    for message in messages {
+        let role = message.get("role").and_then(Value::as_str).unwrap_or_default();
+        let text = content_text(message.get("content"));
+        let parsed = match role {
+            "system" | "developer" if !any_message => {
+                out.push(HistoryItem::System(text));
+                continue;
+            }
+            "user" => Message::text(Role::User, text),
+            "assistant" => {
+                let parsed = assistant_message(message, text);
+                for call in &parsed.tool_calls {
+                    if let Some(id) = &call.id {
+                        names.insert(id.clone(), call.name.clone());
+                    }
+                }
+                parsed
+            }
+            "tool" => {
+                let call_id = message
+                    .get("tool_call_id")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned);
+                let name = call_id
+                    .as_deref()
+                    .and_then(|id| {
+                        names.get(id).cloned().or_else(|| {
+                            let before_names = before_names.get_or_insert_with(|| call_names(before));
+                            before_names.get(id).map(|name| (*name).to_owned())
+                        })
+                    })
+                    .or_else(|| str_field(message, "name"));
+                tool_message(call_id, name, text)
+            }
+            "function" => tool_message(None, str_field(message, "name"), text),
+            _ => Message::text(Role::System, text),
+        };
+        any_message = true;
+        out.push(HistoryItem::Message(parsed));
+    }
+    out
+}
+
+/// Call id → tool name of every call with an id in `items`, later calls winning.
+fn call_names(items: &[HistoryItem]) -> HashMap<&str, &str> {
+    let messages = items.iter().filter_map(|item| match item {
+        HistoryItem::Message(message) => Some(message),
+        HistoryItem::System(_) => None,
+    });
+    messages
+        .flat_map(|message| &message.tool_calls)
+        .filter_map(|call| Some((call.id.as_deref()?, call.name.as_str())))
+        .collect()
 }
 
 /// Tool names from `tools[].function.name` (or a flat `tools[].name`) and legacy `functions[].name`.
@@ -96,7 +146,7 @@ fn declared_tools(root: &Map<String, Value>) -> Vec<String> {
 }
 
 /// An assistant turn: its text, `tool_calls[]` and legacy `function_call`.
-fn assistant_message(message: &Value, text: String, call_names: &mut HashMap<String, String>) -> Message {
+fn assistant_message(message: &Value, text: String) -> Message {
     let mut out = Message::text(Role::Assistant, text);
     let calls = message
         .get("tool_calls")
@@ -109,9 +159,6 @@ fn assistant_message(message: &Value, text: String, call_names: &mut HashMap<Str
         };
         let id = call.get("id").and_then(Value::as_str).filter(|s| !s.is_empty());
         let name = function.get("name").and_then(Value::as_str).unwrap_or_default();
-        if let Some(id) = id {
-            call_names.insert(id.to_owned(), name.to_owned());
-        }
         out.tool_calls.push(ToolCall::new(
             id.map(str::to_owned),
             name,

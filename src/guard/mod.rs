@@ -23,6 +23,7 @@ use crate::detect::outcome::hash64;
 use crate::detect::{Settings, Verdict, decisive};
 use crate::dialect::{Dialect, ParsedRequest};
 use crate::proxy::hold::{PassJudge, ResponseJudge};
+use crate::session::chain::ChainStore;
 use crate::session::key::{self, BodyIds};
 use crate::session::{SharedSession, Store};
 use judge::SessionJudge;
@@ -118,6 +119,7 @@ impl RequestView<'_> {
 #[derive(Debug)]
 pub struct Guard {
     store: Arc<Store>,
+    chains: ChainStore,
     judge: crate::judge::Judge,
     fault_injection: bool,
 }
@@ -177,6 +179,7 @@ impl Guard {
     pub fn new(config: &Config) -> Self {
         Self {
             store: Arc::new(Store::new(config.sessions.max_sessions, config.sessions.idle_ttl)),
+            chains: ChainStore::new(config.sessions.idle_ttl),
             judge: crate::judge::Judge::new(config),
             fault_injection: std::env::var("LOOPGUARD_FAULT_INJECTION").is_ok_and(|v| v == "1"),
         }
@@ -185,6 +188,24 @@ impl Guard {
     /// The session store (admin API, metrics).
     pub fn store(&self) -> &Arc<Store> {
         &self.store
+    }
+
+    /// Parses a request body, fully parsing only the history items this
+    /// caller (credential hash) has not sent on this route before (see
+    /// [`crate::session::chain`]). Same result as [`Dialect::parse_request`].
+    ///
+    /// # Errors
+    /// As [`Dialect::parse_request`].
+    pub fn parse_request(
+        &self,
+        dialect: Dialect,
+        route: &str,
+        headers: &HeaderMap,
+        query: Option<&str>,
+        body: &[u8],
+    ) -> Result<ParsedRequest, crate::dialect::DialectError> {
+        let scope = [key::tenant(headers, query).as_bytes(), b"\0", route.as_bytes()].concat();
+        self.chains.parse(dialect, &scope, body)
     }
 
     fn wants_panic(&self, headers: &HeaderMap, at: &str) -> bool {

@@ -101,15 +101,27 @@ pub async fn handle(State(state): State<Arc<ProxyState>>, request: Request) -> R
         Err(e) => return counted(&matched.route.prefix, "-", e.into_response_for(Some(provider))),
     };
 
+    // loopguard's own time on the request starts here: decoding, parsing and detection count.
+    let body_read = Instant::now();
     let dialect = matched.dialect;
-    let side =
-        dialect.and_then(|d| parse_side_copy(d, &parts.headers, &body, config.server.max_request_bytes));
+    let side = dialect.and_then(|d| {
+        let route = matched.route.prefix.as_str();
+        let limit = config.server.max_request_bytes;
+        parse_side_copy(
+            &state.guard,
+            d,
+            route,
+            query.as_deref(),
+            &parts.headers,
+            &body,
+            limit,
+        )
+    });
     let parsed = side.as_ref().map(|(_, p)| p);
     let mut forward = body;
     let mut judge: Box<dyn ResponseJudge> = Box::new(PassJudge);
     let mut body_replaced = false;
     let mut session: Option<String> = None;
-    let body_read = Instant::now();
     if let (Some(d), Some((decoded, parsed))) = (dialect, &side) {
         let view = RequestView {
             route: matched.route,
@@ -363,10 +375,14 @@ fn set_verdict_header(headers: &mut http::HeaderMap, value: &str) {
     }
 }
 
-/// Parses the request's side copy; failures are counted as fail-open and
-/// yield `None` (the body is forwarded unchanged either way).
+/// Parses the request's side copy (through the guard, which reparses only
+/// the history items the caller has not sent before); failures are counted
+/// as fail-open and yield `None` (the body is forwarded unchanged either way).
 fn parse_side_copy(
+    guard: &Guard,
     dialect: Dialect,
+    route: &str,
+    query: Option<&str>,
     headers: &http::HeaderMap,
     body: &bytes::Bytes,
     limit: usize,
@@ -379,7 +395,7 @@ fn parse_side_copy(
             return None;
         }
     };
-    match dialect.parse_request(&decoded) {
+    match guard.parse_request(dialect, route, headers, query, &decoded) {
         Ok(parsed) => Some((decoded, parsed)),
         Err(e) => {
             tracing::warn!(dialect = dialect.name(), error = %e, "request body not understood; no detection");

@@ -8,7 +8,10 @@
 //!   [`SessionState`] and the summary of its previous request (for
 //!   compaction recognition). Updates to one session are serialised by its
 //!   mutex; detection is synchronous, so no lock is held across an await.
+//! - [`chain`]: the hash chains of recent histories, so that a request's
+//!   parse reuses what earlier requests of the conversation already parsed.
 
+pub mod chain;
 pub mod key;
 
 use std::collections::VecDeque;

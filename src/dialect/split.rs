@@ -1,0 +1,170 @@
+//! A request body split into its envelope and its raw history items, so that
+//! only the items a conversation has not sent before need a full parse.
+//!
+//! Agents resend the whole history on every request. [`Dialect::split_request`]
+//! scans the body once (`serde_json::value::RawValue`: boundaries found and
+//! JSON validated, nothing allocated per item) and parses only the envelope
+//! (model, tools, flags); [`SplitRequest::parse_items`] parses the items a
+//! caller asks for, given the items before them. The session layer keeps what
+//! it already parsed (see [`crate::session::chain`]) and assembles the
+//! request with [`assemble`]. A dialect's full
+//! `parse_request` runs the same per-item code over all items, so both ways
+//! give the same [`ParsedRequest`].
+//!
+//! [`Dialect::split_request`]: super::Dialect::split_request
+
+use std::fmt;
+
+use serde::de::{Deserializer, MapAccess, Visitor};
+use serde_json::value::RawValue;
+use serde_json::{Map, Value};
+
+use super::{DialectError, ParsedRequest};
+use crate::transcript::Message;
+
+/// What one history item parsed into.
+#[derive(Debug, Clone, PartialEq)]
+pub enum HistoryItem {
+    /// Text that goes to [`crate::transcript::Transcript::system`] (OpenAI
+    /// `system` / `developer` messages before the first other message).
+    System(String),
+    /// A turn of the transcript.
+    Message(Message),
+}
+
+/// A dialect's item parser: the items `items`, given the parses of every
+/// item before them, in order (one output per input).
+pub type ItemParser = fn(before: &[HistoryItem], items: &[Value]) -> Vec<HistoryItem>;
+
+/// A request body split into its envelope and its history items.
+#[derive(Debug)]
+pub struct SplitRequest<'a> {
+    /// Everything but the history, parsed: flags, model, declared tools,
+    /// the envelope's system text; `transcript.messages` is empty.
+    pub head: ParsedRequest,
+    /// The history's items (OpenAI `messages[]`, Gemini `contents[]`), as
+    /// raw JSON borrowed from the body.
+    pub items: Vec<&'a RawValue>,
+    parse: ItemParser,
+}
+
+impl<'a> SplitRequest<'a> {
+    /// A split request of a dialect whose items `parse` reads.
+    pub fn new(head: ParsedRequest, items: Vec<&'a RawValue>, parse: ItemParser) -> Self {
+        Self { head, items, parse }
+    }
+
+    /// Parses `items[from..]`, given the parses of `items[..from]` (`before`,
+    /// which must have `from` entries).
+    ///
+    /// # Errors
+    /// [`DialectError::Json`] when an item nests deeper than serde_json's
+    /// recursion limit (the raw scan has no such limit); nothing else fails,
+    /// the items were validated by the split.
+    pub fn parse_items(&self, before: &[HistoryItem], from: usize) -> Result<Vec<HistoryItem>, DialectError> {
+        let values = self
+            .items
+            .get(from..)
+            .unwrap_or_default()
+            .iter()
+            .map(|raw| serde_json::from_str::<Value>(raw.get()))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok((self.parse)(before, &values))
+    }
+}
+
+/// The request: `head` with the items' messages, and the items' system texts
+/// (joined by newlines) as its system text when there are any.
+pub fn assemble(mut head: ParsedRequest, items: impl IntoIterator<Item = HistoryItem>) -> ParsedRequest {
+    let mut system: Vec<String> = Vec::new();
+    for item in items {
+        match item {
+            HistoryItem::System(text) => system.push(text),
+            HistoryItem::Message(message) => head.transcript.messages.push(message),
+        }
+    }
+    if !system.is_empty() {
+        head.transcript.system = system.join("\n");
+    }
+    head
+}
+
+/// Splits a JSON object body into its other fields (parsed) and the items of
+/// its array field `key` (raw). When a key repeats, the last one wins, as in
+/// a full parse.
+///
+/// # Errors
+/// [`DialectError::Json`] when the body is not JSON, not an object, or its
+/// `key` field is not an array; [`DialectError::Shape`] when there is no
+/// `key` field. Callers fall back to the full parse, which names the problem.
+pub fn split_object<'a>(
+    body: &'a [u8],
+    key: &str,
+) -> Result<(Map<String, Value>, Vec<&'a RawValue>), DialectError> {
+    let mut de = serde_json::Deserializer::from_slice(body);
+    let (envelope, items) = de.deserialize_map(SplitVisitor { key })?;
+    de.end()?;
+    let items = items.ok_or_else(|| DialectError::Shape(format!("no `{key}` array")))?;
+    Ok((envelope, items))
+}
+
+struct SplitVisitor<'k> {
+    key: &'k str,
+}
+
+impl<'de> Visitor<'de> for SplitVisitor<'_> {
+    type Value = (Map<String, Value>, Option<Vec<&'de RawValue>>);
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut envelope = Map::new();
+        let mut items = None;
+        while let Some(key) = map.next_key::<String>()? {
+            if key == self.key {
+                items = Some(map.next_value::<Vec<&'de RawValue>>()?);
+            } else {
+                let value = map.next_value::<Value>()?;
+                envelope.insert(key, value);
+            }
+        }
+        Ok((envelope, items))
+    }
+}
+
+#[cfg(test)]
+#[expect(clippy::unwrap_used, reason = "test")]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn items_are_borrowed_raw_and_the_rest_is_parsed() {
+        let body = br#"{"model":"m","messages":[{"role":"user","content":"hi"}, 1 ,"x"],"stream":true}"#;
+        let (envelope, items) = split_object(body, "messages").unwrap();
+        assert_eq!(envelope.keys().collect::<Vec<_>>(), ["model", "stream"]);
+        let raw: Vec<&str> = items.iter().map(|r| r.get()).collect();
+        assert_eq!(raw, [r#"{"role":"user","content":"hi"}"#, "1", r#""x""#]);
+    }
+
+    #[test]
+    fn the_last_repeated_key_wins_and_odd_shapes_are_errors() {
+        let (_, items) = split_object(br#"{"messages":[1],"messages":[2,3]}"#, "messages").unwrap();
+        assert_eq!(items.len(), 2);
+        for body in [
+            &br#"{"messages":{}}"#[..],
+            br#"{"messages":null}"#,
+            br#"[{"messages":[]}]"#,
+            br#"{"model":"m"}"#,
+            br#"{"messages":[]} x"#,
+            br#"{"messages":[1,]}"#,
+        ] {
+            assert!(
+                split_object(body, "messages").is_err(),
+                "{}",
+                String::from_utf8_lossy(body)
+            );
+        }
+    }
+}

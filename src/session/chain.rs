@@ -1,0 +1,241 @@
+//! Hash chains of conversation histories: a request's history is scanned and
+//! hashed, and only the items after the longest prefix parsed before get a
+//! full parse, so a request costs what is new in it (issue #4, Benchmarks).
+//!
+//! Agents resend their whole history on every request. For a dialect with a
+//! split ([`Dialect::split_request`]), [`ChainStore::parse`] scans the body
+//! once into raw items and hashes them into a chain (xxh3-128; hash `i`
+//! covers the scope and items `0..=i`, so equal hashes at `i` mean equal
+//! prefixes). The kept chain sharing the longest prefix with the request
+//! lends the parses of that prefix; the rest is parsed and the chain, now
+//! this request's, goes back to the store. Appending (the usual turn), a
+//! retry of the same body, a truncated history (compaction, a rerun) and an
+//! edited earlier message all reuse the prefix before the first difference.
+//! Anything unusual — no split for the dialect, a body that does not split,
+//! an item that does not parse — gets the dialect's full `parse_request`,
+//! and both ways give the same [`ParsedRequest`] (see the tests).
+//!
+//! Chains are found by content, not by session key: the session key itself
+//! is derived from the parsed history (DESIGN §5 fingerprint), so it is not
+//! known yet. The hash is seeded per process and by a scope (the caller's
+//! credential hash and the route), so tenants never share a chain.
+//!
+//! Memory: one chain per active conversation, holding the parsed items of
+//! its last request (about the size of its history), so the store is bounded
+//! as a whole: at most [`BUDGET_BYTES`] (raw item bytes plus
+//! [`ITEM_OVERHEAD`] per item) and [`MAX_CHAINS`] chains; the least recently
+//! used go first, and a chain idle for the sessions' idle TTL is dropped at
+//! the next request. A history larger than the budget is not kept (each of
+//! its requests gets the full parse).
+
+use std::collections::VecDeque;
+use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use serde_json::value::RawValue;
+use xxhash_rust::xxh3::{xxh3_128, xxh3_128_with_seed};
+
+use crate::dialect::split::assemble;
+use crate::dialect::{Dialect, DialectError, HistoryItem, ParsedRequest};
+
+/// Most bytes the store keeps, all chains together (64 MiB).
+pub const BUDGET_BYTES: usize = 64 << 20;
+/// Most chains the store keeps (each request compares its first hash with
+/// every kept chain's).
+pub const MAX_CHAINS: usize = 1024;
+/// Bytes counted per item on top of its raw JSON: the parsed message's
+/// structure, its hash and its weight.
+pub const ITEM_OVERHEAD: usize = 256;
+
+/// The parsed history items of recent requests, found by hash chain.
+#[derive(Debug)]
+pub struct ChainStore {
+    inner: Mutex<Inner>,
+    seed: u64,
+    budget: usize,
+    max_chains: usize,
+    idle_ttl: Duration,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    /// Least recently used first.
+    chains: VecDeque<Chain>,
+    /// Sum of the chains' weights.
+    bytes: usize,
+}
+
+/// One history's items: their chain hashes and parses.
+#[derive(Debug, Default)]
+struct Chain {
+    /// `hashes[i]` covers the scope and items `0..=i`.
+    hashes: Vec<u128>,
+    /// `weights[i]`: the weight of items `0..=i` (see [`ITEM_OVERHEAD`]).
+    weights: Vec<usize>,
+    items: Vec<HistoryItem>,
+    last_used: Option<Instant>,
+}
+
+impl Chain {
+    fn weight(&self) -> usize {
+        self.weights.last().copied().unwrap_or(0)
+    }
+
+    fn truncate(&mut self, len: usize) {
+        self.hashes.truncate(len);
+        self.weights.truncate(len);
+        self.items.truncate(len);
+    }
+}
+
+impl ChainStore {
+    /// A store with the default limits ([`BUDGET_BYTES`], [`MAX_CHAINS`]),
+    /// dropping chains idle for `idle_ttl`.
+    pub fn new(idle_ttl: Duration) -> Self {
+        Self::with_limits(BUDGET_BYTES, MAX_CHAINS, idle_ttl)
+    }
+
+    /// A store keeping at most `budget` bytes and `max_chains` chains.
+    pub fn with_limits(budget: usize, max_chains: usize, idle_ttl: Duration) -> Self {
+        Self {
+            inner: Mutex::new(Inner::default()),
+            seed: rand::random(),
+            budget,
+            max_chains,
+            idle_ttl,
+        }
+    }
+
+    /// Parses a request body of `dialect`, reusing the parsed items of the
+    /// longest prefix of its history a kept chain of the same `scope` has,
+    /// and keeps this request's chain for the next one. The result is the
+    /// same as [`Dialect::parse_request`]'s.
+    ///
+    /// # Errors
+    /// As [`Dialect::parse_request`].
+    pub fn parse(&self, dialect: Dialect, scope: &[u8], body: &[u8]) -> Result<ParsedRequest, DialectError> {
+        self.parse_reusing(dialect, scope, body).map(|(parsed, _)| parsed)
+    }
+
+    /// [`ChainStore::parse`], and how many items it took from a kept chain.
+    fn parse_reusing(
+        &self,
+        dialect: Dialect,
+        scope: &[u8],
+        body: &[u8],
+    ) -> Result<(ParsedRequest, usize), DialectError> {
+        let full = || dialect.parse_request(body).map(|parsed| (parsed, 0));
+        let Some(Ok(split)) = dialect.split_request(body) else {
+            return full();
+        };
+        let start = xxh3_128_with_seed(&[scope, dialect.name().as_bytes()].concat(), self.seed);
+        let hashes = chain_hashes(self.seed, start, &split.items);
+        let mut chain = self.take_longest(&hashes).unwrap_or_default();
+        let from = chain.items.len();
+        let Ok(new) = split.parse_items(&chain.items, from) else {
+            return full();
+        };
+        let mut weight = chain.weight();
+        for (raw, hash) in split.items.iter().zip(&hashes).skip(from) {
+            weight += raw.get().len() + ITEM_OVERHEAD;
+            chain.hashes.push(*hash);
+            chain.weights.push(weight);
+        }
+        chain.items.extend(new);
+        let parsed = assemble(split.head, chain.items.iter().cloned());
+        tracing::debug!(items = chain.items.len(), reused = from, "history parsed");
+        self.put_back(chain);
+        Ok((parsed, from))
+    }
+
+    /// Chains kept and their total weight in bytes.
+    pub fn usage(&self) -> (usize, usize) {
+        let inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        (inner.chains.len(), inner.bytes)
+    }
+
+    /// Removes and returns the kept chain sharing the longest prefix with
+    /// `hashes` (the most recently used on a tie), cut to that prefix.
+    fn take_longest(&self, hashes: &[u128]) -> Option<Chain> {
+        let first = hashes.first()?;
+        let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut best: Option<(usize, usize)> = None;
+        for (index, chain) in inner.chains.iter().enumerate().rev() {
+            if chain.hashes.first() != Some(first) {
+                continue;
+            }
+            let shared = common_prefix(&chain.hashes, hashes);
+            if best.is_none_or(|(_, longest)| shared > longest) {
+                best = Some((index, shared));
+            }
+        }
+        let (index, shared) = best?;
+        let mut chain = inner.chains.remove(index)?;
+        inner.bytes -= chain.weight();
+        drop(inner);
+        chain.truncate(shared);
+        Some(chain)
+    }
+
+    /// Keeps a chain as the most recently used, then drops chains past the
+    /// limits or idle for too long.
+    fn put_back(&self, mut chain: Chain) {
+        if chain.items.is_empty() || chain.weight() > self.budget {
+            return;
+        }
+        let now = Instant::now();
+        chain.last_used = Some(now);
+        let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        inner.bytes += chain.weight();
+        inner.chains.push_back(chain);
+        while let Some(oldest) = inner.chains.front() {
+            let idle = oldest
+                .last_used
+                .is_none_or(|at| now.duration_since(at) > self.idle_ttl);
+            if !idle && inner.bytes <= self.budget && inner.chains.len() <= self.max_chains {
+                break;
+            }
+            if let Some(dropped) = inner.chains.pop_front() {
+                inner.bytes -= dropped.weight();
+            }
+        }
+    }
+}
+
+/// The chain hashes of `items` from `start`: hash `i` is the xxh3-128 of hash
+/// `i - 1` (or `start`) and item `i`'s own hash (seeded by `seed`).
+pub fn chain_hashes(seed: u64, start: u128, items: &[&RawValue]) -> Vec<u128> {
+    let mut previous = start;
+    items
+        .iter()
+        .map(|item| {
+            let own = xxh3_128_with_seed(item.get().as_bytes(), seed);
+            let mut pair = [0_u8; 32];
+            pair[..16].copy_from_slice(&previous.to_le_bytes());
+            pair[16..].copy_from_slice(&own.to_le_bytes());
+            previous = xxh3_128(&pair);
+            previous
+        })
+        .collect()
+}
+
+/// How many leading hashes two chains share. Chain hashes that are equal at
+/// `i` are equal before `i`, so a binary search finds it.
+fn common_prefix(a: &[u128], b: &[u128]) -> usize {
+    // a[..low] == b[..low]; the answer is in low..=high.
+    let (mut low, mut high) = (0, a.len().min(b.len()));
+    while low < high {
+        let mid = low + (high - low).div_ceil(2);
+        if a[mid - 1] == b[mid - 1] {
+            low = mid;
+        } else {
+            high = mid - 1;
+        }
+    }
+    low
+}
+
+#[cfg(test)]
+#[expect(clippy::unwrap_used, reason = "test")]
+#[path = "chain_tests.rs"]
+mod tests;

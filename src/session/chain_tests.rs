@@ -1,0 +1,344 @@
+//! Tests of the hash-chain parse: the request it gives is always the full
+//! parse's, and it reuses what it should.
+
+use proptest::prelude::*;
+use serde_json::{Value, json};
+
+use super::*;
+
+const SCOPE: &[u8] = b"tenant\0/v1";
+
+fn store() -> ChainStore {
+    ChainStore::new(Duration::from_secs(3600))
+}
+
+fn openai(messages: &[Value]) -> Vec<u8> {
+    json!({"model": "m", "stream": true, "messages": messages,
+        "tools": [{"type": "function", "function": {"name": "read_file"}}]})
+    .to_string()
+    .into_bytes()
+}
+
+fn gemini(contents: &[Value]) -> Vec<u8> {
+    json!({"systemInstruction": {"parts": [{"text": "be brief"}]}, "contents": contents,
+        "tools": [{"functionDeclarations": [{"name": "ls"}]}]})
+    .to_string()
+    .into_bytes()
+}
+
+/// Parses `body` through the store, asserts the full parse gives the same,
+/// and returns how many items were reused.
+fn check(store: &ChainStore, dialect: Dialect, body: &[u8]) -> usize {
+    let full = dialect.parse_request(body);
+    match store.parse_reusing(dialect, SCOPE, body) {
+        Ok((parsed, reused)) => {
+            assert_eq!(
+                Some(&parsed),
+                full.as_ref().ok(),
+                "{}",
+                String::from_utf8_lossy(body)
+            );
+            reused
+        }
+        Err(_) => {
+            assert!(
+                full.is_err(),
+                "only the chain parse failed: {}",
+                String::from_utf8_lossy(body)
+            );
+            0
+        }
+    }
+}
+
+fn call(id: &str, name: &str) -> Value {
+    json!({"role": "assistant", "content": null, "tool_calls": [{"id": id, "type": "function",
+        "function": {"name": name, "arguments": "{\"path\":\"a\"}"}}]})
+}
+
+fn result(id: &str, text: &str) -> Value {
+    json!({"role": "tool", "tool_call_id": id, "content": text})
+}
+
+/// The usual turn: the history grows by a call and its result; only those
+/// are parsed, and the result's tool name comes from a call in the reused part.
+#[test]
+fn appended_items_are_the_only_ones_parsed() {
+    let s = store();
+    let mut history = vec![
+        json!({"role": "system", "content": "sys"}),
+        json!({"role": "user", "content": "go"}),
+    ];
+    assert_eq!(check(&s, Dialect::OpenaiChat, &openai(&history)), 0);
+    history.push(call("c1", "read_file"));
+    assert_eq!(check(&s, Dialect::OpenaiChat, &openai(&history)), 2);
+    history.push(result("c1", "contents"));
+    assert_eq!(check(&s, Dialect::OpenaiChat, &openai(&history)), 3);
+    let parsed = s.parse(Dialect::OpenaiChat, SCOPE, &openai(&history)).unwrap();
+    assert_eq!(
+        parsed.transcript.messages[2].tool_results[0].name.as_deref(),
+        Some("read_file")
+    );
+    assert_eq!(parsed.transcript.system, "sys");
+    assert_eq!(s.usage().0, 1, "one conversation, one chain");
+}
+
+/// A retry of the same body parses nothing again.
+#[test]
+fn a_retry_reuses_every_item() {
+    let s = store();
+    let history = vec![
+        json!({"role": "user", "content": "go"}),
+        call("c1", "ls"),
+        result("c1", "x"),
+    ];
+    check(&s, Dialect::OpenaiChat, &openai(&history));
+    assert_eq!(check(&s, Dialect::OpenaiChat, &openai(&history)), 3);
+}
+
+/// An edited earlier message, a truncated history (compaction, a rerun of
+/// the same task) and a fork reuse the prefix before the first difference.
+#[test]
+fn edits_and_truncations_reuse_the_common_prefix() {
+    let s = store();
+    let mut history = vec![
+        json!({"role": "system", "content": "sys"}),
+        json!({"role": "user", "content": "go"}),
+    ];
+    for i in 0..5 {
+        history.push(call(&format!("c{i}"), "ls"));
+        history.push(result(&format!("c{i}"), "out"));
+    }
+    check(&s, Dialect::OpenaiChat, &openai(&history));
+    history[5] = result("c1", "[pruned]");
+    assert_eq!(check(&s, Dialect::OpenaiChat, &openai(&history)), 5);
+    assert_eq!(check(&s, Dialect::OpenaiChat, &openai(&history[..2])), 2);
+    // Only the system message is shared: it stays system text, not a message.
+    let rerun = [history[0].clone(), json!({"role": "user", "content": "again"})];
+    assert_eq!(check(&s, Dialect::OpenaiChat, &openai(&rerun)), 1);
+    assert_eq!(check(&s, Dialect::OpenaiChat, &openai(&history[..1])), 1);
+}
+
+/// Gemini contents are reused the same way.
+#[test]
+fn gemini_contents_are_reused() {
+    let s = store();
+    let mut contents =
+        vec![json!({"role": "user", "parts": [{"text": "<session_context>"}, {"text": "go"}]})];
+    check(&s, Dialect::Gemini, &gemini(&contents));
+    contents
+        .push(json!({"role": "model", "parts": [{"functionCall": {"name": "ls", "args": {"path": "."}}}]}));
+    contents.push(
+        json!({"role": "user", "parts": [{"functionResponse": {"name": "ls", "response": {"error": "no"}}}]}),
+    );
+    assert_eq!(check(&s, Dialect::Gemini, &gemini(&contents)), 1);
+    assert_eq!(check(&s, Dialect::Gemini, &gemini(&contents)), 3);
+}
+
+/// Bodies that do not split get the full parse and its error; different
+/// scopes and dialects never share a chain.
+#[test]
+fn unusual_bodies_and_other_scopes_get_the_full_parse() {
+    let s = store();
+    for body in [
+        &b"{"[..],
+        b"[]",
+        b"{\"messages\": {}}",
+        b"{\"model\": \"m\"}",
+        b"{\"messages\": [1], \"messages\": null}",
+    ] {
+        assert!(s.parse(Dialect::OpenaiChat, SCOPE, body).is_err());
+    }
+    // Null first, array last: the full parse takes the last one.
+    assert_eq!(
+        check(
+            &s,
+            Dialect::OpenaiChat,
+            b"{\"messages\": null, \"messages\": [1]}"
+        ),
+        0
+    );
+    let history = [json!({"role": "user", "content": "go"})];
+    check(&s, Dialect::OpenaiChat, &openai(&history));
+    let other = s
+        .parse_reusing(Dialect::OpenaiChat, b"other tenant", &openai(&history))
+        .unwrap();
+    assert_eq!(other.1, 0);
+}
+
+/// The store stays within its budget and chain count; an idle chain goes.
+#[test]
+fn the_store_is_bounded() {
+    let s = ChainStore::with_limits(4 * (ITEM_OVERHEAD + 64), 2, Duration::from_secs(3600));
+    for i in 0..5 {
+        check(
+            &s,
+            Dialect::OpenaiChat,
+            &openai(&[json!({"role": "user", "content": format!("task {i}")})]),
+        );
+        assert!(
+            s.usage().0 <= 2 && s.usage().1 <= 4 * (ITEM_OVERHEAD + 64),
+            "{:?}",
+            s.usage()
+        );
+    }
+    let big: Vec<Value> = (0..10)
+        .map(|i| json!({"role": "user", "content": format!("{i}")}))
+        .collect();
+    check(&s, Dialect::OpenaiChat, &openai(&big));
+    assert_eq!(
+        check(&s, Dialect::OpenaiChat, &openai(&big)),
+        0,
+        "larger than the budget: not kept"
+    );
+
+    let s = ChainStore::with_limits(BUDGET_BYTES, MAX_CHAINS, Duration::ZERO);
+    check(
+        &s,
+        Dialect::OpenaiChat,
+        &openai(&[json!({"role": "user", "content": "a"})]),
+    );
+    std::thread::sleep(Duration::from_millis(2));
+    check(
+        &s,
+        Dialect::OpenaiChat,
+        &openai(&[json!({"role": "user", "content": "b"})]),
+    );
+    assert_eq!(s.usage().0, 1, "the idle chain was dropped");
+}
+
+#[test]
+fn common_prefix_finds_the_first_difference() {
+    assert_eq!(common_prefix(&[], &[1]), 0);
+    assert_eq!(common_prefix(&[1, 2, 3], &[1, 2, 3]), 3);
+    assert_eq!(common_prefix(&[1, 2, 3], &[1, 2]), 2);
+    assert_eq!(common_prefix(&[1, 2, 3, 4, 5], &[1, 2, 9, 9, 9, 9]), 2);
+    assert_eq!(common_prefix(&[1], &[2]), 0);
+}
+
+/// One OpenAI message from a small pool, so that ids repeat and resolve
+/// (or not) across the reused and the new part.
+fn openai_message() -> impl Strategy<Value = Value> + Clone {
+    let id = (0..4_u8).prop_map(|i| format!("c{i}"));
+    let name = prop::sample::select(vec!["ls", "read_file", ""]);
+    let text = prop::sample::select(vec!["", "a", "b\nc", "ok \"q\""]);
+    prop_oneof![
+        text.clone().prop_map(|t| json!({"role": "system", "content": t})),
+        text.clone().prop_map(|t| json!({"role": "developer", "content": [{"type": "text", "text": t}]})),
+        text.clone().prop_map(|t| json!({"role": "user", "content": t})),
+        text.clone().prop_map(|t| json!({"role": "user", "content": [{"type": "image_url"}, {"type": "text", "text": t}, t]})),
+        (id.clone(), name.clone()).prop_map(|(id, name)| call(&id, name)),
+        (id.clone(), name.clone(), id.clone()).prop_map(|(a, name, b)| json!({"role": "assistant", "content": "t",
+            "tool_calls": [{"id": a, "function": {"name": name, "arguments": {"x": 1}}}, {"id": b, "function": {"name": "x", "arguments": "not json"}}, {"id": ""}]})),
+        name.clone().prop_map(|name| json!({"role": "assistant", "function_call": {"name": name, "arguments": ""}})),
+        (id.clone(), text.clone()).prop_map(|(id, t)| result(&id, t)),
+        (id, name.clone()).prop_map(|(id, name)| json!({"role": "tool", "tool_call_id": id, "name": name, "content": null})),
+        name.prop_map(|name| json!({"role": "function", "name": name, "content": "r"})),
+        text.prop_map(|t| json!({"role": "critic", "content": t})),
+        Just(json!(1)),
+        Just(json!("loose")),
+        Just(json!({})),
+    ]
+}
+
+fn gemini_content() -> impl Strategy<Value = Value> + Clone {
+    let text = prop::sample::select(vec!["", "a", "b\nc"]);
+    prop_oneof![
+        text.clone().prop_map(|t| json!({"role": "user", "parts": [{"text": t}]})),
+        text.clone().prop_map(|t| json!({"role": "model", "parts": [{"text": t, "thought": true}, {"text": "said"}]})),
+        text.clone().prop_map(|t| json!({"role": "model", "parts": [{"text": t}, {"functionCall": {"id": "i", "name": "ls", "args": {"p": t}}}]})),
+        Just(json!({"role": "model", "parts": [{"function_call": {"name": "ls"}}]})),
+        text.clone().prop_map(|t| json!({"role": "user", "parts": [{"functionResponse": {"name": "ls", "response": {"output": t}}}]})),
+        Just(json!({"role": "user", "parts": [{"function_response": {"id": "i", "name": "ls", "response": {"error": "x"}}}, {"text": "also"}]})),
+        text.prop_map(|t| json!({"role": "function", "parts": [{"functionResponse": {"name": "ls", "response": t}}]})),
+        Just(json!({"parts": []})),
+        Just(json!(null)),
+    ]
+}
+
+/// What happens to the history between two requests.
+#[derive(Debug, Clone)]
+enum Step {
+    Append(Vec<Value>),
+    Retry,
+    Truncate(prop::sample::Index),
+    Edit(prop::sample::Index, Value),
+    /// Another conversation in the same store: a fork of this one's start.
+    Fork(prop::sample::Index, Vec<Value>),
+    /// The same history sent with other whitespace (no item matches).
+    Pretty,
+}
+
+fn steps(item: impl Strategy<Value = Value> + Clone) -> impl Strategy<Value = Vec<Step>> {
+    let items = prop::collection::vec(item.clone(), 1..4);
+    let step = prop_oneof![
+        4 => items.clone().prop_map(Step::Append),
+        1 => Just(Step::Retry),
+        1 => any::<prop::sample::Index>().prop_map(Step::Truncate),
+        1 => (any::<prop::sample::Index>(), item).prop_map(|(i, v)| Step::Edit(i, v)),
+        1 => (any::<prop::sample::Index>(), items).prop_map(|(i, v)| Step::Fork(i, v)),
+        1 => Just(Step::Pretty),
+    ];
+    prop::collection::vec(step, 1..12)
+}
+
+/// Runs `steps` from `start`, checking every request against the full parse.
+fn run(dialect: Dialect, start: Vec<Value>, steps: Vec<Step>, body: fn(&[Value]) -> Vec<u8>) {
+    let s = store();
+    let mut history = start;
+    check(&s, dialect, &body(&history));
+    for step in steps {
+        let sent = match step {
+            Step::Append(items) => {
+                history.extend(items);
+                body(&history)
+            }
+            Step::Retry => body(&history),
+            Step::Truncate(i) => {
+                history.truncate(i.index(history.len() + 1));
+                body(&history)
+            }
+            Step::Edit(i, v) if !history.is_empty() => {
+                let at = i.index(history.len());
+                history[at] = v;
+                body(&history)
+            }
+            Step::Edit(_, v) => {
+                history.push(v);
+                body(&history)
+            }
+            Step::Fork(i, items) => {
+                let mut fork = history[..i.index(history.len() + 1)].to_vec();
+                fork.extend(items);
+                body(&fork)
+            }
+            Step::Pretty => {
+                let value: Value = serde_json::from_slice(&body(&history)).unwrap();
+                serde_json::to_vec_pretty(&value).unwrap()
+            }
+        };
+        check(&s, dialect, &sent);
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// Whatever the history goes through, the chain parse gives the full parse's request (OpenAI chat).
+    #[test]
+    fn openai_chain_parse_is_the_full_parse(
+        start in prop::collection::vec(openai_message(), 0..6),
+        steps in steps(openai_message()),
+    ) {
+        run(Dialect::OpenaiChat, start, steps, openai);
+    }
+
+    /// Whatever the history goes through, the chain parse gives the full parse's request (Gemini).
+    #[test]
+    fn gemini_chain_parse_is_the_full_parse(
+        start in prop::collection::vec(gemini_content(), 0..6),
+        steps in steps(gemini_content()),
+    ) {
+        run(Dialect::Gemini, start, steps, gemini);
+    }
+}
