@@ -54,6 +54,8 @@ fn streams(c: &mut Criterion) {
     for (dialect, file) in [
         (Dialect::OpenaiChat, "openai-chat/gpt41nano-long-markdown.sse"),
         (Dialect::Gemini, "gemini/streamed-nested-args-long.sse"),
+        (Dialect::OpenaiResponses, "openai-responses/compaction.sse"),
+        (Dialect::Anthropic, "anthropic/compaction.sse"),
     ] {
         let bytes = fixture(file);
         group.throughput(Throughput::Bytes(bytes.len() as u64));

@@ -318,3 +318,34 @@ async fn multi_step_recordings_pass_as_one_quiet_session() {
         "a run making progress drew verdicts: {verdicts:#?}"
     );
 }
+
+/// Claude Code's `metadata.user_id` (a JSON string carrying `session_id`)
+/// names the session when no header does: two requests with different first
+/// messages are one session; another `session_id` is another session (by
+/// fingerprint alone, the three requests would be three sessions).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_metadata_session_id_names_the_session() {
+    let (_mock, lg) = pair("");
+    for (task, session) in [
+        ("first wording", "s-1"),
+        ("second wording", "s-1"),
+        ("third wording", "s-2"),
+    ] {
+        let user_id = json!({"device_id": "d", "account_uuid": "", "session_id": session}).to_string();
+        let body = json!({"model": "m", "max_tokens": 10, "metadata": {"user_id": user_id},
+            "messages": [{"role": "user", "content": task}]});
+        let response = post(
+            format!("{}/anthropic/v1/messages", lg.url()),
+            &[],
+            body.to_string(),
+        )
+        .await;
+        assert_eq!(response.status(), 200);
+    }
+    let sessions: Value = common::get_json(format!("{}/admin/sessions", lg.admin_url())).await;
+    assert_eq!(
+        sessions["sessions"].as_array().map(Vec::len),
+        Some(2),
+        "{sessions}"
+    );
+}

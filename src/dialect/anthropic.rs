@@ -66,6 +66,7 @@ pub fn parse_request(body: &[u8]) -> Result<ParsedRequest, DialectError> {
         model: root.get("model").and_then(Value::as_str).map(str::to_owned),
         summarizer: false,
         responses: None,
+        ids: super::BodyIds::of(&root),
     })
 }
 

@@ -108,3 +108,13 @@ fn server_tool_use_is_not_a_client_call_and_a_whole_message_parses() {
     assert!(matches!(&whole[2], StreamEvent::ToolCallComplete { call, .. } if call.name == "Read"));
     assert!(matches!(whole.last(), Some(StreamEvent::Finish { reason, .. }) if reason == "tool_use"));
 }
+
+#[test]
+fn body_ids_are_read_while_parsing() {
+    let parsed = request(json!({"metadata": {"user_id": "{\"session_id\":\"s-1\"}"}, "messages": []}));
+    assert_eq!(
+        parsed.ids.metadata,
+        Some(json!({"user_id": "{\"session_id\":\"s-1\"}"}))
+    );
+    assert_eq!(parsed.ids.prompt_cache_key, None);
+}

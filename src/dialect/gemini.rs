@@ -76,6 +76,7 @@ fn head(root: &Map<String, Value>) -> ParsedRequest {
         model: None,
         summarizer: false,
         responses: None,
+        ids: super::BodyIds::of(root),
     }
 }
 

@@ -138,6 +138,34 @@ pub struct ParsedRequest {
     pub summarizer: bool,
     /// What an `openai-responses` request tells beyond its history.
     pub responses: Option<openai_responses::ResponsesRequest>,
+    /// Body fields that may name the session.
+    pub ids: BodyIds,
+}
+
+/// Body fields that may identify a conversation (DESIGN §5), read while the
+/// body is parsed so that session resolution never scans it again.
+#[derive(Debug, Clone, Default, PartialEq, serde::Deserialize, serde::Serialize)]
+pub struct BodyIds {
+    /// `metadata` (`metadata.session_id`; Claude Code puts a JSON string
+    /// with `session_id` in `metadata.user_id`).
+    #[serde(default)]
+    pub metadata: Option<serde_json::Value>,
+    /// OpenAI `prompt_cache_key` (Codex sets it per conversation).
+    #[serde(default)]
+    pub prompt_cache_key: Option<String>,
+}
+
+impl BodyIds {
+    /// The fields of a request body's top-level object.
+    pub fn of(root: &serde_json::Map<String, serde_json::Value>) -> Self {
+        Self {
+            metadata: root.get("metadata").filter(|m| !m.is_null()).cloned(),
+            prompt_cache_key: root
+                .get("prompt_cache_key")
+                .and_then(serde_json::Value::as_str)
+                .map(str::to_owned),
+        }
+    }
 }
 
 /// Why a body could not be parsed in its dialect.

@@ -59,6 +59,7 @@ fn head(root: &Map<String, Value>) -> ParsedRequest {
         model: root.get("model").and_then(Value::as_str).map(str::to_owned),
         summarizer: false,
         responses: None,
+        ids: super::BodyIds::of(root),
     }
 }
 

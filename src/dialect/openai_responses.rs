@@ -147,6 +147,7 @@ pub fn parse_request(body: &[u8]) -> Result<ParsedRequest, DialectError> {
             stateful: previous_response_id.is_some() || conversation || store,
             previous_response_id,
         }),
+        ids: super::BodyIds::of(&root),
     })
 }
 

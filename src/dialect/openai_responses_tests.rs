@@ -191,3 +191,9 @@ fn a_call_without_its_done_item_is_completed_from_the_final_output() {
     assert_eq!(completed.len(), 1, "{out:?}");
     assert_eq!(completed[0].arguments, Arguments::Json(json!({"p": 1})));
 }
+
+#[test]
+fn codex_prompt_cache_key_is_read_while_parsing() {
+    let parsed = request(json!({"prompt_cache_key": "thread-7", "input": []}));
+    assert_eq!(parsed.ids.prompt_cache_key.as_deref(), Some("thread-7"));
+}

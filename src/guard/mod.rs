@@ -277,7 +277,7 @@ impl Guard {
         };
         let summary = RequestSummary::of(transcript, settings);
         let lane = lane_id(&request.route.prefix, &summary);
-        let ids = || -> BodyIds { serde_json::from_slice(request.decoded).unwrap_or_default() };
+        let ids = || -> BodyIds { request.parsed.ids.clone() };
         let mut key = key::resolve(
             request.headers,
             request.query,

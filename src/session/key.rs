@@ -67,17 +67,7 @@ pub struct SessionKey {
     pub tenant: String,
 }
 
-/// Body fields that may identify a conversation.
-#[derive(Debug, Clone, Default, serde::Deserialize)]
-pub struct BodyIds {
-    /// `metadata.session_id` / `metadata.user_id` (Claude Code puts a JSON
-    /// string with `session_id` there).
-    #[serde(default)]
-    pub metadata: Option<serde_json::Value>,
-    /// OpenAI `prompt_cache_key`.
-    #[serde(default)]
-    pub prompt_cache_key: Option<String>,
-}
+pub use crate::dialect::BodyIds;
 
 fn short_hash(parts: &[&[u8]]) -> String {
     let mut h = Sha256::new();
