@@ -146,6 +146,52 @@ fn guard_path(c: &mut Criterion) {
             )
         });
     }
+    // No header names the session: the key comes from the body fields read
+    // during the parse, or the fingerprint. `body_ids_rescan` is what reading
+    // those fields cost when it took a second scan of the body (removed).
+    let no_header = HeaderMap::new();
+    group.bench_function("after_chain_parse_and_guard_no_session_header", |b| {
+        b.iter_batched_ref(
+            || {
+                let guard = Guard::new(&config);
+                let parsed =
+                    guard.parse_request(Dialect::OpenaiChat, &route.prefix, &no_header, None, &previous);
+                if let Ok(parsed) = parsed {
+                    let view = RequestView {
+                        route: &route,
+                        dialect: Dialect::OpenaiChat,
+                        path: "/v1/chat/completions",
+                        query: None,
+                        headers: &no_header,
+                        decoded: &previous,
+                        parsed: &parsed,
+                    };
+                    let _ = guard.on_request(&config, &view);
+                }
+                guard
+            },
+            |guard: &mut Guard| {
+                let parsed =
+                    guard.parse_request(Dialect::OpenaiChat, &route.prefix, &no_header, None, &current);
+                parsed.ok().map(|parsed| {
+                    let view = RequestView {
+                        route: &route,
+                        dialect: Dialect::OpenaiChat,
+                        path: "/v1/chat/completions",
+                        query: None,
+                        headers: &no_header,
+                        decoded: &current,
+                        parsed: &parsed,
+                    };
+                    black_box(guard.on_request(&config, &view).1)
+                })
+            },
+            BatchSize::LargeInput,
+        )
+    });
+    group.bench_function("body_ids_rescan", |b| {
+        b.iter(|| black_box(serde_json::from_slice::<loopguard::dialect::BodyIds>(black_box(&current)).ok()))
+    });
     group.finish();
 }
 
