@@ -17,6 +17,7 @@ use std::collections::HashMap;
 
 use serde_json::{Map, Value};
 
+use super::split::{HistoryItem, SplitRequest, assemble, split_object};
 use super::{DialectError, ParsedRequest, StreamEvent};
 use crate::transcript::{Arguments, Message, ResultContent, Role, ToolCall, ToolResult, Transcript};
 
@@ -35,39 +36,68 @@ pub fn parse_request(body: &[u8]) -> Result<ParsedRequest, DialectError> {
     let Some(messages) = root.get("messages").and_then(Value::as_array) else {
         return Err(DialectError::Shape("no `messages` array".to_owned()));
     };
-    let mut transcript = Transcript {
-        system: text_of(root.get("system")),
-        tools: root
-            .get("tools")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .filter_map(|t| t.get("name").and_then(Value::as_str))
-            .map(str::to_owned)
-            .collect(),
-        ..Transcript::default()
-    };
-    let mut names: HashMap<String, String> = HashMap::new();
-    for message in messages {
-        let role = message.get("role").and_then(Value::as_str).unwrap_or_default();
-        let content = message.get("content");
-        match role {
-            "assistant" => transcript.messages.push(assistant_message(content, &mut names)),
-            "user" => user_messages(content, &names, &mut transcript.messages),
-            _ => transcript
-                .messages
-                .push(Message::text(Role::System, text_of(content))),
-        }
-    }
-    Ok(ParsedRequest {
-        transcript,
+    Ok(assemble(head(&root), parse_items(&[], messages)))
+}
+
+/// Splits a request body into its envelope and its raw `messages[]` (see
+/// [`super::split`]); the items parse as in [`parse_request`].
+///
+/// # Errors
+/// As [`split_object`]: the caller falls back to [`parse_request`].
+pub fn split_request(body: &[u8]) -> Result<SplitRequest<'_>, DialectError> {
+    let (envelope, items) = split_object(body, "messages")?;
+    Ok(SplitRequest::new(head(&envelope), items, parse_items))
+}
+
+/// Everything but the history: system text, declared tools, flags.
+fn head(root: &Map<String, Value>) -> ParsedRequest {
+    ParsedRequest {
+        transcript: Transcript {
+            system: text_of(root.get("system")),
+            tools: root
+                .get("tools")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter_map(|t| t.get("name").and_then(Value::as_str))
+                .map(str::to_owned)
+                .collect(),
+            ..Transcript::default()
+        },
         stream: root.get("stream").and_then(Value::as_bool).unwrap_or(false),
         include_usage: false,
         model: root.get("model").and_then(Value::as_str).map(str::to_owned),
         summarizer: false,
         responses: None,
-        ids: super::BodyIds::of(&root),
-    })
+        ids: super::BodyIds::of(root),
+    }
+}
+
+/// Parses `messages`, given the parses of the messages before them
+/// (`before`, whose calls name the tool of a later `tool_result`).
+fn parse_items(before: &[HistoryItem], messages: &[Value]) -> Vec<HistoryItem> {
+    let mut names: HashMap<String, String> = HashMap::new();
+    let earlier = before.iter().flat_map(HistoryItem::messages);
+    for call in earlier.flat_map(|m| m.tool_calls.iter()) {
+        if let Some(id) = &call.id {
+            names.insert(id.clone(), call.name.clone());
+        }
+    }
+    let mut out = Vec::with_capacity(messages.len());
+    for message in messages {
+        let role = message.get("role").and_then(Value::as_str).unwrap_or_default();
+        let content = message.get("content");
+        out.push(match role {
+            "assistant" => HistoryItem::Message(assistant_message(content, &mut names)),
+            "user" => {
+                let mut turns = Vec::new();
+                user_messages(content, &names, &mut turns);
+                HistoryItem::Messages(turns)
+            }
+            _ => HistoryItem::Message(Message::text(Role::System, text_of(content))),
+        });
+    }
+    out
 }
 
 /// An assistant message: its text blocks and `tool_use` blocks.

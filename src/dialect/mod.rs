@@ -102,8 +102,10 @@ impl Dialect {
         match self {
             Self::OpenaiChat => Some(openai_chat::split_request(body)),
             Self::Gemini => Some(gemini::split_request(body)),
-            // Not split yet: every request gets the full parse.
-            Self::OpenaiResponses | Self::Anthropic => None,
+            Self::Anthropic => Some(anthropic::split_request(body)),
+            // Not split: consecutive items merge into one turn, so an item's
+            // parse depends on its neighbours; every request gets the full parse.
+            Self::OpenaiResponses => None,
         }
     }
 

@@ -67,7 +67,7 @@ fn head(root: &Map<String, Value>) -> ParsedRequest {
 /// whether a non-system message came already, and the ids of earlier calls
 /// (read from `before` only when a `tool` message needs them).
 fn parse_items(before: &[HistoryItem], messages: &[Value]) -> Vec<HistoryItem> {
-    let mut any_message = before.iter().any(|i| matches!(i, HistoryItem::Message(_)));
+    let mut any_message = before.iter().any(|i| !matches!(i, HistoryItem::System(_)));
     // Call id → tool name: of the calls in `before` (built on first need) and
     // of the calls in `messages` (later calls win, as in a map filled in order).
     let mut before_names: Option<HashMap<&str, &str>> = None;
@@ -118,11 +118,9 @@ fn parse_items(before: &[HistoryItem], messages: &[Value]) -> Vec<HistoryItem> {
 
 /// Call id → tool name of every call with an id in `items`, later calls winning.
 fn call_names(items: &[HistoryItem]) -> HashMap<&str, &str> {
-    let messages = items.iter().filter_map(|item| match item {
-        HistoryItem::Message(message) => Some(message),
-        HistoryItem::System(_) => None,
-    });
-    messages
+    items
+        .iter()
+        .flat_map(HistoryItem::messages)
         .flat_map(|message| &message.tool_calls)
         .filter_map(|call| Some((call.id.as_deref()?, call.name.as_str())))
         .collect()

@@ -30,6 +30,20 @@ pub enum HistoryItem {
     System(String),
     /// A turn of the transcript.
     Message(Message),
+    /// Several turns from one item (an Anthropic user message carrying tool
+    /// results and text becomes a tool turn and a user turn).
+    Messages(Vec<Message>),
+}
+
+impl HistoryItem {
+    /// The turns this item made.
+    pub fn messages(&self) -> &[Message] {
+        match self {
+            Self::System(_) => &[],
+            Self::Message(message) => std::slice::from_ref(message),
+            Self::Messages(messages) => messages,
+        }
+    }
 }
 
 /// A dialect's item parser: the items `items`, given the parses of every
@@ -42,7 +56,7 @@ pub struct SplitRequest<'a> {
     /// Everything but the history, parsed: flags, model, declared tools,
     /// the envelope's system text; `transcript.messages` is empty.
     pub head: ParsedRequest,
-    /// The history's items (OpenAI `messages[]`, Gemini `contents[]`), as
+    /// The history's items (OpenAI chat and Anthropic `messages[]`, Gemini `contents[]`), as
     /// raw JSON borrowed from the body.
     pub items: Vec<&'a RawValue>,
     parse: ItemParser,
@@ -81,6 +95,7 @@ pub fn assemble(mut head: ParsedRequest, items: impl IntoIterator<Item = History
         match item {
             HistoryItem::System(text) => system.push(text),
             HistoryItem::Message(message) => head.transcript.messages.push(message),
+            HistoryItem::Messages(messages) => head.transcript.messages.extend(messages),
         }
     }
     if !system.is_empty() {

@@ -26,6 +26,13 @@ fn gemini(contents: &[Value]) -> Vec<u8> {
     .into_bytes()
 }
 
+fn anthropic(messages: &[Value]) -> Vec<u8> {
+    json!({"model": "claude", "max_tokens": 100, "system": [{"type": "text", "text": "be brief"}],
+        "messages": messages, "tools": [{"name": "Bash"}]})
+    .to_string()
+    .into_bytes()
+}
+
 /// Parses `body` through the store, asserts the full parse gives the same,
 /// and returns how many items were reused.
 fn check(store: &ChainStore, dialect: Dialect, body: &[u8]) -> usize {
@@ -137,6 +144,31 @@ fn gemini_contents_are_reused() {
 
 /// Bodies that do not split get the full parse and its error; different
 /// scopes and dialects never share a chain.
+/// Anthropic messages are reused too, and a tool result in the new part
+/// takes its tool name from a call in the reused part.
+#[test]
+fn anthropic_messages_are_reused_and_names_resolve_across_the_split() {
+    let s = store();
+    let mut history = vec![
+        json!({"role": "user", "content": "list files"}),
+        json!({"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "Bash", "input": {"command": "ls"}}]}),
+    ];
+    assert_eq!(check(&s, Dialect::Anthropic, &anthropic(&history)), 0);
+    history.push(json!({"role": "user", "content": [
+        {"type": "tool_result", "tool_use_id": "t1", "content": "a.txt"}, {"type": "text", "text": "go on"}]}));
+    assert_eq!(check(&s, Dialect::Anthropic, &anthropic(&history)), 2);
+    let (parsed, _) = s
+        .parse_reusing(Dialect::Anthropic, SCOPE, &anthropic(&history))
+        .unwrap();
+    let result = &parsed.transcript.messages[2].tool_results[0];
+    assert_eq!(result.name.as_deref(), Some("Bash"));
+    assert_eq!(
+        parsed.transcript.messages.len(),
+        4,
+        "the last message is a tool turn and a user turn"
+    );
+}
+
 #[test]
 fn unusual_bodies_and_other_scopes_get_the_full_parse() {
     let s = store();
@@ -256,6 +288,25 @@ fn gemini_content() -> impl Strategy<Value = Value> + Clone {
     ]
 }
 
+fn anthropic_message() -> impl Strategy<Value = Value> + Clone {
+    let text = prop::sample::select(vec!["", "a", "<system-reminder>x</system-reminder>"]);
+    let id = prop::sample::select(vec!["t1", "t2"]);
+    prop_oneof![
+        text.clone().prop_map(|t| json!({"role": "user", "content": t})),
+        (text.clone(), id.clone()).prop_map(|(t, id)| json!({"role": "assistant", "content": [
+            {"type": "thinking", "thinking": "hm", "signature": "s"}, {"type": "text", "text": t},
+            {"type": "tool_use", "id": id, "name": "Bash", "input": {"command": t}}]})),
+        (text.clone(), id.clone()).prop_map(|(t, id)| json!({"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": id, "content": t, "is_error": t.is_empty()},
+            {"type": "text", "text": t}]})),
+        id.prop_map(|id| json!({"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": id, "content": [{"type": "text", "text": "out"}]}]})),
+        text.prop_map(|t| json!({"role": "system", "content": t})),
+        Just(json!({"role": "assistant", "content": []})),
+        Just(json!(null)),
+    ]
+}
+
 /// What happens to the history between two requests.
 #[derive(Debug, Clone)]
 enum Step {
@@ -331,6 +382,15 @@ proptest! {
         steps in steps(openai_message()),
     ) {
         run(Dialect::OpenaiChat, start, steps, openai);
+    }
+
+    /// Whatever the history goes through, the chain parse gives the full parse's request (Anthropic).
+    #[test]
+    fn anthropic_chain_parse_is_the_full_parse(
+        start in prop::collection::vec(anthropic_message(), 0..6),
+        steps in steps(anthropic_message()),
+    ) {
+        run(Dialect::Anthropic, start, steps, anthropic);
     }
 
     /// Whatever the history goes through, the chain parse gives the full parse's request (Gemini).
