@@ -22,8 +22,8 @@
 //!
 //! Memory: one chain per active conversation, holding the parsed items of
 //! its last request (about the size of its history), so the store is bounded
-//! as a whole: at most [`BUDGET_BYTES`] (raw item bytes plus
-//! [`ITEM_OVERHEAD`] per item) and [`MAX_CHAINS`] chains; the least recently
+//! as a whole: at most [`BUDGET_BYTES`] (each item weighs the larger of its
+//! raw bytes and an estimate of its parsed size, plus [`ITEM_OVERHEAD`]) and [`MAX_CHAINS`] chains; the least recently
 //! used go first, and a chain idle for the sessions' idle TTL is dropped at
 //! the next request. A history larger than the budget is not kept (each of
 //! its requests gets the full parse).
@@ -32,11 +32,13 @@ use std::collections::VecDeque;
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use serde_json::Value;
 use serde_json::value::RawValue;
 use xxhash_rust::xxh3::{xxh3_128, xxh3_128_with_seed};
 
 use crate::dialect::split::assemble;
 use crate::dialect::{Dialect, DialectError, HistoryItem, ParsedRequest};
+use crate::transcript::{Arguments, Message, ResultContent};
 
 /// Most bytes the store keeps, all chains together (64 MiB).
 pub const BUDGET_BYTES: usize = 64 << 20;
@@ -46,6 +48,54 @@ pub const MAX_CHAINS: usize = 1024;
 /// Bytes counted per item on top of its raw JSON: the parsed message's
 /// structure, its hash and its weight.
 pub const ITEM_OVERHEAD: usize = 256;
+
+/// Bytes a parsed item holds on the heap, estimated: its texts, and every
+/// node of its JSON values (a parsed value can be many times its raw text:
+/// `[0,0,…]` takes 2 bytes an element as text, 32 parsed).
+fn parsed_size(item: &HistoryItem) -> usize {
+    item.messages()
+        .iter()
+        .map(|m| {
+            let calls: usize = m
+                .tool_calls
+                .iter()
+                .map(|c| c.name.len() + c.id.as_ref().map_or(0, String::len) + arguments_size(&c.arguments))
+                .sum();
+            let results: usize = m
+                .tool_results
+                .iter()
+                .map(|r| match &r.content {
+                    ResultContent::Text(text) => text.len(),
+                    ResultContent::Json(value) => value_size(value),
+                })
+                .sum();
+            size_of::<Message>() + m.text.len() + calls + results
+        })
+        .sum::<usize>()
+        + match item {
+            HistoryItem::System(text) => text.len(),
+            _ => 0,
+        }
+}
+
+fn arguments_size(arguments: &Arguments) -> usize {
+    match arguments {
+        Arguments::Json(value) => value_size(value),
+        Arguments::Unparsable(text) => text.len(),
+    }
+}
+
+/// Heap bytes of a JSON value: 32 per node, strings' bytes, and about 64 per
+/// object entry (its key and map node).
+fn value_size(value: &Value) -> usize {
+    size_of::<Value>()
+        + match value {
+            Value::String(text) => text.len(),
+            Value::Array(items) => items.iter().map(value_size).sum(),
+            Value::Object(map) => map.iter().map(|(k, v)| 64 + k.len() + value_size(v)).sum(),
+            _ => 0,
+        }
+}
 
 /// The parsed history items of recent requests, found by hash chain.
 #[derive(Debug)]
@@ -136,8 +186,8 @@ impl ChainStore {
             return full();
         };
         let mut weight = chain.weight();
-        for (raw, hash) in split.items.iter().zip(&hashes).skip(from) {
-            weight += raw.get().len() + ITEM_OVERHEAD;
+        for ((raw, hash), item) in split.items.iter().zip(&hashes).skip(from).zip(&new) {
+            weight += raw.get().len().max(parsed_size(item)) + ITEM_OVERHEAD;
             chain.hashes.push(*hash);
             chain.weights.push(weight);
         }

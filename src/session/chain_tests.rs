@@ -239,6 +239,26 @@ fn the_store_is_bounded() {
     assert_eq!(s.usage().0, 1, "the idle chain was dropped");
 }
 
+/// An item weighs what it holds parsed, not its raw bytes: a function
+/// response of 2,500 small numbers is ~5 KB of text but ~80 KB parsed.
+#[test]
+fn items_weigh_their_parsed_size() {
+    let s = store();
+    let numbers: Vec<u32> = (0..2_500).map(|i| i % 10).collect();
+    let contents = vec![
+        json!({"role": "user", "parts": [{"text": "go"}]}),
+        json!({"role": "user", "parts": [{"functionResponse": {"name": "ls", "response": {"a": numbers}}}]}),
+    ];
+    let body = gemini(&contents);
+    check(&s, Dialect::Gemini, &body);
+    let (_, bytes) = s.usage();
+    assert!(
+        bytes >= 2_500 * 32,
+        "weighed {bytes} bytes for a {}-byte body",
+        body.len()
+    );
+}
+
 #[test]
 fn common_prefix_finds_the_first_difference() {
     assert_eq!(common_prefix(&[], &[1]), 0);
