@@ -339,3 +339,31 @@ async fn agent_overrides_apply_to_that_agent_only() {
         "{at_request:?}"
     );
 }
+
+/// A lone surrogate escape in the history (a tool result cut in the middle
+/// of an emoji) does not switch detection off: the body is parsed with it
+/// replaced, and the loop it carries is still stopped at request time.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_lone_surrogate_in_the_history_does_not_hide_a_loop() {
+    let (mock, lg) = pair("");
+    let body = history("cut emoji", 5, "output LONE")
+        .to_string()
+        .replace("LONE", "\\ud83d");
+    assert!(
+        serde_json::from_str::<Value>(&body).is_err(),
+        "the body really is strict-JSON invalid"
+    );
+    let response = post(
+        format!("{}{CHAT}", lg.url()),
+        &[("x-loopguard-session", "surrogate"), ("x-mock-script", READ_LOOP)],
+        body,
+    )
+    .await;
+    assert_eq!(
+        common::verdict_header(&response)
+            .as_deref()
+            .map(|v| v.starts_with("block")),
+        Some(true)
+    );
+    assert!(mock_requests(&mock).await.is_empty(), "answered by loopguard");
+}

@@ -85,10 +85,76 @@ pub fn decoded_for_parsing(headers: &HeaderMap, body: &Bytes, limit: usize) -> R
     Ok(data)
 }
 
+/// The side copy with every lone UTF-16 surrogate escape (`\ud83d` without
+/// its pair, a tool result cut in the middle of an emoji) replaced by
+/// `\ufffd`, which JSON parsers accept; `None` when there is none. Strict
+/// parsers (serde_json among them) reject the whole body for one such
+/// escape, which would switch detection off for the rest of a conversation
+/// that carries it in its history. Only the parsing copy changes.
+pub fn replace_lone_surrogates(body: &[u8]) -> Option<Vec<u8>> {
+    fn escape_at(body: &[u8], i: usize) -> Option<u32> {
+        let hex = body.get(i + 2..i + 6)?;
+        if body.get(i) != Some(&b'\\') || body.get(i + 1) != Some(&b'u') {
+            return None;
+        }
+        u32::from_str_radix(std::str::from_utf8(hex).ok()?, 16).ok()
+    }
+    let mut out: Option<Vec<u8>> = None;
+    let mut i = 0;
+    while i < body.len() {
+        if body[i] != b'\\' {
+            if let Some(out) = out.as_mut() {
+                out.push(body[i]);
+            }
+            i += 1;
+            continue;
+        }
+        let (len, lone) = match escape_at(body, i) {
+            Some(0xD800..=0xDBFF) => match escape_at(body, i + 6) {
+                Some(0xDC00..=0xDFFF) => (12, false),
+                _ => (6, true),
+            },
+            Some(0xDC00..=0xDFFF) => (6, true),
+            Some(_) => (6, false),
+            // Any other escape is two bytes (`\"`, `\\`, `\n`, …).
+            None => (2, false),
+        };
+        let end = (i + len).min(body.len());
+        if lone {
+            out.get_or_insert_with(|| body[..i].to_vec())
+                .extend_from_slice(b"\\ufffd");
+        } else if let Some(out) = out.as_mut() {
+            out.extend_from_slice(&body[i..end]);
+        }
+        i = end;
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::io::Write;
+
+    #[test]
+    fn lone_surrogates_are_replaced_and_pairs_and_other_escapes_kept() {
+        let fixed =
+            |s: &str| replace_lone_surrogates(s.as_bytes()).map(|v| String::from_utf8(v).unwrap_or_default());
+        assert_eq!(
+            fixed(r#"{"a":"ok \ud83d\ude00 \n \\ud83d"}"#),
+            None,
+            "a pair, a newline, an escaped backslash"
+        );
+        assert_eq!(
+            fixed(r#"{"a":"cut \ud83d","b":"\ude00 x","c":"\uD83D\u0041"}"#).as_deref(),
+            Some(r#"{"a":"cut \ufffd","b":"\ufffd x","c":"\ufffd\u0041"}"#)
+        );
+        let body = r#"{"messages":[{"role":"tool","tool_call_id":"c","content":"out \ud83d"}]}"#;
+        assert!(serde_json::from_str::<serde_json::Value>(body).is_err());
+        let fixed = replace_lone_surrogates(body.as_bytes()).unwrap_or_default();
+        assert!(serde_json::from_slice::<serde_json::Value>(&fixed).is_ok());
+        assert_eq!(replace_lone_surrogates(br#"trailing \"#), None);
+    }
 
     fn headers(encoding: &str) -> HeaderMap {
         let mut h = HeaderMap::new();

@@ -395,7 +395,23 @@ fn parse_side_copy(
             return None;
         }
     };
-    match guard.parse_request(dialect, route, headers, query, &decoded) {
+    let parsed = guard.parse_request(dialect, route, headers, query, &decoded);
+    // One lone surrogate escape would make every later request of the
+    // conversation unparsable: parse a copy with it replaced.
+    let retried = match &parsed {
+        Err(crate::dialect::DialectError::Json(_)) => body::replace_lone_surrogates(&decoded)
+            .map(bytes::Bytes::from)
+            .and_then(|fixed| {
+                let parsed = guard.parse_request(dialect, route, headers, query, &fixed).ok()?;
+                tracing::debug!("request body parsed with its lone surrogate escapes replaced");
+                Some((fixed, parsed))
+            }),
+        _ => None,
+    };
+    if retried.is_some() {
+        return retried;
+    }
+    match parsed {
         Ok(parsed) => Some((decoded, parsed)),
         Err(e) => {
             tracing::warn!(dialect = dialect.name(), error = %e, "request body not understood; no detection");

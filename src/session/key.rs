@@ -119,7 +119,7 @@ fn body_session_id(ids: &BodyIds, user_agent: &str) -> Option<String> {
         }
     }
     // Apps often set prompt_cache_key to a constant; Codex sets it per conversation.
-    if user_agent.to_ascii_lowercase().starts_with("codex") {
+    if user_agent.to_ascii_lowercase().contains("codex") {
         return ids.prompt_cache_key.clone();
     }
     None
