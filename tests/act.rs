@@ -367,3 +367,24 @@ async fn a_lone_surrogate_in_the_history_does_not_hide_a_loop() {
     );
     assert!(mock_requests(&mock).await.is_empty(), "answered by loopguard");
 }
+
+/// Parallel runs of one task (same key, system, tools and prompt, no
+/// session header — an evaluation harness's pass@k) are separate sessions
+/// once they made a call: their calls carry different ids. Six runs that
+/// each made one call draw no verdict.
+#[tokio::test(flavor = "multi_thread")]
+async fn parallel_runs_of_one_task_are_separate_sessions() {
+    let (_mock, lg) = pair("");
+    for run in 0..6 {
+        let body = json!({"model": "gpt-test", "stream": true, "messages": [
+            {"role": "user", "content": "list the files"},
+            {"role": "assistant", "content": null, "tool_calls": [{"id": format!("call_run{run}"), "type": "function",
+                "function": {"name": "read_file", "arguments": "{\"path\":\"src/main.rs\"}"}}]},
+            {"role": "tool", "tool_call_id": format!("call_run{run}"), "content": "fn main() {}"}],
+            "tools": [{"type": "function", "function": {"name": "read_file", "parameters": {"type": "object"}}}]});
+        let sent = send(&lg, &body, &[]).await;
+        assert_eq!(sent.status, 200, "run {run}");
+        assert_eq!(sent.verdict, None, "run {run}: {}", sent.body);
+        assert!(!sent.body.contains("[loopguard]"), "run {run}: {}", sent.body);
+    }
+}

@@ -41,6 +41,9 @@ pub struct RequestSummary {
     pub messages: usize,
     /// Opaque compaction items the history carries (Responses `compaction`).
     pub compactions: usize,
+    /// Hash of the id of the history's first tool call, 0 when it has none
+    /// or no id (the fingerprint tells parallel runs of one task apart by it).
+    pub first_call: u64,
 }
 
 impl RequestSummary {
@@ -52,6 +55,13 @@ impl RequestSummary {
             first_user: first_real_user(transcript, settings).map_or(0, |t| hash64(t.as_bytes())),
             messages: transcript.messages.len(),
             compactions: transcript.compactions,
+            first_call: transcript
+                .messages
+                .iter()
+                .flat_map(|m| &m.tool_calls)
+                .next()
+                .and_then(|c| c.id.as_deref())
+                .map_or(0, |id| hash64(id.as_bytes())),
         }
     }
 }

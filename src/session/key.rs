@@ -3,7 +3,8 @@
 //! First hit wins: the configured header; known agent headers; body fields
 //! (`metadata.session_id`; `prompt_cache_key` only from Codex, which sets it
 //! per conversation); else a fingerprint of the route, the declared tools,
-//! the system text and the first real user message. Every key is scoped by a
+//! the system text, the first real user message and the id of the first
+//! tool call (so parallel runs of one task are separate sessions). Every key is scoped by a
 //! hash of the caller's credential, so one tenant can never read or steer
 //! another's session; sub-agent headers make a child key.
 
@@ -152,11 +153,18 @@ pub fn resolve(
     } else if let Some(v) = body_session_id(&ids(), user_agent) {
         (KeySource::Body, v)
     } else {
-        let fp = [summary.system, summary.tools, summary.first_user]
-            .iter()
-            .map(|h| format!("{h:016x}"))
-            .collect::<Vec<_>>()
-            .join("");
+        // The first call's id (random per run where the dialect has ids)
+        // keeps parallel runs of the same task apart once they made a call.
+        let fp = [
+            summary.system,
+            summary.tools,
+            summary.first_user,
+            summary.first_call,
+        ]
+        .iter()
+        .map(|h| format!("{h:016x}"))
+        .collect::<Vec<_>>()
+        .join("");
         (KeySource::Fingerprint, format!("{route}|{fp}"))
     };
     let source_name = match source {
@@ -185,6 +193,7 @@ mod tests {
             first_user: first,
             messages: 3,
             compactions: 0,
+            first_call: 0,
         }
     }
 
