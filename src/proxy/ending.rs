@@ -15,7 +15,7 @@ use crate::action::{self, Mode, StreamEnding};
 use crate::dialect::{Dialect, StreamParser};
 
 /// Everything an ending depends on, borrowed from the holder.
-#[derive(Debug)]
+#[derive(Debug, Clone, Copy)]
 pub(super) struct Ending<'a> {
     /// The tap: identity fields and the dialect parser's state.
     pub(super) tap: &'a Tap,
@@ -36,6 +36,9 @@ pub(super) struct Ending<'a> {
     pub(super) text_released: bool,
     /// Nothing went to the client yet (a JSON array ending opens with `[`).
     pub(super) first_element: bool,
+    /// The upstream's whole answer, when the client asked for one document
+    /// (a block keeps what the model wrote and replaces only its calls).
+    pub(super) whole_body: Option<&'a [u8]>,
 }
 
 /// Where the frame the tap handed out last stands in its stream: Responses
@@ -93,8 +96,15 @@ impl Ending<'_> {
         let (held_sequence, held_index) = self.held_at.unwrap_or((None, None));
         match (self.dialect, self.mode) {
             (dialect @ (Dialect::OpenaiChat | Dialect::Gemini), Mode::Whole) => {
-                let model = meta.model.as_deref().unwrap_or_default();
-                action::block_answer(dialect, Mode::Whole, model, message, false).body
+                // The upstream's answer, its calls replaced by the explanation.
+                let kept = self.whole_body.and_then(|body| match dialect {
+                    Dialect::OpenaiChat => action::openai_chat::block_whole(body, message),
+                    _ => action::gemini::block_whole(body, message),
+                });
+                kept.unwrap_or_else(|| {
+                    let model = meta.model.as_deref().unwrap_or_default();
+                    action::block_answer(dialect, Mode::Whole, model, message, false).body
+                })
             }
             (Dialect::OpenaiChat, _) => {
                 let mut out = action::openai_chat::block_stream_ending(&meta, message);
@@ -112,6 +122,7 @@ impl Ending<'_> {
             (dialect @ (Dialect::OpenaiResponses | Dialect::Anthropic), Mode::Whole) => {
                 // The upstream's answer, its calls replaced by the explanation.
                 let kept = match self.tap.parser() {
+                    _ if self.whole_body.is_none() => None,
                     StreamParser::OpenaiResponses(p) => {
                         action::openai_responses::block_whole(p.state(), message)
                     }
@@ -168,7 +179,12 @@ impl Ending<'_> {
             }
             _ => {}
         }
-        let mut ending = self.block(message);
+        // A degenerate answer is not kept: the note replaces it whole.
+        let fresh = Ending {
+            whole_body: None,
+            ..*self
+        };
+        let mut ending = fresh.block(message);
         if self.dialect == Dialect::OpenaiChat && self.mode == Mode::Sse {
             if self.include_usage {
                 let meta = self.meta();

@@ -411,6 +411,7 @@ impl Holder {
             held_done: self.held_done,
             text_released: self.text_released,
             first_element: self.released_upto == 0,
+            whole_body: (self.mode == Mode::Whole).then_some(&self.buf[..]),
         }
     }
 
