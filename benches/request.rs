@@ -109,9 +109,9 @@ fn guard_path(c: &mut Criterion) {
 
     // Parses `body` (fully, or through the guard's hash chains) and runs it
     // through the guard: loopguard's own work on a request.
-    let judge = |guard: &Guard, body: &Bytes, chain: bool| {
+    let judge = |guard: &Guard, body: &Bytes, chain: bool, headers: &HeaderMap| {
         let parsed = if chain {
-            guard.parse_request(Dialect::OpenaiChat, &route.prefix, &headers, None, body)
+            guard.parse_request(Dialect::OpenaiChat, &route.prefix, headers, None, body)
         } else {
             Dialect::OpenaiChat.parse_request(body)
         };
@@ -121,7 +121,7 @@ fn guard_path(c: &mut Criterion) {
                 dialect: Dialect::OpenaiChat,
                 path: "/v1/chat/completions",
                 query: None,
-                headers: &headers,
+                headers,
                 decoded: body,
                 parsed: &parsed,
             };
@@ -129,66 +129,29 @@ fn guard_path(c: &mut Criterion) {
         })
     };
 
-    for (name, chain) in [
-        ("before_full_parse_and_guard", false),
-        ("after_chain_parse_and_guard", true),
+    // The last: no header names the session, so the key comes from the body
+    // fields read during the parse, or the fingerprint.
+    let no_header = HeaderMap::new();
+    for (name, chain, headers) in [
+        ("before_full_parse_and_guard", false, &headers),
+        ("after_chain_parse_and_guard", true, &headers),
+        ("after_chain_parse_and_guard_no_session_header", true, &no_header),
     ] {
         group.bench_function(name, |b| {
             b.iter_batched_ref(
                 || {
                     // A session that has seen the previous request.
                     let guard = Guard::new(&config);
-                    let _ = judge(&guard, &previous, chain);
+                    let _ = judge(&guard, &previous, chain, headers);
                     guard
                 },
-                |guard: &mut Guard| black_box(judge(guard, black_box(&current), chain)),
+                |guard: &mut Guard| black_box(judge(guard, black_box(&current), chain, headers)),
                 BatchSize::LargeInput,
             )
         });
     }
-    // No header names the session: the key comes from the body fields read
-    // during the parse, or the fingerprint. `body_ids_rescan` is what reading
-    // those fields cost when it took a second scan of the body (removed).
-    let no_header = HeaderMap::new();
-    group.bench_function("after_chain_parse_and_guard_no_session_header", |b| {
-        b.iter_batched_ref(
-            || {
-                let guard = Guard::new(&config);
-                let parsed =
-                    guard.parse_request(Dialect::OpenaiChat, &route.prefix, &no_header, None, &previous);
-                if let Ok(parsed) = parsed {
-                    let view = RequestView {
-                        route: &route,
-                        dialect: Dialect::OpenaiChat,
-                        path: "/v1/chat/completions",
-                        query: None,
-                        headers: &no_header,
-                        decoded: &previous,
-                        parsed: &parsed,
-                    };
-                    let _ = guard.on_request(&config, &view);
-                }
-                guard
-            },
-            |guard: &mut Guard| {
-                let parsed =
-                    guard.parse_request(Dialect::OpenaiChat, &route.prefix, &no_header, None, &current);
-                parsed.ok().map(|parsed| {
-                    let view = RequestView {
-                        route: &route,
-                        dialect: Dialect::OpenaiChat,
-                        path: "/v1/chat/completions",
-                        query: None,
-                        headers: &no_header,
-                        decoded: &current,
-                        parsed: &parsed,
-                    };
-                    black_box(guard.on_request(&config, &view).1)
-                })
-            },
-            BatchSize::LargeInput,
-        )
-    });
+    // What reading the session body fields cost when it took a second scan
+    // of the body (removed: they are read during the parse).
     group.bench_function("body_ids_rescan", |b| {
         b.iter(|| black_box(serde_json::from_slice::<loopguard::dialect::BodyIds>(black_box(&current)).ok()))
     });

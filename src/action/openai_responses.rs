@@ -216,6 +216,14 @@ pub fn block_whole(state: &StreamState, message_text: &str) -> Option<Vec<u8>> {
     Some(completed(base, output).to_string().into_bytes())
 }
 
+/// The `sequence_number` loopguard's first event takes: the first held
+/// event's, else the one after the last the client received.
+fn first_sequence(state: &StreamState, held_sequence: Option<u64>) -> u64 {
+    held_sequence
+        .or_else(|| state.last_sequence.map(|s| s.saturating_add(1)))
+        .unwrap_or(0)
+}
+
 /// The response object a stream ending completes: the upstream's terminal
 /// one, else the one it opened with, else a made-up one.
 fn base_of(state: &StreamState) -> Value {
@@ -237,9 +245,7 @@ pub fn block_stream_ending(
     held_index: Option<u32>,
     message_text: &str,
 ) -> Vec<u8> {
-    let sequence = held_sequence
-        .or_else(|| state.last_sequence.map(|s| s.saturating_add(1)))
-        .unwrap_or(0);
+    let sequence = first_sequence(state, held_sequence);
     let index = held_index.unwrap_or_else(|| state.max_output_index.map_or(0, |m| m.saturating_add(1)));
     let mut output: Vec<Value> = state
         .done_items
@@ -288,9 +294,7 @@ pub fn stream_error_event(
     held_index: Option<u32>,
     message_text: &str,
 ) -> Vec<u8> {
-    let sequence = held_sequence
-        .or_else(|| state.last_sequence.map(|s| s.saturating_add(1)))
-        .unwrap_or(0);
+    let sequence = first_sequence(state, held_sequence);
     let mut w = Writer::new(sequence);
     w.emit(
         "error",

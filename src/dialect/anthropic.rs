@@ -230,9 +230,7 @@ impl ResponseParser {
     /// [`DialectError::Json`] when the payload is not JSON,
     /// [`DialectError::Shape`] when it is not an object.
     pub fn payload(&mut self, payload: &str, out: &mut Vec<StreamEvent>) -> Result<(), DialectError> {
-        let Value::Object(event) = serde_json::from_str(payload)? else {
-            return Err(DialectError::Shape("payload is not a JSON object".to_owned()));
-        };
+        let event = super::payload_object(payload)?;
         let index = event
             .get("index")
             .and_then(Value::as_u64)

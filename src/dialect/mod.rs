@@ -195,6 +195,20 @@ pub(crate) fn json_object(body: &[u8]) -> Result<serde_json::Map<String, serde_j
     }
 }
 
+/// A response payload as a JSON object.
+///
+/// # Errors
+/// [`DialectError::Json`] when it is not JSON, [`DialectError::Shape`] when
+/// it is not an object.
+pub(crate) fn payload_object(
+    payload: &str,
+) -> Result<serde_json::Map<String, serde_json::Value>, DialectError> {
+    match serde_json::from_str(payload)? {
+        serde_json::Value::Object(event) => Ok(event),
+        _ => Err(DialectError::Shape("payload is not a JSON object".to_owned())),
+    }
+}
+
 /// The two events of a tool call that arrived whole (a non-streaming
 /// answer): its arguments as one delta, then its completion.
 pub(crate) fn push_whole_call(out: &mut Vec<StreamEvent>, index: u32, call: crate::transcript::ToolCall) {
