@@ -93,7 +93,8 @@ impl Dialect {
 
     /// Splits a request body into its envelope and raw history items, for
     /// the incremental parse (see [`split`]); `None` for a dialect without
-    /// a split, whose requests always get [`Dialect::parse_request`].
+    /// a split (every dialect has one today), whose requests would always get
+    /// [`Dialect::parse_request`].
     ///
     /// # Errors
     /// [`DialectError`] when the body does not split; callers fall back to
@@ -103,9 +104,7 @@ impl Dialect {
             Self::OpenaiChat => Some(openai_chat::split_request(body)),
             Self::Gemini => Some(gemini::split_request(body)),
             Self::Anthropic => Some(anthropic::split_request(body)),
-            // Not split: consecutive items merge into one turn, so an item's
-            // parse depends on its neighbours; every request gets the full parse.
-            Self::OpenaiResponses => None,
+            Self::OpenaiResponses => Some(openai_responses::split_request(body)),
         }
     }
 

@@ -18,6 +18,7 @@ use std::collections::HashMap;
 
 use serde_json::{Map, Value};
 
+use super::split::{HistoryItem, SplitRequest, assemble, split_object};
 use super::{DialectError, ParsedRequest, StreamEvent};
 use crate::transcript::{Arguments, Message, ResultContent, Role, ToolCall, ToolResult, Transcript};
 
@@ -103,61 +104,92 @@ pub struct ResponsesRequest {
 /// when it is not an object or `input` is neither a string nor an array.
 pub fn parse_request(body: &[u8]) -> Result<ParsedRequest, DialectError> {
     let root = super::json_object(body)?;
-    let mut transcript = Transcript {
-        tools: declared_tools(&root),
-        ..Transcript::default()
-    };
-    let mut system_parts: Vec<String> = root
-        .get("instructions")
-        .and_then(Value::as_str)
-        .filter(|s| !s.is_empty())
-        .map(str::to_owned)
-        .into_iter()
-        .collect();
-    let mut summarizer = false;
+    let mut parsed = head(&root);
     match root.get("input") {
-        Some(Value::String(text)) => transcript.messages.push(Message::text(Role::User, text.clone())),
-        Some(Value::Array(items)) => {
-            let mut names: HashMap<String, String> = HashMap::new();
-            for item in items {
-                summarizer |= item_input(item, &mut transcript, &mut system_parts, &mut names);
-            }
+        Some(Value::String(text)) => {
+            parsed
+                .transcript
+                .messages
+                .push(Message::text(Role::User, text.clone()));
+            Ok(parsed)
         }
-        None | Some(Value::Null) => {}
-        Some(_) => {
-            return Err(DialectError::Shape(
-                "`input` is neither a string nor an array".to_owned(),
-            ));
-        }
+        Some(Value::Array(items)) => Ok(assemble(parsed, parse_items(&[], items))),
+        None | Some(Value::Null) => Ok(parsed),
+        Some(_) => Err(DialectError::Shape(
+            "`input` is neither a string nor an array".to_owned(),
+        )),
     }
-    transcript.system = system_parts.join("\n");
+}
+
+/// Splits a request body into its envelope and its raw `input[]` items (see
+/// [`super::split`]); the items parse as in [`parse_request`].
+///
+/// # Errors
+/// As [`split_object`] (an `input` string does not split): the caller falls
+/// back to [`parse_request`].
+pub fn split_request(body: &[u8]) -> Result<SplitRequest<'_>, DialectError> {
+    let (envelope, items) = split_object(body, "input")?;
+    Ok(SplitRequest::new(head(&envelope), items, parse_items))
+}
+
+/// Everything but the history: `instructions`, declared tools, flags.
+fn head(root: &Map<String, Value>) -> ParsedRequest {
     let previous_response_id = root
         .get("previous_response_id")
         .and_then(Value::as_str)
         .map(str::to_owned);
     let conversation = root.get("conversation").is_some_and(|c| !c.is_null());
     let store = root.get("store").and_then(Value::as_bool) == Some(true);
-    Ok(ParsedRequest {
-        transcript,
+    ParsedRequest {
+        transcript: Transcript {
+            system: root
+                .get("instructions")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned(),
+            tools: declared_tools(root),
+            ..Transcript::default()
+        },
         stream: root.get("stream").and_then(Value::as_bool).unwrap_or(false),
         include_usage: false,
         model: root.get("model").and_then(Value::as_str).map(str::to_owned),
-        summarizer,
+        summarizer: false,
         responses: Some(ResponsesRequest {
             stateful: previous_response_id.is_some() || conversation || store,
             previous_response_id,
         }),
-        ids: super::BodyIds::of(&root),
-    })
+        ids: super::BodyIds::of(root),
+    }
 }
 
-/// Adds one `input` item to the transcript; `true` for a `compaction_trigger`.
-fn item_input(
-    item: &Value,
-    transcript: &mut Transcript,
-    system_parts: &mut Vec<String>,
-    names: &mut HashMap<String, String>,
-) -> bool {
+/// Parses `input` items, given the parses of the items before them
+/// (`before`: whether a turn came already, and the calls that name the tool
+/// of a later output). Model items and call outputs are [`HistoryItem::Part`]s,
+/// so consecutive ones form one turn.
+fn parse_items(before: &[HistoryItem], items: &[Value]) -> Vec<HistoryItem> {
+    let mut any_turn = before.iter().any(|i| !i.messages().is_empty());
+    let mut names: HashMap<String, String> = HashMap::new();
+    for call in before
+        .iter()
+        .flat_map(HistoryItem::messages)
+        .flat_map(|m| &m.tool_calls)
+    {
+        if let Some(id) = &call.id {
+            names.insert(id.clone(), call.name.clone());
+        }
+    }
+    let mut out = Vec::with_capacity(items.len());
+    for item in items {
+        let parsed = item_input(item, any_turn, &mut names);
+        any_turn |= !parsed.messages().is_empty();
+        out.push(parsed);
+    }
+    out
+}
+
+/// One `input` item. Leading `system` / `developer` messages (before any
+/// turn, `any_turn` false) are system text.
+fn item_input(item: &Value, any_turn: bool, names: &mut HashMap<String, String>) -> HistoryItem {
     let role = item.get("role").and_then(Value::as_str);
     let kind = item
         .get("type")
@@ -165,26 +197,20 @@ fn item_input(
         .unwrap_or(if role.is_some() { "message" } else { "" });
     if kind == "message" {
         let text = content_text(item.get("content"));
-        match role.unwrap_or("user") {
-            "system" | "developer" if transcript.messages.is_empty() => system_parts.push(text),
-            "user" => transcript.messages.push(Message::text(Role::User, text)),
-            "assistant" => {
-                let turn = assistant_turn(transcript);
-                if !turn.text.is_empty() && !text.is_empty() {
-                    turn.text.push('\n');
-                }
-                turn.text.push_str(&text);
-            }
-            _ => transcript.messages.push(Message::text(Role::System, text)),
-        }
-        return false;
+        return match role.unwrap_or("user") {
+            "system" | "developer" if !any_turn => HistoryItem::System(text),
+            "user" => HistoryItem::Message(Message::text(Role::User, text)),
+            "assistant" => HistoryItem::Part(Message::text(Role::Assistant, text)),
+            _ => HistoryItem::Message(Message::text(Role::System, text)),
+        };
     }
     if let Some(call) = call_of(item) {
         if let Some(id) = &call.id {
             names.insert(id.clone(), call.name.clone());
         }
-        assistant_turn(transcript).tool_calls.push(call);
-        return false;
+        let mut turn = Message::text(Role::Assistant, "");
+        turn.tool_calls.push(call);
+        return HistoryItem::Part(turn);
     }
     if let Some(call_kind) = kind.strip_suffix("_output") {
         if is_client_call(call_kind) {
@@ -200,44 +226,22 @@ fn item_input(
                 Some(other) => ResultContent::Json(other.clone()),
                 None => ResultContent::Text(String::new()),
             };
-            tool_turn(transcript).tool_results.push(ToolResult {
+            let mut turn = Message::text(Role::Tool, "");
+            turn.tool_results.push(ToolResult {
                 call_id,
                 name,
                 content,
                 is_error: false,
             });
+            return HistoryItem::Part(turn);
         }
-        return false;
     }
     match kind {
-        "compaction" => transcript.compactions += 1,
-        "compaction_trigger" => return true,
+        "compaction" => HistoryItem::Compaction,
+        "compaction_trigger" => HistoryItem::Summarize,
         // reasoning, item_reference, server-side tool items: opaque here.
-        _ => {}
+        _ => HistoryItem::Messages(Vec::new()),
     }
-    false
-}
-
-/// The assistant turn being built (a new one unless the last message is one).
-fn assistant_turn(transcript: &mut Transcript) -> &mut Message {
-    if transcript
-        .messages
-        .last()
-        .is_none_or(|m| m.role != Role::Assistant)
-    {
-        transcript.messages.push(Message::text(Role::Assistant, ""));
-    }
-    let last = transcript.messages.len() - 1;
-    &mut transcript.messages[last]
-}
-
-/// The tool-result turn being built (a new one unless the last message is one).
-fn tool_turn(transcript: &mut Transcript) -> &mut Message {
-    if transcript.messages.last().is_none_or(|m| m.role != Role::Tool) {
-        transcript.messages.push(Message::text(Role::Tool, ""));
-    }
-    let last = transcript.messages.len() - 1;
-    &mut transcript.messages[last]
 }
 
 /// Tool names: `tools[].name`, else the tool's `type` (`local_shell`, `web_search`, …).

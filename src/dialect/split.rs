@@ -33,14 +33,24 @@ pub enum HistoryItem {
     /// Several turns from one item (an Anthropic user message carrying tool
     /// results and text becomes a tool turn and a user turn).
     Messages(Vec<Message>),
+    /// A part of the turn before it when that turn has the same role (its
+    /// text joined on a new line, its calls and results appended), a turn of
+    /// its own otherwise: OpenAI Responses items, where consecutive model
+    /// items are one assistant turn and consecutive call outputs one tool turn.
+    Part(Message),
+    /// An opaque compaction item (counted in `Transcript::compactions`).
+    Compaction,
+    /// A request to summarise the history (a Responses `compaction_trigger`
+    /// item): the request is a summarizer request.
+    Summarize,
 }
 
 impl HistoryItem {
     /// The turns this item made.
     pub fn messages(&self) -> &[Message] {
         match self {
-            Self::System(_) => &[],
-            Self::Message(message) => std::slice::from_ref(message),
+            Self::System(_) | Self::Compaction | Self::Summarize => &[],
+            Self::Message(message) | Self::Part(message) => std::slice::from_ref(message),
             Self::Messages(messages) => messages,
         }
     }
@@ -87,18 +97,35 @@ impl<'a> SplitRequest<'a> {
     }
 }
 
-/// The request: `head` with the items' messages, and the items' system texts
-/// (joined by newlines) as its system text when there are any.
+/// The request: `head` with the items' messages, and the items' system
+/// texts joined by newlines after the head's own (Responses `instructions`).
 pub fn assemble(mut head: ParsedRequest, items: impl IntoIterator<Item = HistoryItem>) -> ParsedRequest {
     let mut system: Vec<String> = Vec::new();
+    let messages = &mut head.transcript.messages;
     for item in items {
         match item {
             HistoryItem::System(text) => system.push(text),
-            HistoryItem::Message(message) => head.transcript.messages.push(message),
-            HistoryItem::Messages(messages) => head.transcript.messages.extend(messages),
+            HistoryItem::Message(message) => messages.push(message),
+            HistoryItem::Messages(turns) => messages.extend(turns),
+            HistoryItem::Part(part) => match messages.last_mut() {
+                Some(last) if last.role == part.role => {
+                    if !last.text.is_empty() && !part.text.is_empty() {
+                        last.text.push('\n');
+                    }
+                    last.text.push_str(&part.text);
+                    last.tool_calls.extend(part.tool_calls);
+                    last.tool_results.extend(part.tool_results);
+                }
+                _ => messages.push(part),
+            },
+            HistoryItem::Compaction => head.transcript.compactions += 1,
+            HistoryItem::Summarize => head.summarizer = true,
         }
     }
     if !system.is_empty() {
+        if !head.transcript.system.is_empty() {
+            system.insert(0, std::mem::take(&mut head.transcript.system));
+        }
         head.transcript.system = system.join("\n");
     }
     head

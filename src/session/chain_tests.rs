@@ -33,6 +33,13 @@ fn anthropic(messages: &[Value]) -> Vec<u8> {
     .into_bytes()
 }
 
+fn responses(input: &[Value]) -> Vec<u8> {
+    json!({"model": "gpt-5", "instructions": "be brief", "input": input, "store": false,
+        "tools": [{"type": "function", "name": "exec_command"}]})
+    .to_string()
+    .into_bytes()
+}
+
 /// Parses `body` through the store, asserts the full parse gives the same,
 /// and returns how many items were reused.
 fn check(store: &ChainStore, dialect: Dialect, body: &[u8]) -> usize {
@@ -327,6 +334,24 @@ fn anthropic_message() -> impl Strategy<Value = Value> + Clone {
     ]
 }
 
+fn responses_item() -> impl Strategy<Value = Value> + Clone {
+    let text = prop::sample::select(vec!["", "a", "b\nc"]);
+    let id = prop::sample::select(vec!["c1", "c2"]);
+    prop_oneof![
+        text.clone().prop_map(|t| json!({"role": "user", "content": t})),
+        text.clone().prop_map(|t| json!({"type": "message", "role": "developer", "content": [{"type": "input_text", "text": t}]})),
+        text.clone().prop_map(|t| json!({"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": t}]})),
+        (text.clone(), id.clone()).prop_map(|(t, id)| json!({"type": "function_call", "call_id": id, "name": "exec_command", "arguments": format!("{{\"cmd\":\"{t}\"}}")})),
+        (text.clone(), id.clone()).prop_map(|(t, id)| json!({"type": "function_call_output", "call_id": id, "output": t})),
+        id.prop_map(|id| json!({"type": "custom_tool_call_output", "call_id": id, "output": [{"type": "input_text", "text": "x"}]})),
+        Just(json!({"type": "reasoning", "summary": [], "encrypted_content": "opaque"})),
+        Just(json!({"type": "compaction", "encrypted_content": "opaque"})),
+        Just(json!({"type": "compaction_trigger"})),
+        text.prop_map(|t| json!({"type": "local_shell_call", "call_id": "c3", "action": {"command": [t]}})),
+        Just(json!(null)),
+    ]
+}
+
 /// What happens to the history between two requests.
 #[derive(Debug, Clone)]
 enum Step {
@@ -411,6 +436,15 @@ proptest! {
         steps in steps(anthropic_message()),
     ) {
         run(Dialect::Anthropic, start, steps, anthropic);
+    }
+
+    /// Whatever the history goes through, the chain parse gives the full parse's request (OpenAI Responses).
+    #[test]
+    fn responses_chain_parse_is_the_full_parse(
+        start in prop::collection::vec(responses_item(), 0..6),
+        steps in steps(responses_item()),
+    ) {
+        run(Dialect::OpenaiResponses, start, steps, responses);
     }
 
     /// Whatever the history goes through, the chain parse gives the full parse's request (Gemini).
