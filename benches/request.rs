@@ -53,15 +53,53 @@ fn history(cycles: usize, result_len: usize, code: bool) -> Vec<u8> {
     .into_bytes()
 }
 
+/// The same history as an OpenAI Responses body (Codex's shape): the items
+/// of [`history`]'s messages, calls and outputs as `input` items.
+fn responses_history(cycles: usize, result_len: usize, code: bool) -> Vec<u8> {
+    let chat: serde_json::Value =
+        serde_json::from_slice(&history(cycles, result_len, code)).unwrap_or_default();
+    let mut input = Vec::new();
+    for message in chat["messages"].as_array().into_iter().flatten() {
+        match message["role"].as_str() {
+            Some("assistant") => {
+                for call in message["tool_calls"].as_array().into_iter().flatten() {
+                    input.push(json!({"type": "function_call", "call_id": call["id"], "name": call["function"]["name"],
+                        "arguments": call["function"]["arguments"]}));
+                }
+            }
+            Some("tool") => input.push(
+                json!({"type": "function_call_output", "call_id": message["tool_call_id"],
+                "output": message["content"]}),
+            ),
+            Some(role) => input.push(json!({"type": "message", "role": role, "content": message["content"]})),
+            None => {}
+        }
+    }
+    json!({"model": "m", "stream": true, "store": false, "input": input,
+        "tools": [{"type": "function", "name": "read_file"}]})
+    .to_string()
+    .into_bytes()
+}
+
 fn parse_paths(c: &mut Criterion) {
-    for (name, code) in [("plain", false), ("code", true)] {
-        let previous = history(199, 5_000, code);
-        let current = history(200, 5_000, code);
+    type Body = fn(usize, usize, bool) -> Vec<u8>;
+    for (name, code, dialect, body) in [
+        ("plain", false, Dialect::OpenaiChat, history as Body),
+        ("code", true, Dialect::OpenaiChat, history as Body),
+        (
+            "responses_code",
+            true,
+            Dialect::OpenaiResponses,
+            responses_history as Body,
+        ),
+    ] {
+        let previous = body(199, 5_000, code);
+        let current = body(200, 5_000, code);
         let mut group = c.benchmark_group(format!("parse_1mb_{name}"));
         group.throughput(Throughput::Bytes(current.len() as u64));
         group.bench_function("split_and_hash", |b| {
             b.iter(|| {
-                let split = Dialect::OpenaiChat.split_request(black_box(&current));
+                let split = dialect.split_request(black_box(&current));
                 split
                     .and_then(Result::ok)
                     .map(|s| chain_hashes(1, 2, &s.items).len())
@@ -69,7 +107,7 @@ fn parse_paths(c: &mut Criterion) {
         });
         group.bench_function("before_full_parse", |b| {
             b.iter(|| {
-                Dialect::OpenaiChat
+                dialect
                     .parse_request(black_box(&current))
                     .map(|p| p.transcript.messages.len())
             })
@@ -78,12 +116,12 @@ fn parse_paths(c: &mut Criterion) {
             b.iter_batched_ref(
                 || {
                     let store = ChainStore::new(std::time::Duration::from_secs(60));
-                    let _ = store.parse(Dialect::OpenaiChat, b"scope", &previous);
+                    let _ = store.parse(dialect, b"scope", &previous);
                     store
                 },
                 |store: &mut ChainStore| {
                     store
-                        .parse(Dialect::OpenaiChat, b"scope", black_box(&current))
+                        .parse(dialect, b"scope", black_box(&current))
                         .map(|p| p.transcript.messages.len())
                 },
                 BatchSize::LargeInput,
