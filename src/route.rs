@@ -69,11 +69,16 @@ pub fn provider_of(dialect: Dialect) -> Provider {
 /// URL to use instead of sending it to the wrong upstream.
 ///
 /// "Clearly" means path and headers agree: an Anthropic Messages path with an
-/// `anthropic-version` header, or a Gemini method path with a Gemini API key
-/// (`x-goog-api-key` or `?key=`), arriving on a route of another provider.
+/// `anthropic-version` header (or `…/v1/messages` with Anthropic's `x-api-key`
+/// header; OpenAI's thread messages live at `…/threads/{id}/messages` and
+/// authenticate with a bearer token), or a Gemini method path with a Gemini
+/// API key (`x-goog-api-key` or `?key=`), arriving on a route of another
+/// provider.
 pub fn misrouted(route: &Route, path: &str, query: Option<&str>, headers: &HeaderMap) -> Option<Provider> {
-    let anthropic =
-        path.trim_end_matches('/').ends_with("/messages") && headers.contains_key("anthropic-version");
+    let path_trimmed = path.trim_end_matches('/');
+    let anthropic = path_trimmed.ends_with("/messages")
+        && (headers.contains_key("anthropic-version")
+            || (path_trimmed.ends_with("/v1/messages") && headers.contains_key("x-api-key")));
     if anthropic && route.provider != Provider::Anthropic {
         return Some(Provider::Anthropic);
     }
@@ -182,6 +187,20 @@ mod tests {
             Some(Provider::Anthropic)
         );
         assert_eq!(misrouted(m.route, "/v1/messages", None, &HeaderMap::new()), None);
+        let mut key_only = HeaderMap::new();
+        key_only.insert("x-api-key", http::HeaderValue::from_static("sk-ant-x"));
+        assert_eq!(
+            misrouted(m.route, "/v1/messages", None, &key_only),
+            Some(Provider::Anthropic),
+            "Anthropic's key header alone tells it"
+        );
+        let thread = "/v1/threads/thread_1/messages";
+        let m = resolve(&routes, thread, None).unwrap_or_else(|| panic!("no match"));
+        assert_eq!(
+            misrouted(m.route, thread, None, &key_only),
+            None,
+            "OpenAI thread messages"
+        );
         let m = resolve(&routes, "/v1/models/g:generateContent", Some("key=abc"))
             .unwrap_or_else(|| panic!("no match"));
         assert_eq!(
