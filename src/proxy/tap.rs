@@ -84,6 +84,10 @@ pub struct Meta {
 /// Parses a side copy of one response.
 pub struct Tap {
     meta: Option<Meta>,
+    /// The dialect carries [`Meta`] at the top level of its payloads (OpenAI
+    /// chat, Gemini); the others keep their identity in their parser's state,
+    /// and reading it here would parse every payload twice.
+    wants_meta: bool,
     framer: Framer,
     parser: StreamParser,
     failed: Option<String>,
@@ -119,6 +123,7 @@ impl Tap {
         };
         Self {
             meta: None,
+            wants_meta: matches!(dialect, Dialect::OpenaiChat | Dialect::Gemini),
             framer,
             parser: dialect.stream_parser(),
             failed: None,
@@ -216,7 +221,7 @@ impl Tap {
     }
 
     fn frame(&mut self, end: u64, data: &str) -> Frame {
-        if self.meta.is_none() {
+        if self.wants_meta && self.meta.is_none() {
             if let Ok(meta) = serde_json::from_str::<Meta>(data) {
                 if meta != Meta::default() {
                     self.meta = Some(meta);
@@ -273,7 +278,7 @@ impl Tap {
             Framer::Array(splitter) => splitter.finish().err().map(|e| e.to_string()),
             Framer::Json { buf, .. } => {
                 let text = String::from_utf8_lossy(buf).into_owned();
-                if self.meta.is_none() {
+                if self.wants_meta && self.meta.is_none() {
                     self.meta = serde_json::from_str::<Meta>(&text).ok();
                 }
                 if let Err(e) = self.parser.payload(&text, &mut events) {
