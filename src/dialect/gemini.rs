@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 
 use serde_json::{Map, Value};
 
-use super::split::{HistoryItem, SplitRequest, assemble, split_object};
+use super::split::{HistoryItem, SplitRequest, parse_whole, split_with};
 use super::{DialectError, ParsedRequest, StreamEvent};
 use crate::transcript::{Arguments, Message, ResultContent, Role, ToolCall, ToolResult, Transcript};
 
@@ -32,21 +32,16 @@ const MAX_PATH_INDEX: usize = 100_000;
 /// [`DialectError::Json`] when the body is not JSON; [`DialectError::Shape`]
 /// when it is not an object or has no `contents` array.
 pub fn parse_request(body: &[u8]) -> Result<ParsedRequest, DialectError> {
-    let root = super::json_object(body)?;
-    let Some(contents) = root.get("contents").and_then(Value::as_array) else {
-        return Err(DialectError::Shape("no `contents` array".to_owned()));
-    };
-    Ok(assemble(head(&root), parse_items(&[], contents)))
+    parse_whole(body, "contents", head, parse_items)
 }
 
 /// Splits a request body into its envelope and its raw `contents[]` (see
 /// [`super::split`]); the items parse as in [`parse_request`].
 ///
 /// # Errors
-/// As [`split_object`]: the caller falls back to [`parse_request`].
+/// As [`super::split::split_object`]: the caller falls back to [`parse_request`].
 pub fn split_request(body: &[u8]) -> Result<SplitRequest<'_>, DialectError> {
-    let (envelope, items) = split_object(body, "contents")?;
-    Ok(SplitRequest::new(head(&envelope), items, parse_items))
+    split_with(body, "contents", head, parse_items)
 }
 
 /// Everything but the history: the system instruction and declared tools.

@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde_json::{Map, Value};
 
-use super::split::{HistoryItem, SplitRequest, assemble, split_object};
+use super::split::{HistoryItem, SplitRequest, parse_whole, split_with};
 use super::{DialectError, ParsedRequest, StreamEvent};
 use crate::transcript::{Arguments, Message, ResultContent, Role, ToolCall, ToolResult, Transcript};
 
@@ -26,21 +26,16 @@ use crate::transcript::{Arguments, Message, ResultContent, Role, ToolCall, ToolR
 /// [`DialectError::Json`] when the body is not JSON; [`DialectError::Shape`]
 /// when it is not an object or has no `messages` array.
 pub fn parse_request(body: &[u8]) -> Result<ParsedRequest, DialectError> {
-    let root = super::json_object(body)?;
-    let Some(messages) = root.get("messages").and_then(Value::as_array) else {
-        return Err(DialectError::Shape("no `messages` array".to_owned()));
-    };
-    Ok(assemble(head(&root), parse_items(&[], messages)))
+    parse_whole(body, "messages", head, parse_items)
 }
 
 /// Splits a request body into its envelope and its raw `messages[]` (see
 /// [`super::split`]); the items parse as in [`parse_request`].
 ///
 /// # Errors
-/// As [`split_object`]: the caller falls back to [`parse_request`].
+/// As [`super::split::split_object`]: the caller falls back to [`parse_request`].
 pub fn split_request(body: &[u8]) -> Result<SplitRequest<'_>, DialectError> {
-    let (envelope, items) = split_object(body, "messages")?;
-    Ok(SplitRequest::new(head(&envelope), items, parse_items))
+    split_with(body, "messages", head, parse_items)
 }
 
 /// Everything but the history: flags, model, declared tools.

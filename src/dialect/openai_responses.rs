@@ -18,7 +18,7 @@ use std::collections::HashMap;
 
 use serde_json::{Map, Value};
 
-use super::split::{HistoryItem, SplitRequest, assemble, split_object};
+use super::split::{HistoryItem, SplitRequest, assemble, split_with};
 use super::{DialectError, ParsedRequest, StreamEvent};
 use crate::transcript::{Arguments, Message, ResultContent, Role, ToolCall, ToolResult, Transcript};
 
@@ -125,11 +125,10 @@ pub fn parse_request(body: &[u8]) -> Result<ParsedRequest, DialectError> {
 /// [`super::split`]); the items parse as in [`parse_request`].
 ///
 /// # Errors
-/// As [`split_object`] (an `input` string does not split): the caller falls
+/// As [`super::split::split_object`] (an `input` string does not split): the caller falls
 /// back to [`parse_request`].
 pub fn split_request(body: &[u8]) -> Result<SplitRequest<'_>, DialectError> {
-    let (envelope, items) = split_object(body, "input")?;
-    Ok(SplitRequest::new(head(&envelope), items, parse_items))
+    split_with(body, "input", head, parse_items)
 }
 
 /// Everything but the history: `instructions`, declared tools, flags.

@@ -60,6 +60,45 @@ impl HistoryItem {
 /// item before them, in order (one output per input).
 pub type ItemParser = fn(before: &[HistoryItem], items: &[Value]) -> Vec<HistoryItem>;
 
+/// A dialect's envelope reader: everything but the history (flags, model,
+/// declared tools, system text), with `transcript.messages` empty.
+pub type HeadParser = fn(&Map<String, Value>) -> ParsedRequest;
+
+/// The full parse of a body whose history is its array field `key`: the
+/// envelope by `head`, every item by `parse` — the code the split uses, so
+/// both ways give the same request.
+///
+/// # Errors
+/// [`DialectError::Json`] when the body is not JSON; [`DialectError::Shape`]
+/// when it is not an object or has no `key` array.
+pub fn parse_whole(
+    body: &[u8],
+    key: &str,
+    head: HeadParser,
+    parse: ItemParser,
+) -> Result<ParsedRequest, DialectError> {
+    let root = super::json_object(body)?;
+    let Some(items) = root.get(key).and_then(Value::as_array) else {
+        return Err(DialectError::Shape(format!("no `{key}` array")));
+    };
+    Ok(assemble(head(&root), parse(&[], items)))
+}
+
+/// The split of a body whose history is its array field `key` (see
+/// [`split_object`]), read by `head` and `parse` as [`parse_whole`] does.
+///
+/// # Errors
+/// As [`split_object`]: the caller falls back to the full parse.
+pub fn split_with<'a>(
+    body: &'a [u8],
+    key: &str,
+    head: HeadParser,
+    parse: ItemParser,
+) -> Result<SplitRequest<'a>, DialectError> {
+    let (envelope, items) = split_object(body, key)?;
+    Ok(SplitRequest::new(head(&envelope), items, parse))
+}
+
 /// A request body split into its envelope and its history items.
 #[derive(Debug)]
 pub struct SplitRequest<'a> {
