@@ -216,6 +216,22 @@ pub fn block_whole(state: &StreamState, message_text: &str) -> Option<Vec<u8>> {
     Some(completed(base, output).to_string().into_bytes())
 }
 
+/// The items the client received: those completed before output index
+/// `before` (all of them for `None`).
+fn items_before(state: &StreamState, before: Option<u32>) -> Vec<Value> {
+    state
+        .done_items
+        .iter()
+        .filter(|(i, _)| before.is_none_or(|held| *i < held))
+        .map(|(_, item)| item.clone())
+        .collect()
+}
+
+/// The output index after the last one the stream used.
+fn next_output_index(state: &StreamState) -> u32 {
+    state.max_output_index.map_or(0, |m| m.saturating_add(1))
+}
+
 /// The `sequence_number` loopguard's first event takes: the first held
 /// event's, else the one after the last the client received.
 fn first_sequence(state: &StreamState, held_sequence: Option<u64>) -> u64 {
@@ -245,15 +261,9 @@ pub fn block_stream_ending(
     held_index: Option<u32>,
     message_text: &str,
 ) -> Vec<u8> {
-    let sequence = first_sequence(state, held_sequence);
-    let index = held_index.unwrap_or_else(|| state.max_output_index.map_or(0, |m| m.saturating_add(1)));
-    let mut output: Vec<Value> = state
-        .done_items
-        .iter()
-        .filter(|(i, _)| *i < index)
-        .map(|(_, item)| item.clone())
-        .collect();
-    let mut w = Writer::new(sequence);
+    let index = held_index.unwrap_or_else(|| next_output_index(state));
+    let mut output = items_before(state, Some(index));
+    let mut w = Writer::new(first_sequence(state, held_sequence));
     output.push(w.message_item(index, message_text));
     w.emit(
         "response.completed",
@@ -266,12 +276,11 @@ pub fn block_stream_ending(
 /// message item whose text was streaming gets `note` and is closed (or a new
 /// one carries it), then `response.completed`.
 pub fn cut_ending(state: &StreamState, note: &str) -> Vec<u8> {
-    let sequence = state.last_sequence.map_or(0, |s| s.saturating_add(1));
-    let mut output: Vec<Value> = state.done_items.iter().map(|(_, item)| item.clone()).collect();
-    let mut w = Writer::new(sequence);
+    let mut output = items_before(state, None);
+    let mut w = Writer::new(first_sequence(state, None));
     let item = match &state.open_text {
         Some(open) => w.close_text(open, &format!("\n\n{note}")),
-        None => w.message_item(state.max_output_index.map_or(0, |m| m.saturating_add(1)), note),
+        None => w.message_item(next_output_index(state), note),
     };
     output.push(item);
     w.emit(
@@ -294,8 +303,7 @@ pub fn stream_error_event(
     held_index: Option<u32>,
     message_text: &str,
 ) -> Vec<u8> {
-    let sequence = first_sequence(state, held_sequence);
-    let mut w = Writer::new(sequence);
+    let mut w = Writer::new(first_sequence(state, held_sequence));
     w.emit(
         "error",
         json!({"code": "loop_detected", "message": message_text, "param": null}),
@@ -303,12 +311,7 @@ pub fn stream_error_event(
     let mut response = base_of(state);
     response["status"] = json!("failed");
     response["error"] = json!({"code": "loop_detected", "message": message_text});
-    response["output"] = state
-        .done_items
-        .iter()
-        .filter(|(i, _)| held_index.is_none_or(|held| *i < held))
-        .map(|(_, item)| item.clone())
-        .collect();
+    response["output"] = Value::Array(items_before(state, held_index));
     w.emit("response.failed", json!({"response": response}));
     w.out
 }
