@@ -5,17 +5,11 @@ use serde_json::json;
 use super::*;
 
 fn request(body: Value) -> ParsedRequest {
-    parse_request(body.to_string().as_bytes()).unwrap()
+    crate::dialect::testing::request(crate::dialect::Dialect::Gemini, &body)
 }
 
 fn events(payloads: &[Value]) -> Vec<StreamEvent> {
-    let mut parser = ResponseParser::default();
-    let mut out = Vec::new();
-    for payload in payloads {
-        parser.payload(&payload.to_string(), &mut out).unwrap();
-    }
-    parser.end(&mut out);
-    out
+    crate::dialect::testing::events(crate::dialect::Dialect::Gemini, payloads)
 }
 
 fn parts(parts: Value) -> Value {

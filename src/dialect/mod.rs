@@ -308,6 +308,36 @@ mod tests {
     }
 }
 
+/// Helpers of the dialects' unit tests.
+#[cfg(test)]
+#[expect(clippy::unwrap_used, reason = "test")]
+pub(crate) mod testing {
+    use serde_json::Value;
+
+    use super::{Dialect, ParsedRequest, StreamEvent};
+
+    /// Parses a request body that must parse.
+    pub(crate) fn request(dialect: Dialect, body: &Value) -> ParsedRequest {
+        dialect.parse_request(body.to_string().as_bytes()).unwrap()
+    }
+
+    /// Feeds payloads (JSON values, or a string sent as is, such as
+    /// `[DONE]`) that must parse, then ends the response.
+    pub(crate) fn events(dialect: Dialect, payloads: &[Value]) -> Vec<StreamEvent> {
+        let mut parser = dialect.stream_parser();
+        let mut out = Vec::new();
+        for payload in payloads {
+            let text = match payload {
+                Value::String(text) => text.clone(),
+                other => other.to_string(),
+            };
+            parser.payload(&text, &mut out).unwrap();
+        }
+        parser.end(&mut out);
+        out
+    }
+}
+
 /// No body or payload, however odd, makes a parser panic: JSON built from
 /// the field names the dialects read, at random shapes and types.
 #[cfg(test)]

@@ -5,22 +5,11 @@ use serde_json::json;
 use super::*;
 
 fn request(body: Value) -> ParsedRequest {
-    parse_request(body.to_string().as_bytes()).unwrap()
+    crate::dialect::testing::request(crate::dialect::Dialect::OpenaiChat, &body)
 }
 
-/// Feeds payloads (JSON values, or `[DONE]` as a string) and ends the response.
 fn events(payloads: &[Value]) -> Vec<StreamEvent> {
-    let mut parser = ResponseParser::default();
-    let mut out = Vec::new();
-    for payload in payloads {
-        let text = match payload {
-            Value::String(s) => s.clone(),
-            other => other.to_string(),
-        };
-        parser.payload(&text, &mut out).unwrap();
-    }
-    parser.end(&mut out);
-    out
+    crate::dialect::testing::events(crate::dialect::Dialect::OpenaiChat, payloads)
 }
 
 fn completed(events: &[StreamEvent]) -> Vec<(u32, u32, Option<String>, String, Arguments)> {

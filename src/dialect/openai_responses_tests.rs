@@ -3,17 +3,11 @@ use serde_json::{Value, json};
 use super::*;
 
 fn request(body: Value) -> ParsedRequest {
-    parse_request(body.to_string().as_bytes()).unwrap()
+    crate::dialect::testing::request(crate::dialect::Dialect::OpenaiResponses, &body)
 }
 
 fn events(payloads: &[Value]) -> Vec<StreamEvent> {
-    let mut parser = ResponseParser::default();
-    let mut out = Vec::new();
-    for p in payloads {
-        parser.payload(&p.to_string(), &mut out).unwrap();
-    }
-    parser.end(&mut out);
-    out
+    crate::dialect::testing::events(crate::dialect::Dialect::OpenaiResponses, payloads)
 }
 
 #[test]
