@@ -383,48 +383,6 @@ fn responses_calls_executed(requests: &[&Value]) -> usize {
     })
 }
 
-#[test]
-fn codex_on_its_own_runs_all_thirty_identical_calls() {
-    require_cli("codex");
-    let (mock, lg) = setup("codex", false);
-    let run = run_agent("codex.sh", &format!("{}/v1", lg.url()));
-    assert!(run.status.success(), "{}", run.describe());
-    let messages = codex_messages(&run);
-    assert_eq!(
-        messages.last().map(String::as_str),
-        Some("Done looping."),
-        "{}",
-        run.describe()
-    );
-    assert!(!run.stdout.contains("[loopguard]"), "{}", run.describe());
-    let requests = recorded(&mock);
-    let loop_reqs = loop_requests(&requests);
-    assert_eq!(loop_reqs.len(), 31, "30 tool turns and the final text turn");
-    assert_eq!(responses_calls_executed(&loop_reqs), 30);
-    assert!(requests.iter().all(|(path, _)| path.ends_with("/responses")));
-}
-
-#[test]
-fn codex_is_stopped_by_loopguard_at_the_fifth_identical_call() {
-    require_cli("codex");
-    let (mock, lg) = setup("codex", true);
-    let run = run_agent("codex.sh", &format!("{}/v1", lg.url()));
-    assert!(run.status.success(), "{}", run.describe());
-    let messages = codex_messages(&run);
-    assert!(
-        messages.last().is_some_and(|m| m.starts_with(
-            "[loopguard] identical_call (critical, count 5): `exec_command` with {\"cmd\":\"cat hello.txt\"}"
-        )),
-        "{}",
-        run.describe()
-    );
-    assert!(!run.stdout.contains("Done looping."), "{}", run.describe());
-    let requests = recorded(&mock);
-    let loop_reqs = loop_requests(&requests);
-    assert_eq!(responses_calls_executed(&loop_reqs), 4);
-    assert_stopped_at_fifth(&lg, &loop_reqs, "[loopguard] identical_call (warning");
-}
-
 /// Claude Code's final `result` event.
 fn claude_result(run: &Run) -> Value {
     json_lines(run)
@@ -448,37 +406,107 @@ fn anthropic_calls_executed(requests: &[&Value]) -> usize {
     })
 }
 
-#[test]
-fn claude_code_on_its_own_runs_all_thirty_identical_calls() {
-    require_cli("claude");
-    let (mock, lg) = setup("claude", false);
-    let run = run_agent("claude.sh", &format!("{}/anthropic", lg.url()));
+/// A headless agent whose run ends with one final message (Codex, Claude Code).
+struct Agent {
+    /// Its CLI in `tests/agents/node_modules/.bin`.
+    cli: &'static str,
+    /// Its directory under `tests/agents` (script.json) and run script.
+    name: &'static str,
+    script: &'static str,
+    /// The route it is pointed at, after loopguard's URL.
+    route: &'static str,
+    /// What every path it calls ends with.
+    path: &'static str,
+    /// The run's final message (`None` when it reported an error).
+    final_message: fn(&Run) -> Option<String>,
+    /// Calls executed, from the loop requests.
+    executed: fn(&[&Value]) -> usize,
+}
+
+const CODEX: Agent = Agent {
+    cli: "codex",
+    name: "codex",
+    script: "codex.sh",
+    route: "/v1",
+    path: "/responses",
+    final_message: |run| codex_messages(run).pop(),
+    executed: responses_calls_executed,
+};
+
+const CLAUDE_CODE: Agent = Agent {
+    cli: "claude",
+    name: "claude",
+    script: "claude.sh",
+    route: "/anthropic",
+    path: "/v1/messages",
+    final_message: |run| {
+        let result = claude_result(run);
+        (result["is_error"] == false)
+            .then(|| result["result"].as_str().map(str::to_owned))
+            .flatten()
+    },
+    executed: anthropic_calls_executed,
+};
+
+/// Without detection the agent runs all 30 identical calls the mock asks
+/// for, then prints the mock's final text.
+fn runs_all_thirty_on_its_own(agent: &Agent) {
+    require_cli(agent.cli);
+    let (mock, lg) = setup(agent.name, false);
+    let run = run_agent(agent.script, &format!("{}{}", lg.url(), agent.route));
     assert!(run.status.success(), "{}", run.describe());
-    let result = claude_result(&run);
-    assert_eq!(result["result"], "Done looping.", "{}", run.describe());
+    assert_eq!(
+        (agent.final_message)(&run).as_deref(),
+        Some("Done looping."),
+        "{}",
+        run.describe()
+    );
+    assert!(!run.stdout.contains("[loopguard]"), "{}", run.describe());
     let requests = recorded(&mock);
     let loop_reqs = loop_requests(&requests);
     assert_eq!(loop_reqs.len(), 31, "30 tool turns and the final text turn");
-    assert_eq!(anthropic_calls_executed(&loop_reqs), 30);
-    assert!(requests.iter().all(|(path, _)| path.ends_with("/v1/messages")));
+    assert_eq!((agent.executed)(&loop_reqs), 30);
+    assert!(requests.iter().all(|(path, _)| path.ends_with(agent.path)));
+}
+
+/// Through loopguard the agent runs 4 calls and its run ends (exit 0) with
+/// loopguard's explanation, which starts with `explanation`.
+fn is_stopped_at_the_fifth(agent: &Agent, explanation: &str) {
+    require_cli(agent.cli);
+    let (mock, lg) = setup(agent.name, true);
+    let run = run_agent(agent.script, &format!("{}{}", lg.url(), agent.route));
+    assert!(run.status.success(), "{}", run.describe());
+    let message = (agent.final_message)(&run).unwrap_or_default();
+    assert!(message.starts_with(explanation), "{}", run.describe());
+    assert!(!run.stdout.contains("Done looping."), "{}", run.describe());
+    let requests = recorded(&mock);
+    let loop_reqs = loop_requests(&requests);
+    assert_eq!((agent.executed)(&loop_reqs), 4);
+    assert_stopped_at_fifth(&lg, &loop_reqs, "[loopguard] identical_call (warning");
+}
+
+#[test]
+fn codex_on_its_own_runs_all_thirty_identical_calls() {
+    runs_all_thirty_on_its_own(&CODEX);
+}
+
+#[test]
+fn codex_is_stopped_by_loopguard_at_the_fifth_identical_call() {
+    is_stopped_at_the_fifth(
+        &CODEX,
+        "[loopguard] identical_call (critical, count 5): `exec_command` with {\"cmd\":\"cat hello.txt\"}",
+    );
+}
+
+#[test]
+fn claude_code_on_its_own_runs_all_thirty_identical_calls() {
+    runs_all_thirty_on_its_own(&CLAUDE_CODE);
 }
 
 #[test]
 fn claude_code_is_stopped_by_loopguard_at_the_fifth_identical_call() {
-    require_cli("claude");
-    let (mock, lg) = setup("claude", true);
-    let run = run_agent("claude.sh", &format!("{}/anthropic", lg.url()));
-    assert!(run.status.success(), "{}", run.describe());
-    let result = claude_result(&run);
-    let text = result["result"].as_str().unwrap_or_default();
-    assert!(
-        text.starts_with("[loopguard] identical_call (critical, count 5): `Bash` with "),
-        "{}",
-        run.describe()
+    is_stopped_at_the_fifth(
+        &CLAUDE_CODE,
+        "[loopguard] identical_call (critical, count 5): `Bash` with ",
     );
-    assert_eq!(result["is_error"], false);
-    let requests = recorded(&mock);
-    let loop_reqs = loop_requests(&requests);
-    assert_eq!(anthropic_calls_executed(&loop_reqs), 4);
-    assert_stopped_at_fifth(&lg, &loop_reqs, "[loopguard] identical_call (warning");
 }
