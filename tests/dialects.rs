@@ -15,9 +15,21 @@ fn payloads(body: &str) -> Vec<Value> {
         .collect()
 }
 
-fn chanting_script() -> String {
+/// Posts `body` to `path` against a mock whose answer degenerates into one
+/// repeated line; returns the whole answer, which must end cleanly.
+async fn chanting_answer(lg: &common::Proc, path: &str, body: &'static str) -> String {
     let chant = "I will check the configuration file again now.\n".repeat(200);
-    json!({"turns": [{"text": chant}]}).to_string()
+    let script = json!({"turns": [{"text": chant}]}).to_string();
+    let response = post(
+        format!("{}{path}", lg.url()),
+        &[("x-mock-script", script.as_str()), ("x-mock-pace-ms", "2")],
+        body,
+    )
+    .await;
+    response
+        .text()
+        .await
+        .unwrap_or_else(|e| panic!("a clean end was expected: {e}"))
 }
 
 /// A Responses stream that degenerates into a repeated line is cut: the
@@ -26,17 +38,12 @@ fn chanting_script() -> String {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_chanting_responses_stream_is_cut_and_completed() {
     let (mock, lg) = pair("");
-    let script = chanting_script();
-    let response = post(
-        format!("{}/v1/responses", lg.url()),
-        &[("x-mock-script", script.as_str()), ("x-mock-pace-ms", "2")],
+    let text = chanting_answer(
+        &lg,
+        "/v1/responses",
         r#"{"model":"m","stream":true,"input":"hi"}"#,
     )
     .await;
-    let text = response
-        .text()
-        .await
-        .unwrap_or_else(|e| panic!("a clean end was expected: {e}"));
     let events = payloads(&text);
     let last = events.last().cloned().unwrap_or_default();
     assert_eq!(last["type"], "response.completed", "{text}");
@@ -73,17 +80,12 @@ async fn a_chanting_responses_stream_is_cut_and_completed() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_chanting_anthropic_stream_is_cut_and_ended() {
     let (mock, lg) = pair("");
-    let script = chanting_script();
-    let response = post(
-        format!("{}/anthropic/v1/messages", lg.url()),
-        &[("x-mock-script", script.as_str()), ("x-mock-pace-ms", "2")],
+    let text = chanting_answer(
+        &lg,
+        "/anthropic/v1/messages",
         r#"{"model":"m","stream":true,"max_tokens":100,"messages":[{"role":"user","content":"hi"}]}"#,
     )
     .await;
-    let text = response
-        .text()
-        .await
-        .unwrap_or_else(|e| panic!("a clean end was expected: {e}"));
     let events = payloads(&text);
     let kinds: Vec<&str> = events.iter().filter_map(|e| e["type"].as_str()).collect();
     assert_eq!(
