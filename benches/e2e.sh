@@ -19,25 +19,8 @@ TTFB_N="${TTFB_N:-200}"       # streaming requests per path for time-to-first-by
 OHA="${OHA:-$(command -v oha || echo /work/tools/bin/oha)}"
 [ -x "$OHA" ] || { echo "oha not found: cargo install oha --locked" >&2; exit 1; }
 
-if [ -z "${BIN:-}" ]; then
-  cargo build --release --locked --quiet
-  BIN="${CARGO_TARGET_DIR:-target}/release/loopguard"
-fi
-WORK="$(mktemp -d)"
-trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$WORK"' EXIT
-
-"$BIN" mock-upstream --listen 127.0.0.1:0 >"$WORK/mock.out" 2>/dev/null &
-sleep 0.5
-MOCK="http://$(sed -n 's/.*listening on //p' "$WORK/mock.out")"
-cat >"$WORK/lg.toml" <<TOML
-[server]
-listen = "127.0.0.1:0"
-admin_listen = "127.0.0.1:0"
-[[routes]]
-prefix = "/v1"
-provider = "openai"
-upstream = "$MOCK"
-TOML
+. benches/common.sh # (the script runs from the repository root)
+bench_setup
 LOOPGUARD_LOG=warn "$BIN" serve --config "$WORK/lg.toml" >"$WORK/lg.out" 2>"$WORK/lg.err" &
 LG_PID=$!
 sleep 0.5

@@ -27,26 +27,8 @@ TURNS="${TURNS:-60}"
 CYCLES="${CYCLES:-200}"
 RESULT_LEN="${RESULT_LEN:-5000}"
 
-if [ -z "${BIN:-}" ]; then
-  cargo build --release --locked --quiet
-  BIN="${CARGO_TARGET_DIR:-target}/release/loopguard"
-fi
-WORK="$(mktemp -d)"
-trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$WORK"' EXIT
-
-"$BIN" mock-upstream --listen 127.0.0.1:0 >"$WORK/mock.out" 2>/dev/null &
-sleep 0.5
-MOCK="http://$(sed -n 's/.*listening on //p' "$WORK/mock.out")"
-cat >"$WORK/lg.toml" <<TOML
-[server]
-listen = "127.0.0.1:0"
-admin_listen = "127.0.0.1:0"
-max_request_bytes = 67108864
-[[routes]]
-prefix = "/v1"
-provider = "openai"
-upstream = "$MOCK"
-TOML
+. benches/common.sh # (the script runs from the repository root)
+bench_setup 'max_request_bytes = 67108864'
 
 start_lg() { # binary, name: started in this shell, so that the EXIT trap stops it
   LOOPGUARD_LOG=info "$1" serve --config "$WORK/lg.toml" >"$WORK/$2.out" 2>"$WORK/$2.err" &
