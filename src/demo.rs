@@ -9,10 +9,11 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 
 use crate::config::{self, Config};
+use crate::dialect::Mode;
 use crate::dialect::{Dialect, StreamEvent};
 use crate::guard::Guard;
 use crate::mock::script::Script;
-use crate::proxy::tap::{Framing, Tap};
+use crate::proxy::tap::Tap;
 
 const RESULT: &str = "Cargo.toml\nREADME.md\nsrc/";
 
@@ -76,7 +77,7 @@ async fn turn(
             calls: Vec::new(),
         });
     }
-    let mut tap = Tap::new(dialect, Framing::Sse, usize::MAX);
+    let mut tap = Tap::new(dialect, Mode::Sse, usize::MAX);
     let mut frames = Vec::new();
     tap.feed(&bytes, &mut frames);
     let _ = tap.finish(bytes.len() as u64, &mut frames);
@@ -103,45 +104,6 @@ async fn turn(
     })
 }
 
-fn add_turn(dialect: Dialect, body: &mut Value, n: usize, name: &str, args: &str) {
-    let args_value: Value = serde_json::from_str(args).unwrap_or(json!({}));
-    match dialect {
-        Dialect::OpenaiChat => {
-            if let Some(messages) = body["messages"].as_array_mut() {
-                let id = format!("call_{n}");
-                messages.push(json!({"role": "assistant", "content": null, "tool_calls": [
-                    {"id": id, "type": "function", "function": {"name": name, "arguments": args}}]}));
-                messages.push(json!({"role": "tool", "tool_call_id": id, "content": RESULT}));
-            }
-        }
-        Dialect::Gemini => {
-            if let Some(contents) = body["contents"].as_array_mut() {
-                contents.push(
-                    json!({"role": "model", "parts": [{"functionCall": {"name": name, "args": args_value}}]}),
-                );
-                contents.push(json!({"role": "user", "parts": [
-                    {"functionResponse": {"name": name, "response": {"output": RESULT}}}]}));
-            }
-        }
-        Dialect::OpenaiResponses => {
-            if let Some(input) = body["input"].as_array_mut() {
-                let id = format!("call_{n}");
-                input.push(json!({"type": "function_call", "call_id": id, "name": name, "arguments": args}));
-                input.push(json!({"type": "function_call_output", "call_id": id, "output": RESULT}));
-            }
-        }
-        Dialect::Anthropic => {
-            if let Some(messages) = body["messages"].as_array_mut() {
-                let id = format!("toolu_{n}");
-                messages.push(json!({"role": "assistant", "content": [
-                    {"type": "tool_use", "id": id, "name": name, "input": args_value}]}));
-                messages.push(json!({"role": "user", "content": [
-                    {"type": "tool_result", "tool_use_id": id, "content": RESULT}]}));
-            }
-        }
-    }
-}
-
 async fn warned(client: &reqwest::Client, mock: &str) -> Option<String> {
     let bytes = client
         .get(format!("{mock}/_mock/requests"))
@@ -165,30 +127,7 @@ async fn run_dialect(
     mock: &str,
     dialect: Dialect,
 ) -> Result<(), String> {
-    let (url, mut body) = match dialect {
-        Dialect::OpenaiChat => (
-            format!("{proxy}/v1/chat/completions"),
-            json!({"model": "demo", "stream": true, "messages": [{"role": "user", "content": "What files are in this project?"}],
-                   "tools": [{"type": "function", "function": {"name": "list_directory", "parameters": {"type": "object"}}}]}),
-        ),
-        Dialect::Gemini => (
-            format!("{proxy}/v1beta/models/demo:streamGenerateContent?alt=sse"),
-            json!({"contents": [{"role": "user", "parts": [{"text": "What files are in this project?"}]}],
-                   "tools": [{"functionDeclarations": [{"name": "list_directory"}]}]}),
-        ),
-        Dialect::OpenaiResponses => (
-            format!("{proxy}/v1/responses"),
-            json!({"model": "demo", "stream": true, "store": false,
-                   "input": [{"role": "user", "content": "What files are in this project?"}],
-                   "tools": [{"type": "function", "name": "list_directory", "parameters": {"type": "object"}}]}),
-        ),
-        Dialect::Anthropic => (
-            format!("{proxy}/anthropic/v1/messages"),
-            json!({"model": "demo", "stream": true, "max_tokens": 1024,
-                   "messages": [{"role": "user", "content": "What files are in this project?"}],
-                   "tools": [{"name": "list_directory", "input_schema": {"type": "object"}}]}),
-        ),
-    };
+    let (url, mut body) = dialect.demo_request(proxy);
     println!(
         "\n=== {} (streaming) — the model keeps calling list_directory(\".\")",
         dialect.name()
@@ -215,7 +154,7 @@ async fn run_dialect(
         }
         if let Some((name, args)) = received.calls.first() {
             println!("        agent receives: tool call {name}({args})");
-            add_turn(dialect, &mut body, n, name, args);
+            dialect.push_call_turn(&mut body, n, name, args, RESULT);
         } else {
             let text = received.text.trim();
             println!("        agent receives (HTTP {}): {text}", received.status);

@@ -11,8 +11,11 @@
 //!   side tap that parses what passes.
 //! - [`sse`], [`json_array`]: framing — split a response body into events,
 //!   keeping each event's raw bytes.
-//! - [`dialect`]: per-protocol parsing: request body → [`transcript`],
-//!   response payloads → [`dialect::StreamEvent`]s.
+//! - [`dialect`]: one folder per wire protocol (`dialect/<name>/`):
+//!   request body → [`transcript`], response payloads →
+//!   [`dialect::StreamEvent`]s, and what loopguard writes in it (warnings,
+//!   block answers, aborts, stream endings). `dialect/list.rs` is the one
+//!   place that names the dialects.
 //! - [`transcript`]: the dialect-neutral history and tool-call signatures.
 //! - [`detect`]: the loop detectors (pure, synchronous).
 //! - [`session`]: session keys, the bounded store of per-session state, and
@@ -21,7 +24,6 @@
 //!   verdicts, the stream-time judge).
 //! - [`judge`]: the optional LLM judge (`semantic_loop`), run in the
 //!   background on a schedule, never delaying a request.
-//! - [`action`]: what loopguard writes for warn / block / abort, per dialect.
 //! - [`replay`]: `loopguard replay`, the detectors over recorded traffic.
 //! - [`demo`]: `loopguard demo`, a scripted loop stopped in ten seconds.
 //! - [`mock`]: a scripted upstream for tests, benchmarks and demos.
@@ -29,7 +31,6 @@
 //! - [`reload`]: hot reload of the config file (SIGHUP, `POST /admin/reload`).
 //! - [`telemetry`]: logging setup and the fail-open counter.
 
-pub mod action;
 pub mod admin;
 pub mod cli;
 pub mod config;

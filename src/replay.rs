@@ -13,8 +13,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::detect::{Level, ReplayLine, Settings, replay};
+use crate::dialect::Mode;
 use crate::dialect::{Dialect, StreamEvent};
-use crate::proxy::tap::{Framing, Tap};
+use crate::proxy::tap::Tap;
 
 /// Why a replay could not run.
 #[derive(Debug, thiserror::Error)]
@@ -53,39 +54,6 @@ fn read(path: &Path) -> Result<String, ReplayError> {
     })
 }
 
-/// Guesses the dialect of a request body from its shape: `contents` is
-/// Gemini, `input` OpenAI Responses; `messages` is Anthropic when the body
-/// has Anthropic's marks (a top-level `system`, `max_tokens` without any
-/// OpenAI `tool` message, or `tool_use` / `tool_result` / `thinking`
-/// blocks), else OpenAI chat.
-pub fn guess_dialect(body: &serde_json::Value) -> Option<Dialect> {
-    if body.get("contents").is_some() {
-        return Some(Dialect::Gemini);
-    }
-    if body.get("input").is_some() {
-        return Some(Dialect::OpenaiResponses);
-    }
-    let messages = body.get("messages")?.as_array()?;
-    let openai = messages.iter().any(|m| {
-        m.get("tool_calls").is_some()
-            || matches!(m.get("role").and_then(|r| r.as_str()), Some("tool" | "developer"))
-    });
-    let blocks = messages
-        .iter()
-        .filter_map(|m| m.get("content").and_then(|c| c.as_array()))
-        .flatten()
-        .filter_map(|b| b.get("type").and_then(|t| t.as_str()));
-    let anthropic_blocks = blocks
-        .into_iter()
-        .any(|t| matches!(t, "tool_use" | "tool_result" | "thinking" | "redacted_thinking"));
-    let anthropic_body = body.get("system").is_some() || body.get("max_tokens").is_some() && !openai;
-    Some(if anthropic_blocks || (anthropic_body && !openai) {
-        Dialect::Anthropic
-    } else {
-        Dialect::OpenaiChat
-    })
-}
-
 fn is_response(body: &serde_json::Value) -> bool {
     body.get("choices").is_some()
         || body.get("candidates").is_some()
@@ -106,7 +74,7 @@ fn parse_body(
     };
     let value: serde_json::Value = serde_json::from_str(text).map_err(|e| err(e.to_string()))?;
     let dialect = dialect
-        .or_else(|| guess_dialect(&value))
+        .or_else(|| Dialect::guess(&value))
         .ok_or_else(|| err("cannot tell the dialect from the body: pass --dialect".to_owned()))?;
     let parsed = dialect
         .parse_request(text.as_bytes())
@@ -133,7 +101,7 @@ impl Flags {
     }
 }
 
-fn response_events(bytes: &[u8], dialect: Dialect, framing: Framing) -> Vec<StreamEvent> {
+fn response_events(bytes: &[u8], dialect: Dialect, framing: Mode) -> Vec<StreamEvent> {
     let mut tap = Tap::new(dialect, framing, usize::MAX);
     let mut frames = Vec::new();
     tap.feed(bytes, &mut frames);
@@ -163,8 +131,8 @@ pub fn run(
                 path: path.clone(),
                 source,
             })?;
-            let d = seen_dialect.unwrap_or(Dialect::OpenaiChat);
-            response = Some(response_events(&bytes, d, Framing::Sse));
+            let d = seen_dialect.unwrap_or_default();
+            response = Some(response_events(&bytes, d, Mode::Sse));
             continue;
         }
         let text = read(path)?;
@@ -183,8 +151,8 @@ pub fn run(
             message: e.to_string(),
         })?;
         if last && is_response(&value) && !requests.is_empty() {
-            let d = seen_dialect.unwrap_or(Dialect::OpenaiChat);
-            response = Some(response_events(text.as_bytes(), d, Framing::Json));
+            let d = seen_dialect.unwrap_or_default();
+            response = Some(response_events(text.as_bytes(), d, Mode::Whole));
             continue;
         }
         let (d, parsed) = parse_body(&text, seen_dialect, path, "")?;

@@ -16,11 +16,12 @@ use std::sync::{Arc, PoisonError};
 use bytes::Bytes;
 use http::HeaderMap;
 
-use crate::action::{self, Action, Answer, Mode};
 use crate::config::{Config, Route};
 use crate::detect::compaction::{Classification, Evidence, RequestSummary, classify_summarized};
 use crate::detect::outcome::hash64;
+use crate::detect::verdict::Action;
 use crate::detect::{Settings, Verdict, decisive};
+use crate::dialect::{Answer, Mode};
 use crate::dialect::{Dialect, ParsedRequest};
 use crate::proxy::hold::{PassJudge, ResponseJudge};
 use crate::session::chain::ChainStore;
@@ -87,20 +88,7 @@ pub struct RequestView<'a> {
 impl RequestView<'_> {
     /// How the client asked for the answer.
     pub fn mode(&self) -> Mode {
-        match self.dialect {
-            Dialect::OpenaiChat if self.parsed.stream => Mode::Sse,
-            Dialect::OpenaiChat => Mode::Whole,
-            Dialect::Gemini if self.path.ends_with(":streamGenerateContent") => {
-                if self.query.is_some_and(|q| q.split('&').any(|kv| kv == "alt=sse")) {
-                    Mode::Sse
-                } else {
-                    Mode::JsonArray
-                }
-            }
-            Dialect::Gemini => Mode::Whole,
-            Dialect::OpenaiResponses | Dialect::Anthropic if self.parsed.stream => Mode::Sse,
-            Dialect::OpenaiResponses | Dialect::Anthropic => Mode::Whole,
-        }
+        self.dialect.mode(self.path, self.query, self.parsed.stream)
     }
 
     fn model(&self) -> String {
@@ -376,7 +364,7 @@ impl Guard {
                     .get(TEST_PANIC_HEADER)
                     .is_some_and(|v| v == "stream"),
         );
-        let judge = Box::new(if request.dialect == Dialect::OpenaiResponses {
+        let judge = Box::new(if request.dialect.chains_responses() {
             judge.for_responses(tenant, stateful)
         } else {
             judge
@@ -394,8 +382,7 @@ impl Guard {
                 metrics::counter!("loopguard_upstream_requests_avoided_total").increment(1);
                 RequestDecision::Answer {
                     status: http::StatusCode::OK,
-                    answer: action::block_answer(
-                        request.dialect,
+                    answer: request.dialect.block_answer(
                         request.mode(),
                         &request.model(),
                         &verdict.message,
@@ -410,7 +397,7 @@ impl Guard {
                     status: http::StatusCode::BAD_REQUEST,
                     answer: Answer {
                         content_type: "application/json",
-                        body: action::abort_body(request.dialect, &abort_message(verdict)),
+                        body: request.dialect.abort_body(&abort_message(verdict)),
                     },
                     verdict: verdict.header_value(),
                 }
@@ -496,7 +483,7 @@ fn pass() -> RequestDecision {
 /// to carry it (then the request is forwarded unchanged).
 fn inject(request: &RequestView<'_>, warning: &str) -> Option<Bytes> {
     let mut value: serde_json::Value = serde_json::from_slice(request.decoded).ok()?;
-    if !action::inject_warning(request.dialect, &mut value, warning) {
+    if !request.dialect.inject_warning(&mut value, warning) {
         tracing::debug!("no tool result to carry the warning; forwarded unchanged");
         return None;
     }

@@ -11,15 +11,13 @@
 //!
 //! This is a pure state machine: it owns no socket and no clock. The driver
 //! ([`super::respond`]) feeds it the upstream's chunks and writes what it
-//! returns; what replaces withheld bytes is rendered by [`super::ending`].
+//! returns; what replaces withheld bytes is rendered by the dialect ([`crate::dialect::ending`]).
 
 use bytes::{Bytes, BytesMut};
 use serde_json::Value;
 
-use super::ending::Ending;
 use super::tap::{Frame, Tap, TapEnd};
-use crate::action::Mode;
-use crate::dialect::{Dialect, StreamEvent};
+use crate::dialect::{Dialect, Kept, Mode, StreamEnding, StreamEvent, StreamParser};
 use crate::transcript::ToolCall;
 
 /// What the response-time judge decided.
@@ -269,7 +267,7 @@ impl Holder {
                 // After a block only the upstream's trailing usage chunk and
                 // `[DONE]` still belong to the answer (OpenAI); Gemini's
                 // ending was complete.
-                let keep = self.dialect == Dialect::OpenaiChat
+                let keep = self.dialect.keeps_trailer_after_block()
                     && !frame.events.is_empty()
                     && frame
                         .events
@@ -314,7 +312,7 @@ impl Holder {
 
         if self.hold_from.is_none() && carries_call {
             self.hold_from = Some(self.released_upto);
-            self.held_at = super::ending::anchor(&self.tap);
+            self.held_at = self.tap.parser().anchor();
         }
         if self.hold_from.is_some() {
             for event in &frame.events {
@@ -365,14 +363,14 @@ impl Holder {
             }
             Decision::Block(cut) => {
                 // The ending is made before the drop: it depends on what was released.
-                let ending = self.ending().block(&cut.message);
+                let ending = self.render(|p, k| p.block_ending(k, &cut.message));
                 self.drop_upto(upto);
                 out.release.push(Bytes::from(ending));
                 self.state = State::Blocked;
                 out.cut = Some(Decision::Block(cut));
             }
             Decision::Abort(cut) => {
-                let error = self.ending().error(&cut.message);
+                let error = self.render(|p, k| p.error_ending(k, &cut.message));
                 self.drop_upto(upto);
                 out.release.push(Bytes::from(error));
                 self.state = State::Ended;
@@ -389,7 +387,7 @@ impl Holder {
     /// Cuts the generation (content detectors): what is unreleased is
     /// dropped, the answer ends cleanly with the note, the upstream is dropped.
     fn cut_generation(&mut self, cut: Cut, out: &mut Output) {
-        let ending = self.ending().cut(&cut.message);
+        let ending = self.render(|p, k| p.cut_ending(k, &cut.message));
         let everything = self.received;
         self.drop_upto(everything);
         out.release.push(Bytes::from(ending));
@@ -399,11 +397,18 @@ impl Holder {
         self.state = State::Ended;
     }
 
-    /// What loopguard's own events must continue from, as of now.
-    fn ending(&self) -> Ending<'_> {
-        Ending {
-            tap: &self.tap,
-            dialect: self.dialect,
+    /// Renders an ending (see [`crate::dialect::ending`]) from what
+    /// loopguard's own events must continue from, as of now.
+    fn render(&self, with: impl FnOnce(&StreamParser, &Kept<'_>) -> Vec<u8>) -> Vec<u8> {
+        let meta = self.tap.meta().cloned().unwrap_or_default();
+        let identity = StreamEnding {
+            id: meta.id,
+            model: meta.model.or(meta.model_version),
+            created: meta.created,
+            choice: 0,
+        };
+        let kept = Kept {
+            identity: &identity,
             mode: self.mode,
             include_usage: self.include_usage,
             held_at: self.hold_from.map(|_| self.held_at),
@@ -412,7 +417,8 @@ impl Holder {
             text_released: self.text_released,
             first_element: self.released_upto == 0,
             whole_body: (self.mode == Mode::Whole).then_some(&self.buf[..]),
-        }
+        };
+        with(self.tap.parser(), &kept)
     }
 
     fn check_cap(&mut self, out: &mut Output) {

@@ -1,7 +1,6 @@
 //! Unit tests of the holding state machine over recorded streams.
 
 use super::*;
-use crate::proxy::tap::Framing;
 
 fn fixture(name: &str) -> Vec<u8> {
     let dir = std::env::var_os("LOOPGUARD_FIXTURES")
@@ -12,7 +11,7 @@ fn fixture(name: &str) -> Vec<u8> {
 
 fn holder(dialect: Dialect) -> Holder {
     Holder::new(
-        Tap::new(dialect, Framing::Sse, 1 << 20),
+        Tap::new(dialect, Mode::Sse, 1 << 20),
         dialect,
         Mode::Sse,
         true,
@@ -126,7 +125,7 @@ fn a_gemini_block_closes_the_json_array() {
     let payloads = crate::mock::fixture::sse_payloads(&fixture("gemini/function-call.sse"));
     let input: Vec<u8> = crate::mock::fixture::json_array_pieces(&payloads).concat();
     let h = Holder::new(
-        Tap::new(Dialect::Gemini, Framing::JsonArray, 1 << 20),
+        Tap::new(Dialect::Gemini, Mode::JsonArray, 1 << 20),
         Dialect::Gemini,
         Mode::JsonArray,
         false,
@@ -343,7 +342,7 @@ fn a_whole_answer_keeps_the_models_text_and_usage_when_its_calls_are_blocked() {
             Dialect::Gemini => crate::mock::script::gemini_whole(&turn, "mock-7"),
         };
         let h = Holder::new(
-            Tap::new(dialect, Framing::Json, 1 << 20),
+            Tap::new(dialect, Mode::Whole, 1 << 20),
             dialect,
             Mode::Whole,
             false,

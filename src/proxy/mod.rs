@@ -6,7 +6,6 @@
 //! timeout) → response headers → body stream (see [`stream`]).
 
 pub mod body;
-mod ending;
 pub mod error;
 pub mod headers;
 pub mod hold;
@@ -28,10 +27,10 @@ use crate::guard::{Guard, RequestDecision, RequestView};
 use crate::route;
 use error::ProxyError;
 use hold::{Holder, PassJudge, ResponseJudge};
-use tap::{Framing, Tap};
+use tap::Tap;
 use tokio::sync::{mpsc, oneshot};
 
-use crate::action::Mode;
+use crate::dialect::Mode;
 
 /// Shared state of the proxy listener.
 #[derive(Debug)]
@@ -239,13 +238,8 @@ pub async fn handle(State(state): State<Arc<ProxyState>>, request: Request) -> R
         return out;
     };
 
-    let framing = framing(dialect, &path, &query, response.headers());
-    let mode = match framing {
-        Framing::Sse => Mode::Sse,
-        Framing::JsonArray => Mode::JsonArray,
-        Framing::Json => Mode::Whole,
-    };
-    let tap = Tap::new(dialect, framing, config.server.max_response_bytes);
+    let mode = framing(dialect, &path, &query, response.headers());
+    let tap = Tap::new(dialect, mode, config.server.max_response_bytes);
     let include_usage = parsed.is_some_and(|p| p.include_usage);
     let holder = Holder::new(tap, dialect, mode, include_usage, config.server.max_held_bytes);
     if mode == Mode::Whole {
@@ -310,7 +304,7 @@ fn abort_response(dialect: Dialect, cut: &hold::Cut) -> Response {
     let mut out = (
         http::StatusCode::BAD_REQUEST,
         [(http::header::CONTENT_TYPE, "application/json")],
-        crate::action::abort_body(dialect, &cut.message),
+        dialect.abort_body(&cut.message),
     )
         .into_response();
     set_verdict_header(out.headers_mut(), &cut.header);
@@ -352,7 +346,7 @@ fn counted(route: &str, dialect: &'static str, response: Response) -> Response {
     response
 }
 
-fn answer_response(status: http::StatusCode, answer: crate::action::Answer, verdict: &str) -> Response {
+fn answer_response(status: http::StatusCode, answer: crate::dialect::Answer, verdict: &str) -> Response {
     let mut out = (status, answer.body).into_response();
     let headers = out.headers_mut();
     headers.insert(
@@ -421,18 +415,15 @@ fn parse_side_copy(
     }
 }
 
-/// How the response body is framed, from its content type and the path.
-fn framing(dialect: Dialect, path: &str, query: &Option<String>, headers: &http::HeaderMap) -> Framing {
+/// How the response body is framed: SSE by its content type, else a JSON
+/// array where the request asked for one (Gemini), else one document.
+fn framing(dialect: Dialect, path: &str, query: &Option<String>, headers: &http::HeaderMap) -> Mode {
     if headers::is_event_stream(headers) {
-        return Framing::Sse;
+        return Mode::Sse;
     }
-    let alt_sse = query
-        .as_deref()
-        .is_some_and(|q| q.split('&').any(|kv| kv == "alt=sse"));
-    if dialect == Dialect::Gemini && path.ends_with(":streamGenerateContent") && !alt_sse {
-        Framing::JsonArray
-    } else {
-        Framing::Json
+    match dialect.mode(path, query.as_deref(), false) {
+        Mode::JsonArray => Mode::JsonArray,
+        Mode::Sse | Mode::Whole => Mode::Whole,
     }
 }
 

@@ -8,8 +8,8 @@
 
 use serde_json::{Value, json};
 
-use super::{Answer, Mode, random_id};
 use crate::dialect::anthropic::StreamState;
+use crate::dialect::write::{Answer, Mode, random_id};
 
 /// Adds `warning` as a `text` block after the `tool_result` blocks of the
 /// last user message. Returns `false` when that message carries no tool
@@ -183,5 +183,5 @@ pub fn stream_error_event(message: &str) -> Vec<u8> {
 
 #[cfg(test)]
 #[expect(clippy::unwrap_used, reason = "test")]
-#[path = "anthropic_tests.rs"]
+#[path = "write_tests.rs"]
 mod tests;

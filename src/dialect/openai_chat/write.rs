@@ -3,7 +3,7 @@
 
 use serde_json::{Value, json};
 
-use super::{Answer, Mode, StreamEnding, random_id};
+use crate::dialect::write::{Answer, Mode, StreamEnding, random_id};
 
 /// Appends `warning` to the content of the last `tool` (or legacy
 /// `function`) message: to the string, or as a text part when the content is

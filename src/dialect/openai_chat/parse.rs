@@ -10,8 +10,8 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde_json::{Map, Value};
 
-use super::split::{HistoryItem, SplitRequest, parse_whole, split_with};
-use super::{DialectError, ParsedRequest, StreamEvent};
+use crate::dialect::split::{HistoryItem, SplitRequest, parse_whole, split_with};
+use crate::dialect::{DialectError, ParsedRequest, StreamEvent};
 use crate::transcript::{Arguments, Message, ResultContent, Role, ToolCall, ToolResult, Transcript};
 
 /// Parses a `POST …/chat/completions` request body.
@@ -30,10 +30,10 @@ pub fn parse_request(body: &[u8]) -> Result<ParsedRequest, DialectError> {
 }
 
 /// Splits a request body into its envelope and its raw `messages[]` (see
-/// [`super::split`]); the items parse as in [`parse_request`].
+/// [`crate::dialect::split`]); the items parse as in [`parse_request`].
 ///
 /// # Errors
-/// As [`super::split::split_object`]: the caller falls back to [`parse_request`].
+/// As [`crate::dialect::split::split_object`]: the caller falls back to [`parse_request`].
 pub fn split_request(body: &[u8]) -> Result<SplitRequest<'_>, DialectError> {
     split_with(body, "messages", head, parse_items)
 }
@@ -54,7 +54,7 @@ fn head(root: &Map<String, Value>) -> ParsedRequest {
         model: root.get("model").and_then(Value::as_str).map(str::to_owned),
         summarizer: false,
         responses: None,
-        ids: super::BodyIds::of(root),
+        ids: crate::dialect::BodyIds::of(root),
     }
 }
 
@@ -453,5 +453,5 @@ fn position_u32(position: usize) -> u32 {
 
 #[cfg(test)]
 #[expect(clippy::unwrap_used, reason = "test")]
-#[path = "openai_chat_tests.rs"]
+#[path = "parse_tests.rs"]
 mod tests;

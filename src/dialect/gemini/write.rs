@@ -3,7 +3,7 @@
 
 use serde_json::{Value, json};
 
-use super::{Answer, Mode, StreamEnding};
+use crate::dialect::write::{Answer, Mode, StreamEnding};
 
 /// Sets `loopguard_warning` inside the last `functionResponse.response`
 /// object of the request — never as a sibling part, which Gemini rejects in a

@@ -11,8 +11,8 @@ use std::collections::BTreeMap;
 
 use serde_json::{Map, Value};
 
-use super::split::{HistoryItem, SplitRequest, parse_whole, split_with};
-use super::{DialectError, ParsedRequest, StreamEvent};
+use crate::dialect::split::{HistoryItem, SplitRequest, parse_whole, split_with};
+use crate::dialect::{DialectError, ParsedRequest, StreamEvent};
 use crate::transcript::{Arguments, Message, ResultContent, Role, ToolCall, ToolResult, Transcript};
 
 /// Largest array index a `partialArgs` path may set; a fragment past it is
@@ -36,10 +36,10 @@ pub fn parse_request(body: &[u8]) -> Result<ParsedRequest, DialectError> {
 }
 
 /// Splits a request body into its envelope and its raw `contents[]` (see
-/// [`super::split`]); the items parse as in [`parse_request`].
+/// [`crate::dialect::split`]); the items parse as in [`parse_request`].
 ///
 /// # Errors
-/// As [`super::split::split_object`]: the caller falls back to [`parse_request`].
+/// As [`crate::dialect::split::split_object`]: the caller falls back to [`parse_request`].
 pub fn split_request(body: &[u8]) -> Result<SplitRequest<'_>, DialectError> {
     split_with(body, "contents", head, parse_items)
 }
@@ -71,7 +71,7 @@ fn head(root: &Map<String, Value>) -> ParsedRequest {
         model: None,
         summarizer: false,
         responses: None,
-        ids: super::BodyIds::of(root),
+        ids: crate::dialect::BodyIds::of(root),
     }
 }
 
@@ -444,5 +444,5 @@ fn emit_complete(choice: u32, call: OpenCall, out: &mut Vec<StreamEvent>) {
 
 #[cfg(test)]
 #[expect(clippy::unwrap_used, reason = "test")]
-#[path = "gemini_tests.rs"]
+#[path = "parse_tests.rs"]
 mod tests;

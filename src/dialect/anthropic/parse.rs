@@ -17,8 +17,8 @@ use std::collections::HashMap;
 
 use serde_json::{Map, Value};
 
-use super::split::{HistoryItem, SplitRequest, parse_whole, split_with};
-use super::{DialectError, ParsedRequest, StreamEvent};
+use crate::dialect::split::{HistoryItem, SplitRequest, parse_whole, split_with};
+use crate::dialect::{DialectError, ParsedRequest, StreamEvent};
 use crate::transcript::{Arguments, Message, ResultContent, Role, ToolCall, ToolResult, Transcript};
 
 /// Parses a `POST …/messages` request body.
@@ -36,10 +36,10 @@ pub fn parse_request(body: &[u8]) -> Result<ParsedRequest, DialectError> {
 }
 
 /// Splits a request body into its envelope and its raw `messages[]` (see
-/// [`super::split`]); the items parse as in [`parse_request`].
+/// [`crate::dialect::split`]); the items parse as in [`parse_request`].
 ///
 /// # Errors
-/// As [`super::split::split_object`]: the caller falls back to [`parse_request`].
+/// As [`crate::dialect::split::split_object`]: the caller falls back to [`parse_request`].
 pub fn split_request(body: &[u8]) -> Result<SplitRequest<'_>, DialectError> {
     split_with(body, "messages", head, parse_items)
 }
@@ -64,7 +64,7 @@ fn head(root: &Map<String, Value>) -> ParsedRequest {
         model: root.get("model").and_then(Value::as_str).map(str::to_owned),
         summarizer: false,
         responses: None,
-        ids: super::BodyIds::of(root),
+        ids: crate::dialect::BodyIds::of(root),
     }
 }
 
@@ -225,7 +225,7 @@ impl ResponseParser {
     /// [`DialectError::Json`] when the payload is not JSON,
     /// [`DialectError::Shape`] when it is not an object.
     pub fn payload(&mut self, payload: &str, out: &mut Vec<StreamEvent>) -> Result<(), DialectError> {
-        let event = super::payload_object(payload)?;
+        let event = crate::dialect::payload_object(payload)?;
         let index = event
             .get("index")
             .and_then(Value::as_u64)
@@ -355,7 +355,7 @@ impl ResponseParser {
                     let id = block.get("id").and_then(Value::as_str).map(str::to_owned);
                     let name = block.get("name").and_then(Value::as_str).unwrap_or_default();
                     let call = ToolCall::new(id, name, Arguments::Json(input));
-                    super::push_whole_call(out, position, call);
+                    crate::dialect::push_whole_call(out, position, call);
                     position += 1;
                 }
                 _ => {}
@@ -418,5 +418,5 @@ fn push_text(text: Option<&Value>, reasoning: bool, out: &mut Vec<StreamEvent>) 
 
 #[cfg(test)]
 #[expect(clippy::unwrap_used, reason = "test")]
-#[path = "anthropic_tests.rs"]
+#[path = "parse_tests.rs"]
 mod tests;

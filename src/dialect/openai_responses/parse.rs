@@ -18,8 +18,8 @@ use std::collections::HashMap;
 
 use serde_json::{Map, Value};
 
-use super::split::{HistoryItem, SplitRequest, assemble, split_with};
-use super::{DialectError, ParsedRequest, StreamEvent};
+use crate::dialect::split::{HistoryItem, SplitRequest, assemble, split_with};
+use crate::dialect::{DialectError, ParsedRequest, StreamEvent};
 use crate::transcript::{Arguments, Message, ResultContent, Role, ToolCall, ToolResult, Transcript};
 
 /// Item types of calls the client executes (they can loop; they are held).
@@ -103,7 +103,7 @@ pub struct ResponsesRequest {
 /// [`DialectError::Json`] when the body is not JSON; [`DialectError::Shape`]
 /// when it is not an object or `input` is neither a string nor an array.
 pub fn parse_request(body: &[u8]) -> Result<ParsedRequest, DialectError> {
-    let root = super::json_object(body)?;
+    let root = crate::dialect::json_object(body)?;
     let mut parsed = head(&root);
     match root.get("input") {
         Some(Value::String(text)) => {
@@ -122,10 +122,10 @@ pub fn parse_request(body: &[u8]) -> Result<ParsedRequest, DialectError> {
 }
 
 /// Splits a request body into its envelope and its raw `input[]` items (see
-/// [`super::split`]); the items parse as in [`parse_request`].
+/// [`crate::dialect::split`]); the items parse as in [`parse_request`].
 ///
 /// # Errors
-/// As [`super::split::split_object`] (an `input` string does not split): the caller falls
+/// As [`crate::dialect::split::split_object`] (an `input` string does not split): the caller falls
 /// back to [`parse_request`].
 pub fn split_request(body: &[u8]) -> Result<SplitRequest<'_>, DialectError> {
     split_with(body, "input", head, parse_items)
@@ -157,7 +157,7 @@ fn head(root: &Map<String, Value>) -> ParsedRequest {
             stateful: previous_response_id.is_some() || conversation || store,
             previous_response_id,
         }),
-        ids: super::BodyIds::of(root),
+        ids: crate::dialect::BodyIds::of(root),
     }
 }
 
@@ -353,7 +353,7 @@ impl ResponseParser {
     /// [`DialectError::Json`] when the payload is not JSON,
     /// [`DialectError::Shape`] when it is not an object.
     pub fn payload(&mut self, payload: &str, out: &mut Vec<StreamEvent>) -> Result<(), DialectError> {
-        let event = super::payload_object(payload)?;
+        let event = crate::dialect::payload_object(payload)?;
         let output_index = event
             .get("output_index")
             .and_then(Value::as_u64)
@@ -551,7 +551,7 @@ impl ResponseParser {
                     out.push(StreamEvent::TextDelta { choice: 0, text });
                 }
             } else if let Some(call) = call_of(item) {
-                super::push_whole_call(out, position, call);
+                crate::dialect::push_whole_call(out, position, call);
                 position += 1;
             }
         }
@@ -574,5 +574,5 @@ impl ResponseParser {
 
 #[cfg(test)]
 #[expect(clippy::unwrap_used, reason = "test")]
-#[path = "openai_responses_tests.rs"]
+#[path = "parse_tests.rs"]
 mod tests;

@@ -9,8 +9,8 @@
 
 use serde_json::{Value, json};
 
-use super::{Answer, Mode, random_id};
 use crate::dialect::openai_responses::{OpenText, StreamState, is_client_call};
+use crate::dialect::write::{Answer, Mode, random_id};
 
 /// Appends `warning` to the `output` of the last call-output item
 /// (`function_call_output`, `custom_tool_call_output`, …): to the string, or
@@ -43,7 +43,7 @@ pub fn inject_warning(body: &mut Value, warning: &str) -> bool {
 
 /// `{"error":{"message","type":"invalid_request_error","code":"loop_detected","param":null}}`.
 pub fn abort_body(message: &str) -> Vec<u8> {
-    super::openai_chat::abort_body(message)
+    crate::dialect::openai_chat::write::abort_body(message)
 }
 
 /// Writes named SSE events with consecutive sequence numbers.
@@ -318,5 +318,5 @@ pub fn stream_error_event(
 
 #[cfg(test)]
 #[expect(clippy::unwrap_used, reason = "test")]
-#[path = "openai_responses_tests.rs"]
+#[path = "write_tests.rs"]
 mod tests;
