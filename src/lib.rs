@@ -20,6 +20,8 @@
 //! - [`detect`]: the loop detectors (pure, synchronous).
 //! - [`session`]: session keys, the bounded store of per-session state, and
 //!   the hash chains that let a request's parse follow what is new in it.
+//! - [`plan`]: action planning — a verdict becomes what loopguard does
+//!   (request-time decision, stream-time decision), in one pure place.
 //! - [`guard`]: connects sessions and detectors to the proxy (request-time
 //!   verdicts, the stream-time judge).
 //! - [`judge`]: the optional LLM judge (`semantic_loop`), run in the
@@ -41,6 +43,7 @@ pub mod guard;
 pub mod json_array;
 pub mod judge;
 pub mod mock;
+pub mod plan;
 pub mod proxy;
 pub mod reload;
 pub mod replay;

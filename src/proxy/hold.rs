@@ -18,53 +18,8 @@ use serde_json::Value;
 
 use super::tap::{Frame, Tap, TapEnd};
 use crate::dialect::{Dialect, Kept, Mode, StreamEnding, StreamEvent, StreamParser};
+use crate::plan::{Cut, Decision, StreamJudge};
 use crate::transcript::ToolCall;
-
-/// What the response-time judge decided.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Decision {
-    /// Let it through (the verdict, if any, was only observed or warned).
-    Pass,
-    /// Withhold what is held (or cut the generation) and end the answer
-    /// cleanly with `message` as text.
-    Block(Cut),
-    /// Stop with the dialect's error: HTTP 400 before headers, the in-stream
-    /// error event after.
-    Abort(Cut),
-}
-
-/// A block or abort: what to tell the agent and the person.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Cut {
-    /// Text for the model and the person (prefixed `[loopguard]`).
-    pub message: String,
-    /// `x-loopguard-verdict` value: `<action>; detector=<name>; count=<n>`.
-    pub header: String,
-}
-
-/// Judges what a response carries. Implemented by the session layer; a
-/// judge that always answers [`Decision::Pass`] makes holding invisible.
-pub trait ResponseJudge: Send {
-    /// A complete batch of tool calls the model emitted (not yet executed).
-    fn calls(&mut self, calls: &[ToolCall]) -> Decision;
-    /// Every event the response carried, in order (content detectors scan
-    /// answer text, reasoning and tool-call arguments). A `Block` or `Abort`
-    /// cuts the generation.
-    fn event(&mut self, event: &StreamEvent) -> Decision;
-}
-
-/// A judge that passes everything (detection off, or a bypassed request).
-#[derive(Debug, Default)]
-pub struct PassJudge;
-
-impl ResponseJudge for PassJudge {
-    fn calls(&mut self, _calls: &[ToolCall]) -> Decision {
-        Decision::Pass
-    }
-    fn event(&mut self, _event: &StreamEvent) -> Decision {
-        Decision::Pass
-    }
-}
 
 /// What one step of the holder produced.
 #[derive(Debug, Default)]
@@ -190,7 +145,7 @@ impl Holder {
     }
 
     /// Feeds one chunk from the upstream.
-    pub fn push(&mut self, chunk: &[u8], judge: &mut dyn ResponseJudge) -> Output {
+    pub fn push(&mut self, chunk: &[u8], judge: &mut dyn StreamJudge) -> Output {
         let mut out = Output::default();
         if self.state == State::Ended {
             return out;
@@ -219,7 +174,7 @@ impl Holder {
     }
 
     /// The upstream body ended cleanly after everything was pushed.
-    pub fn finish(&mut self, judge: &mut dyn ResponseJudge) -> (Output, TapEnd) {
+    pub fn finish(&mut self, judge: &mut dyn StreamJudge) -> (Output, TapEnd) {
         let mut out = Output {
             headers_ready: true,
             ..Output::default()
@@ -261,7 +216,7 @@ impl Holder {
         }
     }
 
-    fn on_frame(&mut self, frame: &Frame, judge: &mut dyn ResponseJudge, out: &mut Output) {
+    fn on_frame(&mut self, frame: &Frame, judge: &mut dyn StreamJudge, out: &mut Output) {
         match self.state {
             State::Blocked => {
                 // After a block only the upstream's trailing usage chunk and
@@ -340,7 +295,7 @@ impl Holder {
 
     /// Judges the held batch and releases or replaces the held region, which
     /// ends at `upto`.
-    fn judge_batch(&mut self, judge: &mut dyn ResponseJudge, out: &mut Output, upto: u64) {
+    fn judge_batch(&mut self, judge: &mut dyn StreamJudge, out: &mut Output, upto: u64) {
         out.headers_ready = true;
         let mut decision = if self.batch.is_empty() {
             Decision::Pass

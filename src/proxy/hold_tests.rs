@@ -1,6 +1,7 @@
 //! Unit tests of the holding state machine over recorded streams.
 
 use super::*;
+use crate::plan::PassJudge;
 
 fn fixture(name: &str) -> Vec<u8> {
     let dir = std::env::var_os("LOOPGUARD_FIXTURES")
@@ -21,12 +22,7 @@ fn holder(dialect: Dialect) -> Holder {
 
 /// Feeds `input` in pieces of `size` bytes; returns everything released and
 /// the cut, if any.
-fn run(
-    mut h: Holder,
-    input: &[u8],
-    size: usize,
-    judge: &mut dyn ResponseJudge,
-) -> (Vec<u8>, Option<Decision>) {
+fn run(mut h: Holder, input: &[u8], size: usize, judge: &mut dyn StreamJudge) -> (Vec<u8>, Option<Decision>) {
     let mut out = Vec::new();
     let mut cut = None;
     for piece in input.chunks(size) {
@@ -44,7 +40,7 @@ fn run(
 
 struct Always(Decision);
 
-impl ResponseJudge for Always {
+impl StreamJudge for Always {
     fn calls(&mut self, _calls: &[ToolCall]) -> Decision {
         self.0.clone()
     }

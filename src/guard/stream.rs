@@ -5,15 +5,15 @@
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::{Arc, PoisonError};
 
-use super::{abort_message, record};
-use crate::detect::{Action, ContentScanner, Settings, Verdict, decisive};
+use super::record;
+use crate::detect::{ContentScanner, Settings, decisive};
 use crate::dialect::StreamEvent;
-use crate::proxy::hold::{Cut, Decision, ResponseJudge};
+use crate::plan::{Decision, StreamJudge};
 use crate::session::{SharedSession, Store};
 use crate::transcript::ToolCall;
 
 /// Judges one response of a session lane.
-pub struct SessionJudge {
+pub struct StreamReviewer {
     session: SharedSession,
     key: String,
     lane: u64,
@@ -39,16 +39,16 @@ struct Chain {
     calls: Vec<ToolCall>,
 }
 
-impl std::fmt::Debug for SessionJudge {
+impl std::fmt::Debug for StreamReviewer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SessionJudge")
+        f.debug_struct("StreamReviewer")
             .field("key", &self.key)
             .field("lane", &self.lane)
             .finish()
     }
 }
 
-impl SessionJudge {
+impl StreamReviewer {
     /// A judge for one response (with a fresh chanting scanner).
     pub fn new(
         session: SharedSession,
@@ -101,23 +101,9 @@ impl SessionJudge {
             },
         );
     }
-
-    fn decide(&self, verdict: &Verdict) -> Decision {
-        match verdict.action {
-            Action::Observe | Action::Warn => Decision::Pass,
-            Action::Block => Decision::Block(Cut {
-                message: verdict.message.clone(),
-                header: verdict.header_value(),
-            }),
-            Action::Abort => Decision::Abort(Cut {
-                message: abort_message(verdict),
-                header: verdict.header_value(),
-            }),
-        }
-    }
 }
 
-impl ResponseJudge for SessionJudge {
+impl StreamJudge for StreamReviewer {
     fn calls(&mut self, calls: &[ToolCall]) -> Decision {
         if let Some(chain) = self.chain.as_mut() {
             chain.calls.extend_from_slice(calls);
@@ -150,7 +136,7 @@ impl ResponseJudge for SessionJudge {
         for v in &verdicts {
             record(v, &self.key, self.agent.as_deref(), "stream");
         }
-        decisive(&verdicts).map_or(Decision::Pass, |v| self.decide(v))
+        decisive(&verdicts).map_or(Decision::Pass, crate::plan::stream)
     }
 
     fn event(&mut self, event: &StreamEvent) -> Decision {
@@ -169,6 +155,6 @@ impl ResponseJudge for SessionJudge {
         if let Ok(mut session) = self.session.lock() {
             session.lane(self.lane).remember(&verdict);
         }
-        self.decide(&verdict)
+        crate::plan::stream(&verdict)
     }
 }
