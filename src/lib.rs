@@ -42,6 +42,7 @@ pub mod dialect;
 pub mod guard;
 pub mod json_array;
 pub mod judge;
+pub mod listen;
 pub mod mock;
 pub mod plan;
 pub mod proxy;

@@ -65,6 +65,9 @@ pub enum RequestDecision {
         body: Option<Bytes>,
         /// The judge for the response.
         judge: Box<dyn StreamJudge>,
+        /// The decisive verdict that let it go (observe, warn) as its
+        /// `x-loopguard-verdict` value, for the request log.
+        verdict: Option<String>,
     },
     /// Answer in the upstream's place.
     Answer {
@@ -113,13 +116,22 @@ pub fn request(
     inject: impl FnOnce(&str) -> Option<Bytes>,
 ) -> RequestDecision {
     let Some(verdict) = verdict else {
-        return RequestDecision::Forward { body: None, judge };
+        return RequestDecision::Forward {
+            body: None,
+            judge,
+            verdict: None,
+        };
     };
     match verdict.action {
-        Action::Observe => RequestDecision::Forward { body: None, judge },
+        Action::Observe => RequestDecision::Forward {
+            body: None,
+            judge,
+            verdict: Some(verdict.header_value()),
+        },
         Action::Warn => RequestDecision::Forward {
             body: inject(&verdict.message),
             judge,
+            verdict: Some(verdict.header_value()),
         },
         Action::Block => {
             metrics::counter!("loopguard_upstream_requests_avoided_total").increment(1);

@@ -75,7 +75,7 @@ fn describe() {
     );
     metrics::describe_counter!(
         "loopguard_verdicts_total",
-        "Verdicts, by detector, level and action."
+        "Verdicts, by detector, level, action and where they were given (at=\"request\" when a request arrives, at=\"stream\" while a response streams: a finding can be reported at both)."
     );
     metrics::describe_counter!(
         "loopguard_upstream_requests_avoided_total",

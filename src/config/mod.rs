@@ -66,6 +66,14 @@ pub struct ServerConfig {
     pub drain_timeout: Duration,
     /// Keep-alive interval while a tool call is held after the headers went out.
     pub keepalive: Duration,
+    /// Longest time a client may take to send a request's headers.
+    pub client_header_timeout: Duration,
+    /// Longest time a client may take to send a request's body.
+    pub client_body_timeout: Duration,
+    /// Most client connections served at once.
+    pub max_connections: usize,
+    /// Listen backlog of the proxy listener.
+    pub listen_backlog: u32,
 }
 
 /// The provider behind a route.
@@ -351,6 +359,15 @@ fn validate_server(raw: &RawConfig, problems: &mut Problems) -> ServerConfig {
             );
         }
     }
+    if s.keepalive_secs >= s.idle_timeout_secs && s.idle_timeout_secs > 0 {
+        problems.notice(
+            "server.keepalive_secs",
+            format!(
+                "{} s is not shorter than server.idle_timeout_secs ({} s): an upstream silent that long is cut before a keep-alive is written while a tool call is held",
+                s.keepalive_secs, s.idle_timeout_secs
+            ),
+        );
+    }
     let to_usize = |v: u64| usize::try_from(v).unwrap_or(usize::MAX);
     ServerConfig {
         listen,
@@ -386,6 +403,19 @@ fn validate_server(raw: &RawConfig, problems: &mut Problems) -> ServerConfig {
         bypass_header: s.bypass_header.as_ref().map(|h| h.to_ascii_lowercase()),
         drain_timeout: Duration::from_secs(s.drain_timeout_secs),
         keepalive: Duration::from_secs(positive(s.keepalive_secs, "server.keepalive_secs", problems)),
+        client_header_timeout: Duration::from_secs(positive(
+            s.client_header_timeout_secs,
+            "server.client_header_timeout_secs",
+            problems,
+        )),
+        client_body_timeout: Duration::from_secs(positive(
+            s.client_body_timeout_secs,
+            "server.client_body_timeout_secs",
+            problems,
+        )),
+        max_connections: to_usize(positive(s.max_connections, "server.max_connections", problems)),
+        listen_backlog: u32::try_from(positive(s.listen_backlog, "server.listen_backlog", problems))
+            .unwrap_or(u32::MAX),
     }
 }
 

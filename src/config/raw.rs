@@ -73,6 +73,18 @@ pub struct RawServer {
     /// bytes are written this often, in seconds.
     #[serde(default = "default_keepalive_secs")]
     pub keepalive_secs: u64,
+    /// Longest time a client may take to send a request's headers, in seconds.
+    #[serde(default = "default_client_header_timeout_secs")]
+    pub client_header_timeout_secs: u64,
+    /// Longest time a client may take to send a request's body, in seconds.
+    #[serde(default = "default_client_body_timeout_secs")]
+    pub client_body_timeout_secs: u64,
+    /// Most client connections served at once; more wait in the backlog.
+    #[serde(default = "default_max_connections")]
+    pub max_connections: u64,
+    /// Listen backlog of the proxy listener (capped by the kernel's `somaxconn`).
+    #[serde(default = "default_listen_backlog")]
+    pub listen_backlog: u64,
 }
 
 impl Default for RawServer {
@@ -91,6 +103,10 @@ impl Default for RawServer {
             bypass_header: None,
             drain_timeout_secs: default_drain_timeout_secs(),
             keepalive_secs: default_keepalive_secs(),
+            client_header_timeout_secs: default_client_header_timeout_secs(),
+            client_body_timeout_secs: default_client_body_timeout_secs(),
+            max_connections: default_max_connections(),
+            listen_backlog: default_listen_backlog(),
         }
     }
 }
@@ -164,6 +180,18 @@ fn default_idle_timeout_secs() -> u64 {
 }
 fn default_keepalive_secs() -> u64 {
     5
+}
+fn default_client_header_timeout_secs() -> u64 {
+    30
+}
+fn default_client_body_timeout_secs() -> u64 {
+    120
+}
+fn default_max_connections() -> u64 {
+    4096
+}
+fn default_listen_backlog() -> u64 {
+    4096
 }
 fn default_drain_timeout_secs() -> u64 {
     30

@@ -124,7 +124,8 @@ pub fn record(verdict: &Verdict, session: &str, agent: Option<&str>, at: &'stati
         "loopguard_verdicts_total",
         "detector" => verdict.detector.name(),
         "level" => verdict.level.name(),
-        "action" => verdict.action.name()
+        "action" => verdict.action.name(),
+        "at" => at
     )
     .increment(1);
 }
@@ -498,6 +499,7 @@ fn pass() -> RequestDecision {
     RequestDecision::Forward {
         body: None,
         judge: Box::new(PassJudge),
+        verdict: None,
     }
 }
 

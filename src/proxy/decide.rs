@@ -3,8 +3,6 @@
 //! ([`crate::plan`]): forward as received, forward with the warning
 //! injected, or answer in the upstream's place.
 
-use std::time::Instant;
-
 use bytes::Bytes;
 
 use super::Answered;
@@ -24,21 +22,19 @@ pub(super) struct Decided {
     pub(super) judge: Box<dyn StreamJudge>,
     /// The session key (a hash, for logs).
     pub(super) session: Option<String>,
+    /// The request-time verdict that let it go (observe, warn), for the log.
+    pub(super) verdict: Option<String>,
 }
 
 /// Decides what becomes of an admitted request: sent upstream, or answered
 /// by loopguard (a block or an abort).
-pub(super) fn decide(
-    guard: &Guard,
-    config: &Config,
-    admitted: &Admitted<'_>,
-    started: Instant,
-) -> Result<Decided, Answered> {
+pub(super) fn decide(guard: &Guard, config: &Config, admitted: &Admitted<'_>) -> Result<Decided, Answered> {
     let mut decided = Decided {
         forward: admitted.body.clone(),
         body_replaced: false,
         judge: Box::new(PassJudge),
         session: None,
+        verdict: None,
     };
     let (Some(d), Some((decoded, parsed))) = (admitted.matched.dialect, &admitted.side) else {
         return Ok(decided);
@@ -58,27 +54,28 @@ pub(super) fn decide(
         RequestDecision::Forward {
             body: Some(replaced),
             judge,
+            verdict,
         } => {
             decided.forward = replaced;
             decided.body_replaced = true;
             decided.judge = judge;
+            decided.verdict = verdict;
         }
-        RequestDecision::Forward { body: None, judge } => decided.judge = judge,
+        RequestDecision::Forward {
+            body: None,
+            judge,
+            verdict,
+        } => {
+            decided.judge = judge;
+            decided.verdict = verdict;
+        }
         RequestDecision::Answer {
             status,
             answer,
             verdict,
         } => {
+            // The `request` event is written by the handler, as for every answer of loopguard's own.
             let route = &admitted.matched.route.prefix;
-            tracing::info!(
-                route = %route,
-                dialect = d.name(),
-                status = status.as_u16(),
-                duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
-                verdict = %verdict,
-                outcome = "answered_by_loopguard",
-                "request"
-            );
             return Err(Box::new(counted(
                 route,
                 d.name(),

@@ -32,7 +32,8 @@ pub(super) async fn forward(
     body_replaced: bool,
 ) -> Result<Upstream, Answered> {
     let dialect = admitted.matched.dialect;
-    let mut headers = headers::upstream_request_headers(&admitted.parts.headers, dialect.is_some());
+    let bypass = config.server.bypass_header.as_deref();
+    let mut headers = headers::upstream_request_headers(&admitted.parts.headers, dialect.is_some(), bypass);
     if body_replaced {
         // The injected warning went into the decoded body, which is sent as is.
         headers.remove(http::header::CONTENT_ENCODING);

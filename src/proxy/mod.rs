@@ -11,10 +11,12 @@
 mod admit;
 pub mod body;
 mod decide;
+pub mod encoded;
 pub mod error;
 mod forward;
 pub mod headers;
 pub mod hold;
+pub mod path;
 mod reply;
 pub mod respond;
 pub mod stream;
@@ -53,23 +55,31 @@ pub async fn handle(State(state): State<Arc<ProxyState>>, request: Request) -> R
     let config: Arc<Config> = state.config.load_full();
     let admitted = match admit::admit(&state.guard, &config, request).await {
         Ok(admitted) => admitted,
-        Err(response) => return *response,
+        Err(response) => return logged(*response, started),
     };
-    let decided = match decide::decide(&state.guard, &config, &admitted, started) {
+    let decided = match decide::decide(&state.guard, &config, &admitted) {
         Ok(decided) => decided,
-        Err(answered) => return *answered,
+        Err(answered) => return logged(*answered, started),
     };
     let body = decided.forward.clone();
     let upstream =
         match forward::forward(&state.client, &config, &admitted, body, decided.body_replaced).await {
             Ok(upstream) => upstream,
-            Err(response) => return *response,
+            Err(response) => return logged(*response, started),
         };
     reply::reply(&config, &admitted, upstream, decided, started).await
 }
 
-/// Counts a response loopguard wrote itself in `loopguard_requests_total`.
-fn counted(route: &str, dialect: &'static str, response: Response) -> Response {
+/// Where an answer of loopguard's own belongs, for its `request` event.
+#[derive(Debug, Clone)]
+struct OwnAnswer {
+    route: String,
+    dialect: &'static str,
+}
+
+/// Counts a response loopguard wrote itself in `loopguard_requests_total`
+/// and marks it for its `request` event ([`logged`]).
+fn counted(route: &str, dialect: &'static str, mut response: Response) -> Response {
     metrics::counter!(
         "loopguard_requests_total",
         "route" => route.to_owned(),
@@ -77,6 +87,33 @@ fn counted(route: &str, dialect: &'static str, response: Response) -> Response {
         "status" => response.status().as_u16().to_string()
     )
     .increment(1);
+    response.extensions_mut().insert(OwnAnswer {
+        route: route.to_owned(),
+        dialect,
+    });
+    response
+}
+
+/// Writes the `request` event of an answer of loopguard's own (no route,
+/// unsafe path, misrouted, body too large, upstream unreachable or timed
+/// out, a request-time block or abort).
+fn logged(mut response: Response, started: Instant) -> Response {
+    let own = response.extensions_mut().remove::<OwnAnswer>();
+    let (route, dialect) = own.map_or(("-".to_owned(), "-"), |o| (o.route, o.dialect));
+    let verdict = response
+        .headers()
+        .get("x-loopguard-verdict")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    tracing::info!(
+        route = %route,
+        dialect,
+        status = response.status().as_u16(),
+        duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+        verdict,
+        outcome = "answered_by_loopguard",
+        "request"
+    );
     response
 }
 

@@ -50,6 +50,7 @@ pub(super) async fn reply(
         request_messages: admitted.parsed().map(|p| p.transcript.messages.len()),
         session: decided.session,
         overhead,
+        verdict: decided.verdict,
     };
     let Some(dialect) = dialect.filter(|_| status.is_success()) else {
         let body: Body = stream::client_body(response, config.server.idle_timeout, log);
@@ -59,9 +60,26 @@ pub(super) async fn reply(
     };
 
     let mode = framing(dialect, &admitted.path, &admitted.query, response.headers());
+    if let Some(coding) = super::encoded::coding(response.headers()) {
+        // Encoded although identity was asked for: forwarded as is, never
+        // held, judged on a decoded side copy (verdicts act on the next request).
+        let side = super::encoded::SideJudge::new(
+            &coding,
+            dialect,
+            mode,
+            config.server.max_response_bytes,
+            decided.judge,
+        );
+        let body =
+            stream::client_body_observed(response, config.server.idle_timeout, log, Some(Box::new(side)));
+        let mut out = (status, body).into_response();
+        *out.headers_mut() = out_headers;
+        return out;
+    }
     let tap = Tap::new(dialect, mode, config.server.max_response_bytes);
     let include_usage = admitted.parsed().is_some_and(|p| p.include_usage);
-    let holder = Holder::new(tap, dialect, mode, include_usage, config.server.max_held_bytes);
+    let holder = Holder::new(tap, dialect, mode, include_usage, config.server.max_held_bytes)
+        .with_max_frame(config.server.max_response_bytes);
     let reply = Reply {
         status,
         headers: out_headers,
@@ -110,6 +128,20 @@ async fn whole(
             out
         }
         respond::Whole::Abort(cut) => abort_response(dialect, &cut),
+        respond::Whole::Stream {
+            prefix,
+            upstream,
+            log,
+        } => {
+            let length = out_headers
+                .get(http::header::CONTENT_LENGTH)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.parse().ok());
+            let body = stream::client_body_after(prefix, upstream, length, idle, log);
+            let mut out = (status, body).into_response();
+            *out.headers_mut() = out_headers;
+            out
+        }
         respond::Whole::Broken(detail) => ProxyError::UpstreamUnreachable {
             upstream: admitted.matched.upstream_url.origin().ascii_serialization(),
             detail,

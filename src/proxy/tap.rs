@@ -135,6 +135,8 @@ impl Tap {
         self.failed.as_deref().map(|reason| {
             if reason.starts_with("response_too_large") {
                 "response_too_large"
+            } else if reason.starts_with("response_frame_too_large") {
+                "response_frame_too_large"
             } else if reason.starts_with("json array") {
                 "json_array_invalid"
             } else {
@@ -189,6 +191,36 @@ impl Tap {
                 }
             }
         }
+    }
+
+    /// For an event stream whose frames were all handed out: the stream
+    /// offset up to which the bytes are comments or blank lines outside any
+    /// event (or frames already handed out), which may pass before the next
+    /// event is whole. `None` for other framings or after a failure.
+    pub fn quiet_end(&self) -> Option<u64> {
+        match &self.framer {
+            Framer::Sse(decoder) if self.failed.is_none() && self.pending.is_empty() => {
+                Some(decoder.quiet_end())
+            }
+            _ => None,
+        }
+    }
+
+    /// Stops framing and parsing for good, freeing what the framer buffered
+    /// (a partial event, array element or document): from here the body
+    /// passes unjudged. `reason` is kept for [`Tap::failure`].
+    pub fn give_up(&mut self, reason: &str) {
+        self.failed = Some(reason.to_owned());
+        self.framer = Framer::Json {
+            buf: Vec::new(),
+            cap: 0,
+        };
+        self.pending.clear();
+    }
+
+    /// The body is a whole document over its cap: it will not be judged.
+    pub fn too_large(&self) -> bool {
+        self.failed.as_deref() == Some("response_too_large")
     }
 
     /// Parses the next framed payload.
