@@ -352,7 +352,6 @@ async fn upstream_sse_comments_go_out_as_they_arrive_unless_a_call_is_held() {
     send(call_args("{}"));
     send(chat_chunk("{}", "\"tool_calls\""));
     send(b"data: [DONE]\n\n".to_vec());
-    drop(send);
     drop(tx);
     let (rest, end) = common::read_body(response).await;
     seen.extend_from_slice(&rest);
