@@ -78,7 +78,7 @@ fn quiet_end_covers_comments_outside_events_only() {
     assert_eq!(decoder.quiet_end(), 15, "an event started: its lines wait for it");
     decoder.push(b"\n\n: after\n", &mut out);
     assert_eq!(out.len(), 1);
-    assert_eq!(decoder.quiet_end(), out[0].end + 9);
+    assert_eq!(decoder.quiet_end(), out[0].end + 8);
 }
 
 #[test]
