@@ -17,7 +17,7 @@ fn every_problem_is_reported_with_its_key_path() {
     let text = r#"
 [server]
 listen = "nowhere"
-fail_mode = "sometimes"
+bypass_header = "bad header"
 
 [[routes]]
 prefix = "/v1"
@@ -37,7 +37,7 @@ upstream = "htp:/x"
         rendered,
         vec![
             "server.listen: \"nowhere\" is not a socket address (host:port, e.g. 127.0.0.1:8080)",
-            "server.fail_mode: \"sometimes\" is not one of \"open\", \"closed\"",
+            "server.bypass_header: \"bad header\" is not a valid header name",
             "routes[1].provider: \"acme\" is not one of \"openai\", \"gemini\", \"anthropic\"",
             "routes[1].upstream: \"htp:/x\" is not a valid URL",
         ]
@@ -75,6 +75,14 @@ fn every_unknown_key_is_reported_at_once_with_its_section() {
     );
     assert!(err.errors[0].message.contains("listen_addr"), "{err}");
     assert!(err.errors[1].message.contains("strip"), "{err}");
+}
+
+#[test]
+fn the_removed_fail_mode_is_an_unknown_key() {
+    let err = load_str("[server]\nfail_mode = \"open\"\n", "t.toml")
+        .err()
+        .unwrap_or_else(|| panic!("expected an error"));
+    assert!(err.to_string().contains("unknown field `fail_mode`"), "{err}");
 }
 
 #[test]
