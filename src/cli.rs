@@ -62,7 +62,7 @@ pub enum Command {
         url: String,
     },
     /// Run a scripted upstream that speaks every dialect (OpenAI chat and Responses, Gemini, Anthropic) (for tests, benchmarks and demos).
-    MockUpstream(crate::mock::MockArgs),
+    MockUpstream(crate::tools::mock::MockArgs),
 }
 
 /// The config path `serve` uses when none is given.

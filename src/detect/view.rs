@@ -1,5 +1,5 @@
-//! The judging core: a view of the session's steps ending at the judged one,
-//! the detectors run over it in table order, and the shared no-progress rule.
+//! What every detector sees: a view of the session's steps ending at the
+//! judged one, and the rules they share (the no-progress run, time spans).
 
 use std::time::Duration;
 
@@ -7,10 +7,6 @@ use super::outcome::Outcome;
 use super::settings::Settings;
 use super::step::{Cycle, Step, StepKind};
 use super::verdict::{DetectorKind, Finding};
-use super::{
-    circuit_breaker, consecutive_failures, cycle, error_repeat, generic_repeat, identical_call,
-    poll_no_progress, post_compaction, repeated_message, tool_budget, unknown_tool,
-};
 use crate::transcript::Signature;
 
 /// The armed `post_compaction` guard: where the compaction happened and the
@@ -124,29 +120,6 @@ pub(crate) fn no_progress_run(outcomes: &[Option<Outcome>]) -> usize {
         run += 1;
     }
     if known >= 2 { run } else { 0 }
-}
-
-/// Runs every enabled detector on a view, returning its findings.
-pub(crate) fn judge(view: &View) -> Vec<Finding> {
-    type Check = fn(&View) -> Option<Finding>;
-    const CHECKS: [(DetectorKind, Check); 11] = [
-        (DetectorKind::IdenticalCall, identical_call::check),
-        (DetectorKind::Cycle, cycle::check),
-        (DetectorKind::GenericRepeat, generic_repeat::check),
-        (DetectorKind::PollNoProgress, poll_no_progress::check),
-        (DetectorKind::ErrorRepeat, error_repeat::check),
-        (DetectorKind::ConsecutiveFailures, consecutive_failures::check),
-        (DetectorKind::ToolBudget, tool_budget::check),
-        (DetectorKind::UnknownTool, unknown_tool::check),
-        (DetectorKind::RepeatedMessage, repeated_message::check),
-        (DetectorKind::PostCompaction, post_compaction::check),
-        (DetectorKind::CircuitBreaker, circuit_breaker::check),
-    ];
-    CHECKS
-        .iter()
-        .filter(|(kind, _)| view.settings.thresholds(*kind).enabled)
-        .filter_map(|(_, check)| check(view))
-        .collect()
 }
 
 /// Seconds between two session-clock instants, for messages.
