@@ -116,7 +116,7 @@ pub async fn serve(
         let service = TowerToHyperService::new(app.clone());
         let conn = builder.serve_connection_with_upgrades(TokioIo::new(tcp), service);
         let conn = graceful.watch(conn.into_owned());
-        tokio::spawn(async move {
+        crate::task::spawn(async move {
             if let Err(e) = conn.await {
                 tracing::debug!(error = %e, "connection ended with an error");
             }

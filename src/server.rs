@@ -43,7 +43,7 @@ pub enum ServeError {
 /// # Errors
 /// When the upstream client cannot be built.
 pub fn proxy_app(config: SharedConfig, guard: Guard) -> Result<Router, reqwest::Error> {
-    let client = proxy::upstream::client(config.load().server.connect_timeout)?;
+    let client = crate::http_client::client(config.load().server.connect_timeout)?;
     let state = Arc::new(ProxyState {
         config,
         client,
@@ -92,20 +92,20 @@ pub async fn serve(
         config: Arc::clone(&shared),
         reloader: reloader.clone(),
     });
-    tokio::spawn(reload_on_sighup(reloader));
+    crate::task::spawn(reload_on_sighup(reloader));
 
     // The admin listener outlives the proxy's drain, so /readyz answers 503
     // (and /metrics stays readable) while in-flight streams finish.
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let (admin_stop_tx, admin_stop_rx) = tokio::sync::watch::channel(false);
     let drain = config.server.drain_timeout;
-    let proxy_task = tokio::spawn(crate::listen::serve(proxy_listener, app, limits, stop_rx, drain));
+    let proxy_task = crate::task::spawn(crate::listen::serve(proxy_listener, app, limits, stop_rx, drain));
     let admin_limits = crate::listen::Limits {
         backlog: 128,
         max_connections: 256,
         ..limits
     };
-    let admin_task = tokio::spawn(crate::listen::serve(
+    let admin_task = crate::task::spawn(crate::listen::serve(
         admin_listener,
         admin,
         admin_limits,

@@ -146,7 +146,7 @@ async fn scripted_upstream() -> (String, tokio::sync::mpsc::UnboundedSender<Vec<
         .unwrap_or_else(|e| panic!("{e}"));
     let addr = listener.local_addr().unwrap_or_else(|e| panic!("{e}"));
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Vec<u8>>();
-    tokio::spawn(async move {
+    loopguard::task::spawn(async move {
         let Ok((mut tcp, _)) = listener.accept().await else {
             return;
         };
@@ -277,7 +277,7 @@ async fn an_active_upstream_is_never_cut_as_idle_when_idle_is_shorter_than_the_k
     let _ = tx.send(SSE_HEAD.to_vec());
     let _ = tx.send(text_chunk("looking"));
     let _ = tx.send(call_start());
-    let feeder = tokio::spawn(async move {
+    let feeder = loopguard::task::spawn(async move {
         for part in ["{\\\"pa", "th\\\":", "\\\".\\\"", "}"] {
             tokio::time::sleep(Duration::from_secs(2)).await;
             let _ = tx.send(call_args(part));
@@ -732,10 +732,10 @@ async fn canned_upstream(answer: Vec<u8>) -> String {
         .await
         .unwrap_or_else(|e| panic!("{e}"));
     let addr = listener.local_addr().unwrap_or_else(|e| panic!("{e}"));
-    tokio::spawn(async move {
+    loopguard::task::spawn(async move {
         while let Ok((mut tcp, _)) = listener.accept().await {
             let answer = answer.clone();
-            tokio::spawn(async move {
+            loopguard::task::spawn(async move {
                 read_request(&mut tcp).await;
                 let _ = tcp.write_all(&answer).await;
                 let _ = tcp.shutdown().await;

@@ -249,7 +249,10 @@ impl std::fmt::Debug for Whole {
                 .finish(),
             Self::Abort(cut) => f.debug_tuple("Abort").field(cut).finish(),
             Self::Broken(why) => f.debug_tuple("Broken").field(why).finish(),
-            Self::Stream { prefix, .. } => f.debug_struct("Stream").field("prefix_len", &prefix.len()).finish(),
+            Self::Stream { prefix, .. } => f
+                .debug_struct("Stream")
+                .field("prefix_len", &prefix.len())
+                .finish(),
         }
     }
 }
