@@ -26,6 +26,7 @@
 //! - [`demo`]: `loopguard demo`, a scripted loop stopped in ten seconds.
 //! - [`mock`]: a scripted upstream for tests, benchmarks and demos.
 //! - [`admin`]: health, metrics and the session API on the admin listener.
+//! - [`ui`]: the live page (`/ui`) on the admin listener.
 //! - [`reload`]: hot reload of the config file (SIGHUP, `POST /admin/reload`).
 //! - [`telemetry`]: logging setup and the fail-open counter.
 
@@ -49,3 +50,4 @@ pub mod session;
 pub mod sse;
 pub mod telemetry;
 pub mod transcript;
+pub mod ui;

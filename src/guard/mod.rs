@@ -145,6 +145,7 @@ pub fn record(verdict: &Verdict, session: &str, agent: Option<&str>, at: &'stati
         "action" => verdict.action.name()
     )
     .increment(1);
+    crate::ui::activity::note(verdict.detector.name());
 }
 
 /// A stateful OpenAI Responses request (`previous_response_id`,
