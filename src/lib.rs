@@ -22,7 +22,8 @@
 //! - [`judge`]: the optional LLM judge (`semantic_loop`), run in the
 //!   background on a schedule, never delaying a request.
 //! - [`action`]: what loopguard writes for warn / block / abort, per dialect.
-//! - [`replay`]: `loopguard replay`, the detectors over recorded traffic.
+//! - [`replay`]: `loopguard replay`, the detectors over recorded traffic;
+//!   [`replay_summary`]: its `--summary` per file and totals.
 //! - [`demo`]: `loopguard demo`, a scripted loop stopped in ten seconds.
 //! - [`mock`]: a scripted upstream for tests, benchmarks and demos.
 //! - [`admin`]: health, metrics and the session API on the admin listener.
@@ -44,6 +45,7 @@ pub mod mock;
 pub mod proxy;
 pub mod reload;
 pub mod replay;
+pub mod replay_summary;
 pub mod route;
 pub mod server;
 pub mod session;

@@ -225,12 +225,34 @@ pub fn load_file(path: &Path) -> Result<Loaded, ConfigError> {
     load_str(&text, &source_name)
 }
 
+/// Reads and validates a config file for the offline tools (`replay`):
+/// only `[loop_detection]` and `[[agents]]` matter there, so a file without
+/// `[[routes]]` is accepted (every other problem is still an error).
+///
+/// # Errors
+/// As [`load_file`].
+pub fn load_detection_file(path: &Path) -> Result<Loaded, ConfigError> {
+    let source_name = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
+        source_name: source_name.clone(),
+        errors: vec![Problem {
+            path: String::new(),
+            message: format!("cannot read file: {e}"),
+        }],
+    })?;
+    load_text(&text, &source_name, false)
+}
+
 /// Validates config text.
 ///
 /// # Errors
 /// [`ConfigError`] with every problem found. A TOML syntax error or an
 /// unknown key is reported with the parser's own line and column.
 pub fn load_str(text: &str, source_name: &str) -> Result<Loaded, ConfigError> {
+    load_text(text, source_name, true)
+}
+
+fn load_text(text: &str, source_name: &str, need_routes: bool) -> Result<Loaded, ConfigError> {
     let raw: RawConfig = toml::from_str(text).map_err(|e| ConfigError {
         source_name: source_name.to_owned(),
         // One problem: the parser's own message, with line and column.
@@ -244,6 +266,9 @@ pub fn load_str(text: &str, source_name: &str) -> Result<Loaded, ConfigError> {
     })?;
     let mut problems = Problems::default();
     let config = validate(&raw, &mut problems);
+    if !need_routes && raw.routes.is_empty() {
+        problems.errors.retain(|p| p.path != "routes");
+    }
     if problems.errors.is_empty() {
         Ok(Loaded {
             config,
