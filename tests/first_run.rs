@@ -70,7 +70,11 @@ fn pretty_logs_are_coloured_only_on_a_terminal_and_never_with_no_color() {
     );
 
     let Some(terminal) = on_a_terminal(&config, None) else {
-        println!("SKIPPED the terminal half: no `script` (util-linux) to make a pseudo-terminal");
+        use std::io::Write as _;
+        let _ = writeln!(
+            std::io::stderr(),
+            "SKIPPED the terminal half of the colour test: no `script` (util-linux) to make a pseudo-terminal"
+        );
         return;
     };
     assert!(

@@ -12,6 +12,13 @@ use std::process::Command;
 use common::{config_for, loopguard, mock, post};
 use serde_json::json;
 
+/// Writes a line to stderr past the test harness's capture, so a skip or
+/// the screenshot's path shows in every run.
+fn say(line: &str) {
+    use std::io::Write as _;
+    let _ = writeln!(std::io::stderr(), "{line}");
+}
+
 /// The Chromium binary, or `None` (the test then skips, saying why).
 fn chromium() -> Option<PathBuf> {
     let candidates = std::env::var_os("LOOPGUARD_CHROMIUM")
@@ -92,8 +99,8 @@ async fn looping_agent(lg: &common::Proc) -> usize {
 #[tokio::test(flavor = "multi_thread")]
 async fn the_live_page_shows_a_looping_session_its_verdict_and_the_chart() {
     let Some(browser) = chromium() else {
-        println!(
-            "SKIPPED the_live_page_shows_a_looping_session_its_verdict_and_the_chart: no chromium (apt-get install chromium, or set LOOPGUARD_CHROMIUM)"
+        say(
+            "SKIPPED the_live_page_shows_a_looping_session_its_verdict_and_the_chart: no chromium (apt-get install chromium, or set LOOPGUARD_CHROMIUM)",
         );
         return;
     };
@@ -201,5 +208,5 @@ async fn the_live_page_shows_a_looping_session_its_verdict_and_the_chart() {
     .unwrap_or_else(|e| panic!("{e}"));
     let size = std::fs::metadata(&shot).map(|m| m.len()).unwrap_or(0);
     assert!(size > 10_000, "a screenshot was written ({size} bytes)");
-    println!("screenshot of the live page: {}", shot.display());
+    say(&format!("screenshot of the live page: {}", shot.display()));
 }
