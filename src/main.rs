@@ -35,9 +35,9 @@ fn main() -> ExitCode {
             &files,
             summary.then_some(if json { Summary::Json } else { Summary::Table }),
         ),
-        Command::Demo => run(loopguard::demo::run()),
+        Command::Demo => run(loopguard::tools::demo::run()),
         Command::Healthcheck { url } => run(healthcheck(url)),
-        Command::MockUpstream(args) => run(loopguard::mock::run(args)),
+        Command::MockUpstream(args) => run(loopguard::tools::mock::run(args)),
     }
 }
 
@@ -125,7 +125,7 @@ fn check_config(path: &Path) -> ExitCode {
 }
 
 async fn healthcheck(url: String) -> Result<(), String> {
-    loopguard::proxy::upstream::install_crypto_provider();
+    loopguard::http_client::install_crypto_provider();
     let client = reqwest::Client::builder()
         .timeout(std::time::Duration::from_secs(3))
         .build()
@@ -187,15 +187,21 @@ fn replay(
         Some("breaker") => Some(Level::Breaker),
         _ => None,
     };
-    let reached =
-        |lines: &[loopguard::detect::ReplayLine]| level.is_some_and(|l| loopguard::replay::reaches(lines, l));
+    let reached = |lines: &[loopguard::detect::ReplayLine]| {
+        level.is_some_and(|l| loopguard::tools::replay::reaches(lines, l))
+    };
     let mut failed = false;
     let mut hit = false;
     if let Some(format) = summary {
-        use loopguard::replay_summary::{self, FileSummary};
+        use loopguard::tools::replay_summary::{self, FileSummary};
         let mut rows = Vec::new();
         for file in files {
-            match loopguard::replay::replay_files(settings, std::slice::from_ref(file), dialect, interval) {
+            match loopguard::tools::replay::replay_files(
+                settings,
+                std::slice::from_ref(file),
+                dialect,
+                interval,
+            ) {
                 Ok(replayed) => {
                     hit |= reached(&replayed.lines);
                     rows.push(FileSummary::of(&file.display().to_string(), &replayed));
@@ -211,7 +217,7 @@ fn replay(
             Summary::Json => println!("{}", replay_summary::json(&rows)),
         }
     } else {
-        match loopguard::replay::run(settings, files, dialect, interval) {
+        match loopguard::tools::replay::run(settings, files, dialect, interval) {
             Ok(lines) => {
                 for line in &lines {
                     match serde_json::to_string(line) {

@@ -21,7 +21,7 @@ pub fn delivered(v: &Verdict) -> Option<String> {
     match v.action {
         Action::Observe => None,
         Action::Warn | Action::Block => Some(v.message.clone()),
-        Action::Abort => Some(crate::guard::abort_message(v)),
+        Action::Abort => Some(crate::plan::abort_message(v)),
     }
 }
 
