@@ -82,7 +82,11 @@ fn the_removed_fail_mode_is_an_unknown_key() {
     let err = load_str("[server]\nfail_mode = \"open\"\n", "t.toml")
         .err()
         .unwrap_or_else(|| panic!("expected an error"));
-    assert!(err.to_string().contains("server.fail_mode: unknown key `fail_mode`"), "{err}");
+    assert!(
+        err.to_string()
+            .contains("server.fail_mode: unknown key `fail_mode`"),
+        "{err}"
+    );
 }
 
 #[test]
