@@ -44,6 +44,7 @@ pub fn app(state: AdminState) -> Router {
         .route("/admin/sessions", get(sessions))
         .route("/admin/sessions/{key}", get(session).delete(forget))
         .route("/admin/reload", post(reload))
+        .merge(crate::ui::routes())
         .with_state(state)
 }
 
