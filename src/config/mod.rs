@@ -10,6 +10,7 @@ pub mod detection;
 pub mod detection_raw;
 mod ladder;
 pub mod raw;
+pub mod recording;
 pub mod semantic;
 
 use std::fmt;
@@ -36,6 +37,8 @@ pub struct Config {
     pub sessions: SessionsConfig,
     /// `[loop_detection]` with `[[agents]]` overrides.
     pub loop_detection: LoopDetection,
+    /// `[recording]` (read at start; a reload does not change it).
+    pub recording: recording::RecordingConfig,
 }
 
 /// Validated `[server]`.
@@ -309,11 +312,13 @@ fn validate(raw: &RawConfig, problems: &mut Problems) -> Config {
         );
     }
     let loop_detection = detection::validate(&raw.loop_detection, &raw.agents, problems);
+    let recording = recording::validate(&raw.recording, problems);
     Config {
         server,
         routes,
         sessions,
         loop_detection,
+        recording,
     }
 }
 

@@ -4,4 +4,5 @@
 
 pub mod demo;
 pub mod mock;
+pub mod recorded;
 pub mod replay;
