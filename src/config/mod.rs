@@ -250,6 +250,34 @@ pub fn load_str(text: &str, source_name: &str) -> Result<Loaded, ConfigError> {
     }
 }
 
+/// Validates a config already parsed into a TOML table (`loopguard tune`
+/// changes keys of a parsed file before loading it).
+///
+/// # Errors
+/// [`ConfigError`] with the shape error or every value problem found.
+pub fn load_table(table: toml::Table, source_name: &str) -> Result<Loaded, ConfigError> {
+    let raw: RawConfig = toml::Value::Table(table).try_into().map_err(|e: toml::de::Error| ConfigError {
+        source_name: source_name.to_owned(),
+        errors: vec![Problem {
+            path: String::new(),
+            message: e.to_string().trim_end().to_owned(),
+        }],
+    })?;
+    let mut problems = Problems::default();
+    let config = validate(&raw, &mut problems);
+    if problems.errors.is_empty() {
+        Ok(Loaded {
+            config,
+            notices: problems.notices,
+        })
+    } else {
+        Err(ConfigError {
+            source_name: source_name.to_owned(),
+            errors: problems.errors,
+        })
+    }
+}
+
 /// Every shape problem (unknown key, wrong type) at once: serde stops at the
 /// first, so each section (each route, each agent, each `loop_detection`
 /// table) is deserialized on its own, and its error carries its key path.

@@ -242,14 +242,19 @@ impl Guard {
             session: session_key.clone(),
             lane: located.lane,
         };
-        self.record_request(request, &lane, now, detected.as_ref().map(|d| d.verdicts.as_slice()));
+        self.record_request(
+            request,
+            &lane,
+            now,
+            detected.as_ref().map(|d| d.verdicts.as_slice()),
+        );
         let Some(Detected { verdicts, ticket }) = detected else {
             return (pass(), session_key);
         };
         self.follow_up(&located, ticket, &verdicts, &session_key, settings, agent);
         let mut judge = self.stream_reviewer(request, located, &session_key, settings, agent);
         if let Some(recorder) = &self.recorder {
-            judge.record_into(recorder.clone(), lane, now);
+            judge.record_into(recorder.clone(), lane);
         }
         let model = request.model();
         let target = Target {

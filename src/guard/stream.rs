@@ -29,8 +29,8 @@ pub struct StreamReviewer {
     /// Responses only: the tenant, to remember the response's id with its
     /// calls for a later `previous_response_id` request.
     chain: Option<Chain>,
-    /// `[recording]`: the recorder, this response's lane and the request's time.
-    recording: Option<(crate::recording::Recorder, crate::recording::LaneId, std::time::Duration)>,
+    /// `[recording]`: the recorder and this response's lane.
+    recording: Option<(crate::recording::Recorder, crate::recording::LaneId)>,
 }
 
 /// What a Responses response leaves for a request that chains to it.
@@ -78,13 +78,13 @@ impl StreamReviewer {
     }
 
     /// Records this response (its bytes, through the tap) and its
-    /// stream-time verdicts for `lane`, whose request came at `t`.
-    pub fn record_into(&mut self, recorder: crate::recording::Recorder, lane: crate::recording::LaneId, t: std::time::Duration) {
-        self.recording = Some((recorder, lane, t));
+    /// stream-time verdicts for `lane`.
+    pub fn record_into(&mut self, recorder: crate::recording::Recorder, lane: crate::recording::LaneId) {
+        self.recording = Some((recorder, lane));
     }
 
     fn record_verdict(&self, verdict: &crate::detect::Verdict) {
-        if let Some((recorder, lane, _)) = &self.recording {
+        if let Some((recorder, lane)) = &self.recording {
             recorder.send(crate::recording::Record::Verdict {
                 lane: lane.clone(),
                 t: self.store.now(),
@@ -125,8 +125,8 @@ impl StreamReviewer {
 
 impl StreamJudge for StreamReviewer {
     fn recording(&mut self) -> Option<crate::recording::ResponseCopy> {
-        let (recorder, lane, t) = self.recording.as_ref()?;
-        Some(recorder.response(lane.clone(), *t))
+        let (recorder, lane) = self.recording.as_ref()?;
+        Some(recorder.response(lane.clone(), self.store.now()))
     }
 
     fn calls(&mut self, calls: &[ToolCall]) -> Decision {

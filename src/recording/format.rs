@@ -170,7 +170,10 @@ pub struct FormatError {
 /// [`FormatError`] naming the line that is not a recording line.
 pub fn read(text: &str) -> Result<(Header, Vec<Step>), FormatError> {
     let mut lines = text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty());
-    let err = |line: usize, message: String| FormatError { line: line + 1, message };
+    let err = |line: usize, message: String| FormatError {
+        line: line + 1,
+        message,
+    };
     let (n, first) = lines.next().ok_or_else(|| err(0, "empty recording".to_owned()))?;
     let header: Header = serde_json::from_str(first).map_err(|e| err(n, e.to_string()))?;
     let key = crate::dialect::Dialect::ALL
@@ -218,9 +221,7 @@ pub fn read(text: &str) -> Result<(Header, Vec<Step>), FormatError> {
                     summarizer,
                 });
             }
-            Line::Response {
-                t_us, mode, body, ..
-            } => steps.push(Step::Response {
+            Line::Response { t_us, mode, body, .. } => steps.push(Step::Response {
                 t_us,
                 mode: mode_of(&mode),
                 body: body.map(String::into_bytes),

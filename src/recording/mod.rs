@@ -92,19 +92,29 @@ impl Recorder {
     ///
     /// # Errors
     /// The directory could not be created or read.
-    pub fn start(config: &RecordingConfig, channel: usize, max_response_bytes: usize) -> std::io::Result<Self> {
+    pub fn start(
+        config: &RecordingConfig,
+        channel: usize,
+        max_response_bytes: usize,
+    ) -> std::io::Result<Self> {
         let writer = writer::Writer::open(config)?;
         let (tx, rx) = sync_channel(channel);
         std::thread::Builder::new()
             .name("loopguard-recorder".to_owned())
             .spawn(move || writer.run(&rx))?;
         metrics::counter!("loopguard_recording_dropped_total").increment(0);
-        Ok(Self { tx, max_response_bytes })
+        Ok(Self {
+            tx,
+            max_response_bytes,
+        })
     }
 
     /// A recorder whose records go to `tx` (tests of the request-path side).
     pub fn with_sender(tx: SyncSender<Record>, max_response_bytes: usize) -> Self {
-        Self { tx, max_response_bytes }
+        Self {
+            tx,
+            max_response_bytes,
+        }
     }
 
     /// Hands a record to the writer without waiting; returns whether it was
@@ -119,8 +129,8 @@ impl Recorder {
         }
     }
 
-    /// A copy of the response to the request of `lane` recorded at `t`,
-    /// fed by the tap and sent when dropped.
+    /// A copy of the response of `lane` starting at `t` (session clock),
+    /// fed by the tap and sent, stamped with its end time, when dropped.
     pub fn response(&self, lane: LaneId, t: Duration) -> ResponseCopy {
         ResponseCopy {
             recorder: self.clone(),

@@ -15,10 +15,13 @@ fn lane(n: u64) -> LaneId {
 }
 
 fn request(lane: LaneId, n: usize, verdicts: Vec<(DetectorKind, Level)>) -> Record {
-    let mut messages = vec![serde_json::json!({"role": "user", "content": "read it, key sk-abcdefghijklmnopqrstuvwx"})];
+    let mut messages =
+        vec![serde_json::json!({"role": "user", "content": "read it, key sk-abcdefghijklmnopqrstuvwx"})];
     for i in 0..n {
-        messages.push(serde_json::json!({"role": "assistant", "content": null, "tool_calls": [
-            {"id": format!("c{i}"), "type": "function", "function": {"name": "read", "arguments": "{}"}}]}));
+        messages.push(
+            serde_json::json!({"role": "assistant", "content": null, "tool_calls": [
+            {"id": format!("c{i}"), "type": "function", "function": {"name": "read", "arguments": "{}"}}]}),
+        );
         messages.push(serde_json::json!({"role": "tool", "tool_call_id": format!("c{i}"), "content": "x"}));
     }
     let body = serde_json::json!({"model": "m", "messages": messages}).to_string();
@@ -51,7 +54,10 @@ fn temp_dir(name: &str) -> PathBuf {
 use std::path::PathBuf;
 
 fn files(dir: &std::path::Path) -> Vec<PathBuf> {
-    let mut out: Vec<PathBuf> = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().path()).collect();
+    let mut out: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
     out.sort();
     out
 }
@@ -68,7 +74,11 @@ fn a_full_channel_drops_instead_of_waiting() {
     for record in records {
         assert!(!recorder.send(record), "a record was taken");
     }
-    assert!(started.elapsed() < Duration::from_millis(200), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_millis(200),
+        "{:?}",
+        started.elapsed()
+    );
     assert_eq!(rx.try_iter().count(), 1);
 }
 
@@ -92,9 +102,15 @@ fn requests_record_what_they_add_and_read_back_whole() {
     let lines: Vec<serde_json::Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     let keeps: Vec<u64> = lines[1..].iter().map(|l| l["keep"].as_u64().unwrap()).collect();
     assert_eq!(keeps, [0, 1, 3, 5]);
-    let added: Vec<usize> = lines[1..].iter().map(|l| l["items"].as_array().map_or(0, Vec::len)).collect();
+    let added: Vec<usize> = lines[1..]
+        .iter()
+        .map(|l| l["items"].as_array().map_or(0, Vec::len))
+        .collect();
     assert_eq!(added, [1, 2, 2, 2]);
-    assert!(lines[2].get("head").is_none(), "an unchanged head is not repeated");
+    assert!(
+        lines[2].get("head").is_none(),
+        "an unchanged head is not repeated"
+    );
     let (_, steps) = read(&text).unwrap();
     let bodies: Vec<serde_json::Value> = steps
         .iter()
@@ -123,8 +139,14 @@ fn the_oldest_files_go_first_past_max_bytes() {
     assert!(total <= 1500, "{total}");
     assert!(left.len() < 6 && !left.is_empty(), "{left:?}");
     let names: Vec<String> = left.iter().map(|p| p.display().to_string()).collect();
-    assert!(names.iter().any(|n| n.contains("session6")), "the newest stays: {names:?}");
-    assert!(!names.iter().any(|n| n.contains("session1-")), "the oldest went: {names:?}");
+    assert!(
+        names.iter().any(|n| n.contains("session6")),
+        "the newest stays: {names:?}"
+    );
+    assert!(
+        !names.iter().any(|n| n.contains("session1-")),
+        "the oldest went: {names:?}"
+    );
 }
 
 /// `sessions = "verdicts"`: a lane without a verdict leaves no file; one
@@ -138,7 +160,11 @@ fn verdict_sessions_keep_their_history_and_others_leave_nothing() {
         writer.write(request(lane(2), n, Vec::new()));
     }
     assert!(files(&dir).is_empty());
-    writer.write(request(lane(2), 3, vec![(DetectorKind::IdenticalCall, Level::Warning)]));
+    writer.write(request(
+        lane(2),
+        3,
+        vec![(DetectorKind::IdenticalCall, Level::Warning)],
+    ));
     let paths = files(&dir);
     assert_eq!(paths.len(), 1);
     let text = std::fs::read_to_string(&paths[0]).unwrap();

@@ -149,7 +149,9 @@ impl Writer {
             } => {
                 let got_verdict = !verdicts.is_empty();
                 self.follow(&lane, dialect, &route);
-                let Some(state) = self.lanes.get_mut(&lane) else { return };
+                let Some(state) = self.lanes.get_mut(&lane) else {
+                    return;
+                };
                 let fresh = state.file.is_none() && state.pending.is_empty();
                 let line = request_line(state, dialect, &body, fresh, micros(t), summarizer, verdicts);
                 self.append(&lane, &line, got_verdict);
@@ -190,7 +192,11 @@ impl Writer {
     /// Follows `lane` (letting the longest idle go past [`MAX_LANES`]).
     fn follow(&mut self, lane: &LaneId, dialect: Dialect, route: &str) {
         if !self.lanes.contains_key(lane) && self.lanes.len() >= MAX_LANES {
-            let idle = self.lanes.iter().min_by_key(|(_, l)| l.last).map(|(k, _)| k.clone());
+            let idle = self
+                .lanes
+                .iter()
+                .min_by_key(|(_, l)| l.last)
+                .map(|(k, _)| k.clone());
             if let Some(idle) = idle {
                 self.forget(&idle);
             }
@@ -226,11 +232,16 @@ impl Writer {
     /// Appends a line to the lane's file (or its waiting lines); a verdict
     /// makes the lane's waiting lines a file.
     fn append(&mut self, lane: &LaneId, line: &Line, verdict: bool) {
-        let Some(state) = self.lanes.get_mut(lane) else { return };
-        let Ok(mut text) = serde_json::to_string(line) else { return };
+        let Some(state) = self.lanes.get_mut(lane) else {
+            return;
+        };
+        let Ok(mut text) = serde_json::to_string(line) else {
+            return;
+        };
         text.push('\n');
         if state.file.is_none() && self.keep == Keep::Verdicts && !verdict {
-            if state.pending.len() + text.len() > MAX_PENDING_LANE || self.pending + text.len() > MAX_PENDING {
+            if state.pending.len() + text.len() > MAX_PENDING_LANE || self.pending + text.len() > MAX_PENDING
+            {
                 tracing::warn!(session = %lane.session, "recording: lane waiting for a verdict grew too large; dropped");
                 metrics::counter!("loopguard_recording_dropped_total").increment(1);
                 self.forget(lane);
@@ -263,7 +274,12 @@ impl Writer {
                 lane.lane
             );
             let path = self.dir.join(name);
-            match OpenOptions::new().create_new(true).append(true).mode(0o600).open(&path) {
+            match OpenOptions::new()
+                .create_new(true)
+                .append(true)
+                .mode(0o600)
+                .open(&path)
+            {
                 Ok(file) => {
                     state.file = Some((path.clone(), file));
                     self.files.push_back((path, 0));
@@ -277,7 +293,9 @@ impl Writer {
             }
         }
         out.extend_from_slice(text.as_bytes());
-        let Some((path, file)) = state.file.as_mut() else { return };
+        let Some((path, file)) = state.file.as_mut() else {
+            return;
+        };
         if let Err(e) = file.write_all(&out) {
             tracing::warn!(error = %e, "recording: write failed; lane dropped");
             metrics::counter!("loopguard_recording_dropped_total").increment(1);
@@ -296,7 +314,9 @@ impl Writer {
     /// newest file is kept even when it alone is larger).
     fn evict(&mut self) {
         while self.total > self.max_bytes && self.files.len() > 1 {
-            let Some((path, size)) = self.files.pop_front() else { break };
+            let Some((path, size)) = self.files.pop_front() else {
+                break;
+            };
             self.total = self.total.saturating_sub(size);
             if let Err(e) = std::fs::remove_file(&path) {
                 tracing::warn!(error = %e, path = %path.display(), "recording: cannot delete an old file");
@@ -348,7 +368,11 @@ fn request_line(
         };
     };
     let hashes = chain_hashes(SEED, 0, &items);
-    let keep = if fresh { 0 } else { common_prefix(&state.hashes, &hashes) };
+    let keep = if fresh {
+        0
+    } else {
+        common_prefix(&state.hashes, &hashes)
+    };
     let added = items[keep..]
         .iter()
         .map(|raw| {

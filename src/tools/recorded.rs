@@ -145,7 +145,9 @@ pub fn judge(parsed: &Parsed, settings: &Settings) -> Vec<ReplayLine> {
                 lines.extend(verdicts.into_iter().map(|v| at(i, v, "request")));
             }
             ParsedStep::Response { t, mode, body } => {
-                let (Some(i), Some(body)) = (index, body) else { continue };
+                let (Some(i), Some(body)) = (index, body) else {
+                    continue;
+                };
                 if !settings.enabled {
                     continue;
                 }

@@ -136,7 +136,8 @@ pub fn run(
         if files.len() > 1 {
             return Err(ReplayError::Recording {
                 path: recording.clone(),
-                message: "a recording is a session of its own: replay it alone (or use `loopguard tune`)".to_owned(),
+                message: "a recording is a session of its own: replay it alone (or use `loopguard tune`)"
+                    .to_owned(),
             });
         }
         let parsed = read_recording(recording)?;
@@ -213,7 +214,9 @@ pub fn run(
 /// Whether `path` is a recording: its first line is a recording header.
 pub fn is_recording_file(path: &Path) -> bool {
     use std::io::BufRead as _;
-    let Ok(file) = std::fs::File::open(path) else { return false };
+    let Ok(file) = std::fs::File::open(path) else {
+        return false;
+    };
     let mut first = String::new();
     std::io::BufReader::new(file).read_line(&mut first).is_ok()
         && crate::recording::format::is_recording(first.trim_end())
