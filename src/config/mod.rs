@@ -256,13 +256,15 @@ pub fn load_str(text: &str, source_name: &str) -> Result<Loaded, ConfigError> {
 /// # Errors
 /// [`ConfigError`] with the shape error or every value problem found.
 pub fn load_table(table: toml::Table, source_name: &str) -> Result<Loaded, ConfigError> {
-    let raw: RawConfig = toml::Value::Table(table).try_into().map_err(|e: toml::de::Error| ConfigError {
-        source_name: source_name.to_owned(),
-        errors: vec![Problem {
-            path: String::new(),
-            message: e.to_string().trim_end().to_owned(),
-        }],
-    })?;
+    let raw: RawConfig = toml::Value::Table(table)
+        .try_into()
+        .map_err(|e: toml::de::Error| ConfigError {
+            source_name: source_name.to_owned(),
+            errors: vec![Problem {
+                path: String::new(),
+                message: e.to_string().trim_end().to_owned(),
+            }],
+        })?;
     let mut problems = Problems::default();
     let config = validate(&raw, &mut problems);
     if problems.errors.is_empty() {

@@ -47,9 +47,10 @@ pub fn load(files: &[PathBuf], interval: Duration) -> Result<Vec<Session>, Strin
     files
         .iter()
         .map(|path| {
-            let name = path
-                .file_name()
-                .map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned());
+            let name = path.file_name().map_or_else(
+                || path.display().to_string(),
+                |n| n.to_string_lossy().into_owned(),
+            );
             let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
             let parsed = if super::replay::is_recording_file(path) {
                 recorded::parse(&text).map_err(|e| format!("{}: {e}", path.display()))?
@@ -66,7 +67,8 @@ fn bodies(text: &str, interval: Duration) -> Result<Parsed, String> {
     let mut dialect = None;
     let mut steps = Vec::new();
     for (n, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
-        let value: serde_json::Value = serde_json::from_str(line).map_err(|e| format!("line {}: {e}", n + 1))?;
+        let value: serde_json::Value =
+            serde_json::from_str(line).map_err(|e| format!("line {}: {e}", n + 1))?;
         let d = dialect
             .or_else(|| crate::dialect::Dialect::guess(&value))
             .ok_or_else(|| format!("line {}: cannot tell the dialect", n + 1))?;
@@ -101,7 +103,11 @@ impl Outcome {
     fn of(lines: &[ReplayLine]) -> Self {
         let first = |min: Level| lines.iter().filter(|l| l.level >= min).map(|l| l.request).min();
         Self {
-            level: lines.iter().map(|l| l.level).filter(|l| *l >= Level::Warning).max(),
+            level: lines
+                .iter()
+                .map(|l| l.level)
+                .filter(|l| *l >= Level::Warning)
+                .max(),
             first_warning: first(Level::Warning),
             first_critical: first(Level::Critical),
             broken: lines.iter().any(|l| l.level == Level::Breaker),
@@ -426,9 +432,19 @@ pub fn run(request: &Request<'_>) -> Result<(Vec<Row>, usize), String> {
     let sessions = load(request.files, request.interval)?;
     let labels = request.labels.map(labels).transpose()?;
     let base_outcomes = outcomes(&sessions, &base);
-    let mut rows = vec![row("base".to_owned(), base_outcomes.clone(), &base_outcomes, labels.as_ref())];
+    let mut rows = vec![row(
+        "base".to_owned(),
+        base_outcomes.clone(),
+        &base_outcomes,
+        labels.as_ref(),
+    )];
     for (label, s) in &settings {
-        rows.push(row(label.clone(), outcomes(&sessions, s), &base_outcomes, labels.as_ref()));
+        rows.push(row(
+            label.clone(),
+            outcomes(&sessions, s),
+            &base_outcomes,
+            labels.as_ref(),
+        ));
     }
     Ok((rows, sessions.len()))
 }
