@@ -62,6 +62,33 @@ pub enum Command {
         #[arg(required = true)]
         files: Vec<PathBuf>,
     },
+    /// Compare settings over recorded sessions: per setting, sessions warned / stopped / broken,
+    /// at which request, what changed against the base, and (with --labels) recall and false
+    /// positives. Each file is one session: a recording, or a .jsonl of successive request bodies.
+    Tune {
+        /// The base config (default: the built-in defaults); --set changes it.
+        #[arg(long)]
+        base: Option<PathBuf>,
+        /// DETECTOR.KEY=V1,V2,… under [loop_detection] (repeatable: every combination is a setting).
+        #[arg(long = "set")]
+        sets: Vec<String>,
+        /// A whole config file as a setting (repeatable).
+        #[arg(long = "config")]
+        configs: Vec<PathBuf>,
+        /// Labels: session file → loop / progress (`FILE LABEL` lines, a JSON map, or a Markdown
+        /// table with the file first and the label last, like trajectories/INDEX.md).
+        #[arg(long)]
+        labels: Option<PathBuf>,
+        /// Wall time between the bodies of a .jsonl file, in seconds (recordings carry their clock).
+        #[arg(long, default_value_t = 10.0)]
+        interval: f64,
+        /// Print JSON instead of the table.
+        #[arg(long)]
+        json: bool,
+        /// The sessions.
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+    },
     /// See it work in ten seconds: a scripted looping model, loopguard in front, every dialect.
     Demo,
     /// Probe the admin listener's /healthz (exit 0 when healthy); for container health checks.

@@ -37,6 +37,8 @@
 //!   a request.
 //! - [`admin`]: health, metrics and the session API on the admin listener.
 //! - [`ui`]: the live page (`/ui`) on the admin listener.
+//! - [`recording`]: opt-in recording of sessions (`[recording]`) through a
+//!   bounded writer thread, in the form `replay` and `tune` read.
 //! - [`reload`]: hot reload of the config file (SIGHUP, `POST /admin/reload`).
 //! - [`telemetry`]: logging setup and the fail-open counter.
 //! - [`task`]: the one way to start a background task (counted).
@@ -54,6 +56,7 @@ pub mod json_array;
 pub mod listen;
 pub mod plan;
 pub mod proxy;
+pub mod recording;
 pub mod reload;
 pub mod route;
 pub mod semantic;

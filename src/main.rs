@@ -35,6 +35,23 @@ fn main() -> ExitCode {
             &files,
             summary.then_some(if json { Summary::Json } else { Summary::Table }),
         ),
+        Command::Tune {
+            base,
+            sets,
+            configs,
+            labels,
+            interval,
+            json,
+            files,
+        } => tune(
+            base.as_deref(),
+            &sets,
+            &configs,
+            labels.as_deref(),
+            interval,
+            json,
+            &files,
+        ),
         Command::Demo => run(loopguard::tools::demo::run()),
         Command::Healthcheck { url } => run(healthcheck(url)),
         Command::MockUpstream(args) => run(loopguard::tools::mock::run(args)),
@@ -143,6 +160,51 @@ async fn healthcheck(url: String) -> Result<(), String> {
 enum Summary {
     Table,
     Json,
+}
+
+fn tune(
+    base: Option<&Path>,
+    sets: &[String],
+    configs: &[std::path::PathBuf],
+    labels: Option<&Path>,
+    interval: f64,
+    json: bool,
+    files: &[std::path::PathBuf],
+) -> ExitCode {
+    use loopguard::tools::tune;
+    let base = match base {
+        Some(path) => match std::fs::read_to_string(path) {
+            Ok(text) => (text, path.display().to_string()),
+            Err(e) => {
+                eprintln!("loopguard tune: {}: {e}", path.display());
+                return ExitCode::FAILURE;
+            }
+        },
+        None => (config::DEFAULT_TOML.to_owned(), "<built-in defaults>".to_owned()),
+    };
+    let request = tune::Request {
+        base,
+        sets,
+        configs,
+        files,
+        interval: std::time::Duration::from_secs_f64(interval.max(0.0)),
+        labels,
+    };
+    match tune::run(&request) {
+        Ok((rows, sessions)) => {
+            if json {
+                let doc = serde_json::json!({"sessions": sessions, "settings": rows});
+                println!("{doc}");
+            } else {
+                print!("{}", tune::table(&rows, sessions));
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("loopguard tune: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 fn replay(

@@ -42,6 +42,11 @@ pub trait StreamJudge: Send {
     /// answer text, reasoning and tool-call arguments). A `Block` or `Abort`
     /// cuts the generation.
     fn event(&mut self, event: &StreamEvent) -> Decision;
+    /// A copy of the response's bytes to record (`[recording]`), taken once
+    /// before the response starts; `None` when nothing is recorded.
+    fn recording(&mut self) -> Option<crate::recording::ResponseCopy> {
+        None
+    }
 }
 
 /// A judge that passes everything (detection off, or a bypassed request).

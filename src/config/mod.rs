@@ -10,6 +10,7 @@ pub mod detection;
 pub mod detection_raw;
 mod ladder;
 pub mod raw;
+pub mod recording;
 pub mod semantic;
 mod shape;
 
@@ -37,6 +38,8 @@ pub struct Config {
     pub sessions: SessionsConfig,
     /// `[loop_detection]` with `[[agents]]` overrides.
     pub loop_detection: LoopDetection,
+    /// `[recording]` (read at start; a reload does not change it).
+    pub recording: recording::RecordingConfig,
 }
 
 /// Validated `[server]`.
@@ -294,6 +297,36 @@ fn load_text(text: &str, source_name: &str, need_routes: bool) -> Result<Loaded,
     }
 }
 
+/// Validates a config already parsed into a TOML table (`loopguard tune`
+/// changes keys of a parsed file before loading it).
+///
+/// # Errors
+/// [`ConfigError`] with the shape error or every value problem found.
+pub fn load_table(table: toml::Table, source_name: &str) -> Result<Loaded, ConfigError> {
+    let raw: RawConfig = toml::Value::Table(table)
+        .try_into()
+        .map_err(|e: toml::de::Error| ConfigError {
+            source_name: source_name.to_owned(),
+            errors: vec![Problem {
+                path: String::new(),
+                message: e.to_string().trim_end().to_owned(),
+            }],
+        })?;
+    let mut problems = Problems::default();
+    let config = validate(&raw, &mut problems);
+    if problems.errors.is_empty() {
+        Ok(Loaded {
+            config,
+            notices: problems.notices,
+        })
+    } else {
+        Err(ConfigError {
+            source_name: source_name.to_owned(),
+            errors: problems.errors,
+        })
+    }
+}
+
 fn validate(raw: &RawConfig, problems: &mut Problems) -> Config {
     let server = validate_server(raw, problems);
     let routes = validate_routes(raw, problems);
@@ -312,11 +345,13 @@ fn validate(raw: &RawConfig, problems: &mut Problems) -> Config {
         );
     }
     let loop_detection = detection::validate(&raw.loop_detection, &raw.agents, problems);
+    let recording = recording::validate(&raw.recording, problems);
     Config {
         server,
         routes,
         sessions,
         loop_detection,
+        recording,
     }
 }
 

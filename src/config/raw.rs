@@ -27,6 +27,9 @@ pub struct RawConfig {
     /// `[[agents]]`.
     #[serde(default)]
     pub agents: Vec<RawAgent>,
+    /// `[recording]`.
+    #[serde(default)]
+    pub recording: super::recording::RawRecording,
 }
 
 /// `[server]`: listeners, limits and timeouts.

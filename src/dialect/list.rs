@@ -98,6 +98,17 @@ impl Dialect {
         }
     }
 
+    /// The top-level field of a request body that holds its history (the
+    /// array [`Dialect::split_request`] splits): `messages`, `contents` or
+    /// `input`.
+    pub fn history_key(self) -> &'static str {
+        match self {
+            Self::OpenaiChat | Self::Anthropic => "messages",
+            Self::Gemini => "contents",
+            Self::OpenaiResponses => "input",
+        }
+    }
+
     /// A fresh parser for one response of this dialect.
     pub fn stream_parser(self) -> StreamParser {
         match self {

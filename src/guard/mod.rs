@@ -104,6 +104,8 @@ pub struct Guard {
     chains: ChainStore,
     judge: crate::semantic::Checker,
     fault_injection: bool,
+    /// `[recording]`, when on.
+    recorder: Option<crate::recording::Recorder>,
 }
 
 /// Logs a verdict and counts it.
@@ -151,6 +153,7 @@ impl Guard {
             chains: ChainStore::new(config.sessions.idle_ttl),
             judge: crate::semantic::Checker::new(config),
             fault_injection: std::env::var("LOOPGUARD_FAULT_INJECTION").is_ok_and(|v| v == "1"),
+            recorder: start_recorder(config),
         }
     }
 
@@ -235,12 +238,26 @@ impl Guard {
         if self.wants_panic(request.headers, "request") {
             panic!("fault injection: request-time detector panic");
         }
-        let (detected, session_key) = self.detect(request, &located, summary, settings, agent);
+        let now = self.store.now();
+        let (detected, session_key) = self.detect(request, &located, summary, now, settings, agent);
+        let lane = crate::recording::LaneId {
+            session: session_key.clone(),
+            lane: located.lane,
+        };
+        self.record_request(
+            request,
+            &lane,
+            now,
+            detected.as_ref().map(|d| d.verdicts.as_slice()),
+        );
         let Some(Detected { verdicts, ticket }) = detected else {
             return (pass(), session_key);
         };
         self.follow_up(&located, ticket, &verdicts, &session_key, settings, agent);
-        let judge = self.stream_reviewer(request, located, &session_key, settings, agent);
+        let mut judge = self.stream_reviewer(request, located, &session_key, settings, agent);
+        if let Some(recorder) = &self.recorder {
+            judge.record_into(recorder.clone(), lane);
+        }
         let model = request.model();
         let target = Target {
             dialect: request.dialect,
@@ -314,11 +331,11 @@ impl Guard {
         request: &RequestView<'_>,
         located: &Located<'_>,
         summary: RequestSummary,
+        now: std::time::Duration,
         settings: &Settings,
         agent: Option<&str>,
     ) -> (Option<Detected>, String) {
         let transcript = located.transcript.as_ref();
-        let now = self.store.now();
         let mut guard = located.session.lock().unwrap_or_else(PoisonError::into_inner);
         guard.agent = agent.map(str::to_owned);
         guard.last_seen = std::time::SystemTime::now();
@@ -366,6 +383,31 @@ impl Guard {
         }
         drop(guard);
         (Some(Detected { verdicts, ticket }), session_key)
+    }
+
+    /// Hands the request to the recorder, when recording is on: its body as
+    /// received and the request-time verdicts (`None`: a summarizer request).
+    fn record_request(
+        &self,
+        request: &RequestView<'_>,
+        lane: &crate::recording::LaneId,
+        now: std::time::Duration,
+        verdicts: Option<&[Verdict]>,
+    ) {
+        let Some(recorder) = &self.recorder else { return };
+        recorder.send(crate::recording::Record::Request {
+            lane: lane.clone(),
+            dialect: request.dialect,
+            route: request.route.prefix.clone(),
+            t: now,
+            body: request.decoded.clone(),
+            summarizer: verdicts.is_none(),
+            verdicts: verdicts
+                .unwrap_or_default()
+                .iter()
+                .map(|v| (v.detector, v.level))
+                .collect(),
+        });
     }
 
     /// After detection: the semantic check in the background, the lane
@@ -494,6 +536,26 @@ fn with_calls(
         out.messages.insert(0, turn);
     }
     out
+}
+
+/// The recorder for `[recording]`, when it is on (a directory that cannot
+/// be created is logged, and nothing is recorded).
+fn start_recorder(config: &Config) -> Option<crate::recording::Recorder> {
+    let recording = &config.recording;
+    if !recording.enabled {
+        return None;
+    }
+    let cap = config.server.max_response_bytes;
+    match crate::recording::Recorder::start(recording, crate::recording::CHANNEL, cap) {
+        Ok(recorder) => {
+            tracing::info!(dir = %recording.dir.display(), "recording sessions");
+            Some(recorder)
+        }
+        Err(e) => {
+            tracing::error!(dir = %recording.dir.display(), error = %e, "recording: cannot use the directory; not recording");
+            None
+        }
+    }
 }
 
 fn pass() -> RequestDecision {

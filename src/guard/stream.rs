@@ -29,6 +29,8 @@ pub struct StreamReviewer {
     /// Responses only: the tenant, to remember the response's id with its
     /// calls for a later `previous_response_id` request.
     chain: Option<Chain>,
+    /// `[recording]`: the recorder and this response's lane.
+    recording: Option<(crate::recording::Recorder, crate::recording::LaneId)>,
 }
 
 /// What a Responses response leaves for a request that chains to it.
@@ -71,6 +73,24 @@ impl StreamReviewer {
             panic_for_test,
             stateful: false,
             chain: None,
+            recording: None,
+        }
+    }
+
+    /// Records this response (its bytes, through the tap) and its
+    /// stream-time verdicts for `lane`.
+    pub fn record_into(&mut self, recorder: crate::recording::Recorder, lane: crate::recording::LaneId) {
+        self.recording = Some((recorder, lane));
+    }
+
+    fn record_verdict(&self, verdict: &crate::detect::Verdict) {
+        if let Some((recorder, lane)) = &self.recording {
+            recorder.send(crate::recording::Record::Verdict {
+                lane: lane.clone(),
+                t: self.store.now(),
+                detector: verdict.detector,
+                level: verdict.level,
+            });
         }
     }
 
@@ -104,6 +124,11 @@ impl StreamReviewer {
 }
 
 impl StreamJudge for StreamReviewer {
+    fn recording(&mut self) -> Option<crate::recording::ResponseCopy> {
+        let (recorder, lane) = self.recording.as_ref()?;
+        Some(recorder.response(lane.clone(), self.store.now()))
+    }
+
     fn calls(&mut self, calls: &[ToolCall]) -> Decision {
         if let Some(chain) = self.chain.as_mut() {
             chain.calls.extend_from_slice(calls);
@@ -135,6 +160,7 @@ impl StreamJudge for StreamReviewer {
         }
         for v in &verdicts {
             record(v, &self.key, self.agent.as_deref(), "stream");
+            self.record_verdict(v);
         }
         decisive(&verdicts).map_or(Decision::Pass, crate::plan::stream)
     }
@@ -152,6 +178,7 @@ impl StreamJudge for StreamReviewer {
         };
         self.chanting_reported = true;
         record(&verdict, &self.key, self.agent.as_deref(), "stream");
+        self.record_verdict(&verdict);
         if let Ok(mut session) = self.session.lock() {
             session.lane(self.lane).remember(&verdict);
         }

@@ -26,7 +26,7 @@ pub(super) async fn reply(
     config: &Config,
     admitted: &Admitted<'_>,
     upstream: Upstream,
-    decided: Decided,
+    mut decided: Decided,
     started: Instant,
 ) -> Response {
     let Upstream { response, overhead } = upstream;
@@ -48,7 +48,7 @@ pub(super) async fn reply(
         status: status.as_u16(),
         started,
         request_messages: admitted.parsed().map(|p| p.transcript.messages.len()),
-        session: decided.session,
+        session: decided.session.take(),
         overhead,
         verdict: decided.verdict,
     };
@@ -76,7 +76,11 @@ pub(super) async fn reply(
         *out.headers_mut() = out_headers;
         return out;
     }
-    let tap = Tap::new(dialect, mode, config.server.max_response_bytes);
+    let mut tap = Tap::new(dialect, mode, config.server.max_response_bytes);
+    if let Some(mut copy) = decided.judge.recording() {
+        copy.framed(mode);
+        tap.record_into(copy);
+    }
     let include_usage = admitted.parsed().is_some_and(|p| p.include_usage);
     let holder = Holder::new(tap, dialect, mode, include_usage, config.server.max_held_bytes)
         .with_max_frame(config.server.max_response_bytes);

@@ -86,6 +86,8 @@ pub struct Tap {
     /// Framed payloads not parsed yet: stream end offset and payload (`None`
     /// for a truncated SSE event, which yields an empty frame).
     pending: VecDeque<(u64, Option<String>)>,
+    /// `[recording]`: a copy of the bytes, sent to the recorder when the tap drops.
+    recording: Option<crate::recording::ResponseCopy>,
 }
 
 impl std::fmt::Debug for Tap {
@@ -120,7 +122,13 @@ impl Tap {
             sse_scratch: Vec::new(),
             array_scratch: Vec::new(),
             pending: VecDeque::new(),
+            recording: None,
         }
+    }
+
+    /// Copies every byte that passes into `copy` (recorded when the tap drops).
+    pub fn record_into(&mut self, copy: crate::recording::ResponseCopy) {
+        self.recording = Some(copy);
     }
 
     /// The dialect parser, whose state is that after the last frame handed
@@ -163,6 +171,9 @@ impl Tap {
     /// completes come out of [`Tap::next_frame`], one at a time, so the
     /// parser's state always matches the last frame handed out.
     pub fn frame_chunk(&mut self, chunk: &[u8]) {
+        if let Some(copy) = self.recording.as_mut() {
+            copy.feed(chunk);
+        }
         if self.failed.is_some() {
             return;
         }
