@@ -126,6 +126,14 @@ pub(crate) fn no_progress_run(outcomes: &[Option<Outcome>]) -> usize {
     if known >= 2 { run } else { 0 }
 }
 
+/// No-progress evidence in a streak: some known normalised result occurs at
+/// least twice (issue #12 point 2: a warning needs it; results that all
+/// differ are progress).
+pub(crate) fn repeated_result(outcomes: &[Option<Outcome>]) -> bool {
+    let known: Vec<u128> = outcomes.iter().flatten().map(|o| o.hash).collect();
+    known.iter().enumerate().any(|(i, h)| known[i + 1..].contains(h))
+}
+
 /// Runs every enabled detector on a view, returning its findings.
 pub(crate) fn judge(view: &View) -> Vec<Finding> {
     type Check = fn(&View) -> Option<Finding>;

@@ -1,14 +1,21 @@
 //! `identical_call`: the same tool-call signature N times in a row.
 //!
 //! Idea: Cline's soft/hard mistake limits and Gemini CLI's five identical
-//! calls. Defaults: warning at 3 calls in a row; critical at 5 when the
-//! streak's no-progress run (see [`super::engine::no_progress_run`]) is 5
-//! long, i.e. the results are identical too. Does not flag: poll tools (judged
-//! by `poll_no_progress`), the same call returning changing results (warning
-//! only), calls separated by an assistant text turn or by the person speaking.
+//! calls. "The same" is the call's identity ([`super::step::Cycle::signature`]):
+//! the tool and its arguments without the ones that do not identify it
+//! (`call_identity`, issue #12 point 5a) and after neutral rewrites
+//! (whitespace, comments, quoting, flag order or bundling, a trailing slash,
+//! tracking parameters; point 5b) — so a near-duplicate counts, a differing
+//! path never does. Defaults: warning at 3 calls in a row, and only with
+//! no-progress evidence (some result of the streak repeats, point 2);
+//! critical at 5 when the streak's no-progress run (see
+//! [`super::engine::no_progress_run`]) is 5 long, i.e. the results are
+//! identical too. Does not flag: poll tools and calls that wait (judged by
+//! `poll_no_progress`), the same call returning a different result every
+//! time, calls separated by an assistant text turn or by the person speaking.
 //! Cost: O(streak length) per judged call.
 
-use super::engine::{View, no_progress_run};
+use super::engine::{View, no_progress_run, repeated_result};
 use super::verdict::{DetectorKind, Finding, Level};
 
 const ADVICE: &str =
@@ -34,7 +41,8 @@ pub(crate) fn check(v: &View) -> Option<Finding> {
         ));
     }
     let count = streak.len();
-    t.reached(Level::Warning, count as u32).then(|| {
+    let evidence = repeated_result(&streak);
+    (evidence && t.reached(Level::Warning, count as u32)).then(|| {
         let detail = format!("was called {count} times in a row");
         // The same result every time (as far as known), or results that change.
         let advice = if stall + 1 >= count || stall == 0 && count <= 2 {

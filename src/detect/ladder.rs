@@ -102,7 +102,7 @@ pub(crate) fn extras(
 ) {
     let own: &[&str] = match kind {
         DetectorKind::Cycle => &["max_period"],
-        DetectorKind::PollNoProgress => &["min_stall_secs"],
+        DetectorKind::PollNoProgress => &["min_stall_secs", "max_wait_secs"],
         DetectorKind::PostCompaction => &["window_size"],
         DetectorKind::ContentChanting => &[
             "chunk_size",
@@ -117,6 +117,7 @@ pub(crate) fn extras(
     let present = [
         ("max_period", raw.max_period.is_some()),
         ("min_stall_secs", raw.min_stall_secs.is_some()),
+        ("max_wait_secs", raw.max_wait_secs.is_some()),
         ("window_size", raw.window_size.is_some()),
         ("chunk_size", raw.chunk_size.is_some()),
         ("min_repeats", raw.min_repeats.is_some()),
@@ -173,8 +174,8 @@ pub(crate) fn extras(
             );
         }
         DetectorKind::PollNoProgress => {
-            if let Some(secs) = raw.min_stall_secs {
-                s.min_stall = Duration::from_secs(secs);
+            if let Some(secs) = raw.max_wait_secs.or(raw.min_stall_secs) {
+                s.max_wait = Duration::from_secs(secs);
             }
         }
         _ => {}
@@ -202,7 +203,8 @@ pub(crate) fn raise_history(s: &mut Settings, path: &str, problems: &mut Problem
         .unwrap_or(0) as usize;
     let cycle = s.thresholds(DetectorKind::Cycle);
     if cycle.enabled {
-        needed = needed.max(cycle.at.iter().copied().max().unwrap_or(0) as usize * s.cycle_max_period);
+        needed =
+            needed.max((cycle.at.iter().copied().max().unwrap_or(0) as usize).max(3 * s.cycle_max_period));
     }
     let post = s.thresholds(DetectorKind::PostCompaction);
     if post.enabled {

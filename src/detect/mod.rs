@@ -42,6 +42,7 @@ mod engine;
 pub mod error_repeat;
 pub mod generic_repeat;
 pub mod identical_call;
+pub(crate) mod identity;
 pub(crate) mod ladder;
 pub mod outcome;
 pub mod poll_no_progress;
@@ -61,7 +62,7 @@ mod testkit;
 
 pub use compaction::{Classification, RequestSummary, classify, classify_summarized, is_summarizer};
 pub use content_chanting::{Channel, ContentScanner};
-pub use outcome::{Outcome, outcome_of};
+pub use outcome::{Outcome, outcome_for, outcome_of};
 pub use replay::{ReplayLine, replay};
 pub use session::{Absorbed, SessionState};
 pub use settings::{Settings, Thresholds, ToolMatcher};

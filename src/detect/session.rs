@@ -124,9 +124,18 @@ impl SessionState {
                         absorbed.person_spoke = true;
                     }
                     self.remember_user(*key);
-                    let canned = (repeated && after_assistant).then_some(StepKind::Canned);
-                    next_canned = canned.is_some();
-                    canned
+                    // Only a text that matches `canned_patterns` is a canned
+                    // reminder (a failure); any other repeated text is a
+                    // repeated screen (issue #12 point 7).
+                    let canned = *text == UserText::Canned && after_assistant;
+                    next_canned = canned;
+                    if canned {
+                        Some(StepKind::Canned)
+                    } else if repeated {
+                        Some(StepKind::Screen(*key))
+                    } else {
+                        None
+                    }
                 }
                 Item::Said { key } => {
                     self.turn += 1;
