@@ -6,7 +6,7 @@
 #[path = "detection/harness.rs"]
 mod harness;
 
-use harness::{ALL, Res, Scenario, Step, call, error, first_at, level_of, text, top};
+use harness::{ALL, Res, Scenario, Step, call, error, first_at, level_of, observed, text, top};
 use loopguard::detect::Level as L;
 use serde_json::json;
 
@@ -130,7 +130,8 @@ fn volatile_values_in_result_text_do_not_hide_a_loop() {
 
 // ---- point 2: a warning needs no-progress evidence --------------------------
 
-/// A job polled while its output changes is progress: silent.
+/// A job polled while its output changes is progress: silent to the agent
+/// (from the 6th call only logged, action `observe`).
 #[test]
 fn same_call_with_changing_results_stays_silent() {
     for d in ALL {
@@ -144,6 +145,11 @@ fn same_call_with_changing_results_stays_silent() {
         }
         let v = s.judge(d);
         assert_eq!(top(&v), None, "{d:?}: {v:?}");
+        let logged = observed(&v);
+        assert!(
+            !logged.is_empty() && logged.iter().all(|x| *x == "identical_call"),
+            "{d:?}: {v:?}"
+        );
     }
 }
 
@@ -524,5 +530,66 @@ fn different_server_side_searches_stay_silent() {
         }
         let v = s.judge(d);
         assert_eq!(top(&v), None, "{d:?}: {v:?}");
+    }
+}
+
+// ---- point 6: low-entropy chanting ---------------------------------------------------
+
+fn chunks(text: &str, size: usize) -> Vec<String> {
+    text.as_bytes()
+        .chunks(size)
+        .map(|c| String::from_utf8_lossy(c).into_owned())
+        .collect()
+}
+
+/// `Yes,` 200 times (aider#1841) and `nynyny…` (gemini-cli#5813) are chanting
+/// in every dialect's stream.
+#[test]
+fn low_entropy_chanting_is_caught_in_every_dialect() {
+    for d in ALL {
+        for text in [
+            format!("Sure. {}", "Yes, ".repeat(200)),
+            format!("ok {}", "ny".repeat(400)),
+        ] {
+            let v = harness::judge_answer(d, &chunks(&text, 37));
+            assert_eq!(
+                level_of(&v, "content_chanting"),
+                Some(L::Critical),
+                "{d:?} {}: {v:?}",
+                &text[..20]
+            );
+        }
+    }
+}
+
+/// Twin: repetitive but legitimate output (base64 padding, separator lines,
+/// zero-filled CSV and hex arrays, progress bars, tables, lists, code) is not.
+#[test]
+fn repetitive_legitimate_output_is_not_chanting() {
+    let mut csv = String::from("a,b,c,d\n");
+    for _ in 0..60 {
+        csv.push_str("0,0,0,0,0,0,0,0\n");
+    }
+    let texts = [
+        format!("Here is the blob: QUJD{}", "=".repeat(300)),
+        format!("Results\n{}\nDone", "-=".repeat(300)),
+        csv,
+        format!("static const uint8_t zeros[] = {{{}}};", "0x00, ".repeat(120)),
+        format!("Progress: [{}{}] 60%", "#".repeat(240), ".".repeat(160)),
+        format!("| col | col |\n|-----|-----|\n{}", "|     |     |\n".repeat(60)),
+        (0..60).map(|i| format!("- item {i}\n")).collect::<String>(),
+        format!("```\n{}```\n", "}\n".repeat(200)),
+        format!("data = [{}]", "null, ".repeat(100)),
+    ];
+    for d in ALL {
+        for text in &texts {
+            let v = harness::judge_answer(d, &chunks(text, 41));
+            assert_eq!(
+                level_of(&v, "content_chanting"),
+                None,
+                "{d:?} {:?}: {v:?}",
+                &text[..30.min(text.len())]
+            );
+        }
     }
 }

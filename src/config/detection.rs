@@ -405,6 +405,7 @@ fn build(raw: &RawLoopDetection, path: &str, problems: &mut Problems) -> Setting
             max_periods: 5,
             buffer_chars: 5000,
             max_line_repeats: 30,
+            low_entropy_repeats: 50,
         },
         compaction: CompactionPatterns {
             summarizer: regexes(

@@ -148,6 +148,7 @@ raw_detector! {
     max_periods: usize, "`content_chanting`: most distinct gaps.";
     buffer_chars: usize, "`content_chanting`: tracked bytes.";
     max_line_repeats: usize, "`content_chanting`: same line ceiling.";
+    low_entropy_repeats: usize, "`content_chanting`: repeats of a short unit in low-entropy text.";
 }
 
 /// A tool matcher: a bare name, or `{ name, args = { key = value | [values] } }`.

@@ -99,6 +99,7 @@ impl<'a> View<'a> {
             arguments: cycle.map(|c| c.args.clone()),
             detail,
             advice,
+            observe_only: false,
         }
     }
 }

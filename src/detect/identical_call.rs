@@ -8,7 +8,9 @@
 //! tracking parameters; point 5b) — so a near-duplicate counts, a differing
 //! path never does. Defaults: warning at 3 calls in a row, and only with
 //! no-progress evidence (some result of the streak repeats, point 2);
-//! critical at 5 when the streak's no-progress run (see
+//! a streak of twice that whose results all differ is only logged (action
+//! `observe`, whatever is configured: it is progress, never told to the
+//! agent); critical at 5 when the streak's no-progress run (see
 //! [`super::engine::no_progress_run`]) is 5 long, i.e. the results are
 //! identical too. Does not flag: poll tools and calls that wait (judged by
 //! `poll_no_progress`), the same call returning a different result every
@@ -42,7 +44,25 @@ pub(crate) fn check(v: &View) -> Option<Finding> {
     }
     let count = streak.len();
     let evidence = repeated_result(&streak);
-    (evidence && t.reached(Level::Warning, count as u32)).then(|| {
+    if !evidence {
+        // Results that all change are progress: logged (observe only) once
+        // the streak is twice the warning threshold, never told to the agent.
+        let long = t.get(Level::Warning).saturating_mul(2);
+        if !t.reached(Level::Warning, count as u32) || (count as u32) < long {
+            return None;
+        }
+        let detail = format!("was called {count} times in a row, with a different result every time");
+        let mut f = v.finding(
+            DetectorKind::IdenticalCall,
+            Level::Warning,
+            count,
+            detail,
+            ADVICE_CHANGING,
+        );
+        f.observe_only = true;
+        return Some(f);
+    }
+    t.reached(Level::Warning, count as u32).then(|| {
         let detail = format!("was called {count} times in a row");
         // The same result every time (as far as known), or results that change.
         let advice = if stall + 1 >= count || stall == 0 && count <= 2 {

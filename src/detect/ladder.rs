@@ -111,6 +111,7 @@ pub(crate) fn extras(
             "max_periods",
             "buffer_chars",
             "max_line_repeats",
+            "low_entropy_repeats",
         ],
         _ => &[],
     };
@@ -125,6 +126,7 @@ pub(crate) fn extras(
         ("max_periods", raw.max_periods.is_some()),
         ("buffer_chars", raw.buffer_chars.is_some()),
         ("max_line_repeats", raw.max_line_repeats.is_some()),
+        ("low_entropy_repeats", raw.low_entropy_repeats.is_some()),
     ];
     for (key, set) in present {
         if set && !own.contains(&key) {
@@ -171,6 +173,13 @@ pub(crate) fn extras(
                 0,
                 1_000_000,
                 &mut c.max_line_repeats,
+            );
+            range(
+                "low_entropy_repeats",
+                raw.low_entropy_repeats,
+                0,
+                1_000_000,
+                &mut c.low_entropy_repeats,
             );
         }
         DetectorKind::PollNoProgress => {

@@ -193,6 +193,9 @@ pub struct ChantingParams {
     pub buffer_chars: usize,
     /// Same normalised line this many times in one response (`max_line_repeats`, 30; 0 = off).
     pub max_line_repeats: usize,
+    /// A unit of 1..=16 bytes repeated back to back this many times (and over
+    /// at least 200 bytes) in low-entropy text (`low_entropy_repeats`, 50; 0 = off).
+    pub low_entropy_repeats: usize,
 }
 
 /// Compaction recognition patterns (DESIGN §6), `[loop_detection.compaction]`.

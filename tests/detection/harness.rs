@@ -165,6 +165,7 @@ impl Scenario {
                 request: l.request,
                 detector: l.detector.name().to_owned(),
                 level: l.level,
+                observe: l.action == loopguard::detect::Action::Observe,
             })
             .collect()
     }
@@ -202,6 +203,7 @@ impl Scenario {
                         Some("critical") => Level::Critical,
                         _ => Level::Breaker,
                     },
+                    observe: v["action"].as_str() == Some("observe"),
                 }
             })
             .collect()
@@ -214,21 +216,39 @@ pub struct Verdict {
     pub request: usize,
     pub detector: String,
     pub level: Level,
+    /// Action `observe`: logged, never told to the agent.
+    pub observe: bool,
 }
 
-/// The highest level among verdicts (None when silent).
+/// The verdicts that act on the agent (not observe-only).
+fn acting(v: &[Verdict]) -> impl Iterator<Item = &Verdict> {
+    v.iter().filter(|v| !v.observe)
+}
+
+/// The highest level the agent is told of (None when silent to the agent).
 pub fn top(v: &[Verdict]) -> Option<Level> {
-    v.iter().map(|v| v.level).max()
+    acting(v).map(|v| v.level).max()
 }
 
-/// The highest level of one detector.
+/// The highest level of one detector told to the agent.
 pub fn level_of(v: &[Verdict], detector: &str) -> Option<Level> {
-    v.iter().filter(|v| v.detector == detector).map(|v| v.level).max()
+    acting(v)
+        .filter(|v| v.detector == detector)
+        .map(|v| v.level)
+        .max()
 }
 
-/// The first request (0-based) at which a level was reached.
+/// The first request (0-based) at which a level was told to the agent.
 pub fn first_at(v: &[Verdict], level: Level) -> Option<usize> {
-    v.iter().filter(|v| v.level >= level).map(|v| v.request).min()
+    acting(v).filter(|v| v.level >= level).map(|v| v.request).min()
+}
+
+/// Detectors of the observe-only verdicts (logged, not told).
+pub fn observed(v: &[Verdict]) -> Vec<&str> {
+    v.iter()
+        .filter(|v| v.observe)
+        .map(|v| v.detector.as_str())
+        .collect()
 }
 
 fn result_text(res: &Res) -> String {
@@ -323,4 +343,115 @@ fn render(d: Dialect, step: &Step, id: &mut usize, items: &mut Vec<Value>) {
             }
         }
     }
+}
+
+/// The SSE stream of one response whose answer text arrives in `deltas`, in
+/// dialect `d`'s wire form.
+pub fn answer_stream(d: Dialect, deltas: &[String]) -> String {
+    let mut out = String::new();
+    let mut event = |name: Option<&str>, data: Value| {
+        if let Some(name) = name {
+            out.push_str(&format!("event: {name}\n"));
+        }
+        out.push_str(&format!("data: {data}\n\n"));
+    };
+    match d {
+        Dialect::OpenaiChat => {
+            for t in deltas {
+                event(
+                    None,
+                    json!({"id": "c", "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"content": t}}]}),
+                );
+            }
+            event(
+                None,
+                json!({"id": "c", "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}),
+            );
+            out.push_str("data: [DONE]\n\n");
+        }
+        Dialect::OpenaiResponses => {
+            event(
+                Some("response.created"),
+                json!({"type": "response.created", "sequence_number": 0, "response": {"id": "r", "status": "in_progress", "output": []}}),
+            );
+            event(
+                Some("response.output_item.added"),
+                json!({"type": "response.output_item.added", "sequence_number": 1, "output_index": 0,
+                "item": {"type": "message", "id": "m", "role": "assistant", "status": "in_progress", "content": []}}),
+            );
+            for (i, t) in deltas.iter().enumerate() {
+                event(
+                    Some("response.output_text.delta"),
+                    json!({"type": "response.output_text.delta", "sequence_number": i + 2,
+                    "item_id": "m", "output_index": 0, "content_index": 0, "delta": t}),
+                );
+            }
+        }
+        Dialect::Gemini => {
+            for t in deltas {
+                event(
+                    None,
+                    json!({"candidates": [{"content": {"role": "model", "parts": [{"text": t}]}, "index": 0}]}),
+                );
+            }
+        }
+        Dialect::Anthropic => {
+            event(
+                Some("message_start"),
+                json!({"type": "message_start", "message": {"id": "m", "type": "message", "role": "assistant", "content": [], "model": "m"}}),
+            );
+            event(
+                Some("content_block_start"),
+                json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+            );
+            for t in deltas {
+                event(
+                    Some("content_block_delta"),
+                    json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": t}}),
+                );
+            }
+        }
+    }
+    out
+}
+
+/// The built binary's verdicts on a one-request session followed by a
+/// streamed answer made of `deltas` (stream-time detectors: chanting).
+pub fn judge_answer(d: Dialect, deltas: &[String]) -> Vec<Verdict> {
+    static N: AtomicU64 = AtomicU64::new(0);
+    let n = N.fetch_add(1, Ordering::Relaxed);
+    let dir = std::env::temp_dir();
+    let req = dir.join(format!("loopguard-answer-{}-{n}.jsonl", std::process::id()));
+    let sse = dir.join(format!("loopguard-answer-{}-{n}.sse", std::process::id()));
+    let s = Scenario::new(&["bash"]);
+    std::fs::write(&req, s.body(d, 0).to_string()).unwrap_or_else(|e| panic!("{e}"));
+    std::fs::write(&sse, answer_stream(d, deltas)).unwrap_or_else(|e| panic!("{e}"));
+    let out = Command::new(env!("CARGO_BIN_EXE_loopguard"))
+        .args(["replay", "--dialect", d.name()])
+        .arg(&req)
+        .arg(&sse)
+        .output()
+        .unwrap_or_else(|e| panic!("{e}"));
+    let _ = (std::fs::remove_file(&req), std::fs::remove_file(&sse));
+    assert!(
+        out.status.success(),
+        "{d:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| {
+            let v: Value = serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}"));
+            Verdict {
+                request: v["request"].as_u64().unwrap_or(u64::MAX) as usize,
+                detector: v["detector"].as_str().unwrap_or_default().to_owned(),
+                level: if v["level"] == "critical" {
+                    Level::Critical
+                } else {
+                    Level::Warning
+                },
+                observe: v["action"] == "observe",
+            }
+        })
+        .collect()
 }
