@@ -113,9 +113,8 @@ fn volatile_values_in_result_text_do_not_hide_a_loop() {
         let mut s = Scenario::new(TOOLS);
         for i in 0..5 {
             let out = format!(
-                "started worker pid {} at 2026-12-01T20:0{i}:11Z\nrun {}-4b1c-4e2a-9d3e-12345678abc{i} tmp{i}x9k2q{i}z\nstatus: pending (took 0.{i}4s)",
+                "started worker pid {} at 2026-12-01T20:0{i}:11Z\nrun a1b2c3d{i}-4b1c-4e2a-9d3e-12345678abc{i} tmp{i}x9k2q{i}z\nstatus: pending (took 0.{i}4s)",
                 4000 + i,
-                format!("a1b2c3d{i}")
             );
             s.push(call(
                 "bash",

@@ -114,6 +114,11 @@ pub(crate) enum Item {
     /// `cycle` is `None` before the alignment point (see [`extract`]).
     Cycle {
         key: u64,
+        /// Hash of the call id, when the dialect carries one: the identity
+        /// that survives rewrites of the call's arguments or result.
+        ident: Option<u64>,
+        /// Hash of the tool name (the item's shape, see [`Item::shape`]).
+        shape: u64,
         cycle: Option<Cycle>,
         turn_start: bool,
     },
@@ -126,6 +131,34 @@ impl Item {
             Self::User { key, .. } | Self::Said { key } | Self::Cycle { key, .. } => *key,
         }
     }
+
+    /// What survives an agent's rewrite of an old item (clipped text, a
+    /// placeholder result): its kind, and for a cycle its tool.
+    pub(crate) fn shape(&self) -> u64 {
+        match self {
+            Self::User { .. } => 1,
+            Self::Said { .. } => 2,
+            Self::Cycle { shape, .. } => *shape,
+        }
+    }
+
+    /// The call id's hash, for a cycle whose dialect carries one.
+    pub(crate) fn ident(&self) -> Option<u64> {
+        match self {
+            Self::Cycle { ident, .. } => *ident,
+            _ => None,
+        }
+    }
+}
+
+/// What alignment sees of a request's items, in order.
+pub(crate) struct Keys<'a> {
+    /// Merge keys ([`Item::key`]).
+    pub keys: &'a [u64],
+    /// Call-id hashes ([`Item::ident`]).
+    pub idents: &'a [Option<u64>],
+    /// Shapes ([`Item::shape`]).
+    pub shapes: &'a [u64],
 }
 
 static SYNTHETIC: LazyLock<Option<Regex>> = LazyLock::new(|| {
@@ -247,6 +280,7 @@ fn find_result<'a>(
 /// A cycle found in the request, not yet turned into a [`Cycle`].
 struct Found<'t> {
     key: u64,
+    ident: Option<u64>,
     call: &'t ToolCall,
     result: &'t ToolResult,
     /// Computed already when the key needed it (a call without an id).
@@ -267,6 +301,24 @@ impl Draft<'_> {
             Self::Cycle(found) => found.key,
         }
     }
+
+    fn ident(&self) -> Option<u64> {
+        match self {
+            Self::Item(_) => None,
+            Self::Cycle(found) => found.ident,
+        }
+    }
+
+    fn shape(&self) -> u64 {
+        match self {
+            Self::Item(item) => item.shape(),
+            Self::Cycle(found) => shape_of(&found.call.name),
+        }
+    }
+}
+
+fn shape_of(name: &str) -> u64 {
+    hash64(name.as_bytes()) | 4
 }
 
 /// Extracts the items of a request, in order, and the alignment point that
@@ -277,11 +329,17 @@ impl Draft<'_> {
 pub(crate) fn extract(
     transcript: &Transcript,
     s: &Settings,
-    align: impl FnOnce(&[u64]) -> usize,
+    align: impl FnOnce(&Keys) -> usize,
 ) -> (Vec<Item>, usize) {
     let drafts = drafts(transcript, s);
     let keys: Vec<u64> = drafts.iter().map(Draft::key).collect();
-    let start = align(&keys);
+    let idents: Vec<Option<u64>> = drafts.iter().map(Draft::ident).collect();
+    let shapes: Vec<u64> = drafts.iter().map(Draft::shape).collect();
+    let start = align(&Keys {
+        keys: &keys,
+        idents: &idents,
+        shapes: &shapes,
+    });
     let items = drafts
         .into_iter()
         .enumerate()
@@ -289,6 +347,8 @@ pub(crate) fn extract(
             Draft::Item(item) => item,
             Draft::Cycle(found) => Item::Cycle {
                 key: found.key,
+                ident: found.ident,
+                shape: shape_of(&found.call.name),
                 cycle: (i >= start).then(|| {
                     let outcome = found
                         .outcome
@@ -354,8 +414,10 @@ fn push_cycles<'t>(message: &'t Message, rest: &'t [Message], s: &Settings, item
             continue;
         }
         let (key, outcome) = cycle_key(call, || outcome_for(result, Some(call), s));
+        let ident = call.id.as_ref().map(|id| hash64(id.as_bytes()));
         items.push(Draft::Cycle(Found {
             key,
+            ident,
             call,
             result,
             outcome,
