@@ -14,10 +14,10 @@
 //! not flag: poll tools (skipped). Cost: O(run length²) in the worst case
 //! per judged step (the run is bounded by the history).
 
-use super::engine::View;
 use super::outcome::hash64;
 use super::step::{Step, StepKind};
 use super::verdict::{DetectorKind, Finding, Level};
+use super::view::View;
 
 const ADVICE: &str =
     "Every recent step failed; stop and re-read the last error, then change approach or ask the user.";

@@ -11,14 +11,14 @@
 //! a streak of twice that whose results all differ is only logged (action
 //! `observe`, whatever is configured: it is progress, never told to the
 //! agent); critical at 5 when the streak's no-progress run (see
-//! [`super::engine::no_progress_run`]) is 5 long, i.e. the results are
+//! [`super::view::no_progress_run`]) is 5 long, i.e. the results are
 //! identical too. Does not flag: poll tools and calls that wait (judged by
 //! `poll_no_progress`), the same call returning a different result every
 //! time, calls separated by an assistant text turn or by the person speaking.
 //! Cost: O(streak length) per judged call.
 
-use super::engine::{View, no_progress_run, repeated_result};
 use super::verdict::{DetectorKind, Finding, Level};
+use super::view::{View, no_progress_run, repeated_result};
 
 const ADVICE: &str =
     "Use the result you already received instead of repeating the call, or change the arguments.";

@@ -17,8 +17,8 @@
 //! changes (a growing log).
 //! Cost: O(epoch length) per judged poll.
 
-use super::engine::{View, span};
 use super::verdict::{DetectorKind, Finding, Level};
+use super::view::{View, span};
 
 const WARN_ADVICE: &str =
     "The job's output has not changed; wait longer between polls (sleep first) or report the job as stuck.";
