@@ -75,6 +75,8 @@ mod compaction_tests;
 #[cfg(test)]
 mod config_tests;
 #[cfg(test)]
+mod rewrite_tests;
+#[cfg(test)]
 mod scenarios;
 #[cfg(test)]
 mod session_scenarios;
