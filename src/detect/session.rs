@@ -23,13 +23,15 @@ use std::time::Duration;
 use super::compaction_storm;
 use super::engine;
 use super::settings::Settings;
-use super::step::{Cycle, Item, Step, StepKind, UserText, extract};
+use super::step::{Cycle, Item, Keys, Step, StepKind, UserText, extract};
 use super::verdict::{Verdict, rank};
 use super::view::{Guard, View};
 use crate::transcript::{ToolCall, Transcript};
 
 /// Previous-request keys kept for alignment.
 const TAIL_KEYS: usize = 4;
+/// Newest call ids of the previous request kept as alignment anchors.
+const ANCHORS: usize = 16;
 /// User-text hashes remembered per session (canned-message recognition).
 const USER_TEXTS: usize = 512;
 
@@ -72,6 +74,10 @@ pub struct SessionState {
     epoch_turns: u64,
     seen_items: usize,
     tail: Vec<u64>,
+    /// The previous request's newest call ids: (id hash, items after it).
+    anchors: Vec<(u64, usize)>,
+    /// The previous request's item shapes ([`Item::shape`]).
+    shapes: Vec<u64>,
     realign: bool,
     user_texts: HashSet<u64>,
     user_order: VecDeque<u64>,
@@ -104,6 +110,7 @@ impl SessionState {
     pub fn absorb(&mut self, transcript: &Transcript, now: Duration, settings: &Settings) -> Absorbed {
         self.declared.clone_from(&transcript.tools);
         let (items, start) = extract(transcript, settings, |keys| self.align(keys));
+        let n = items.len();
         let mut absorbed = Absorbed::default();
         let mut prev_canned = false;
         for (i, item) in items.iter().enumerate() {
@@ -143,9 +150,18 @@ impl SessionState {
                         absorbed.person_spoke = true;
                     }
                     self.remember_user(*key);
-                    let canned = (repeated && after_assistant).then_some(StepKind::Canned);
-                    next_canned = canned.is_some();
-                    canned
+                    // Only a text that matches `canned_patterns` is a canned
+                    // reminder (a failure); any other repeated text is a
+                    // repeated screen (issue #12 point 7).
+                    let canned = *text == UserText::Canned && after_assistant;
+                    next_canned = canned;
+                    if canned {
+                        Some(StepKind::Canned)
+                    } else if repeated {
+                        Some(StepKind::Screen(*key))
+                    } else {
+                        None
+                    }
                 }
                 Item::Said { key } => {
                     self.turn += 1;
@@ -176,6 +192,14 @@ impl SessionState {
         }
         self.seen_items = items.len();
         self.tail = items.iter().rev().take(TAIL_KEYS).rev().map(Item::key).collect();
+        self.anchors = items
+            .iter()
+            .enumerate()
+            .rev()
+            .filter_map(|(i, item)| item.ident().map(|id| (id, n - 1 - i)))
+            .take(ANCHORS)
+            .collect();
+        self.shapes = items.iter().map(Item::shape).collect();
         self.realign = false;
         absorbed
     }
@@ -333,6 +357,8 @@ impl SessionState {
         self.steps.capacity() * std::mem::size_of::<Step>()
             + steps
             + self.tail.capacity() * 8
+            + self.anchors.capacity() * 16
+            + self.shapes.capacity() * 8
             + self.user_texts.capacity() * 16
             + self.user_order.capacity() * 8
             + self.declared.iter().map(|d| d.capacity() + 24).sum::<usize>()
@@ -353,16 +379,44 @@ impl SessionState {
             .collect()
     }
 
-    /// Index of the first item not absorbed yet, from the items' merge keys.
-    fn align(&self, keys: &[u64]) -> usize {
+    /// Index of the first item not absorbed yet (issue #12 point 8: merge by
+    /// stable identity, so that rewritten older items neither hide nor
+    /// double-count new ones). In order:
+    ///
+    /// 1. the previous request's last keys at the same place: an append;
+    /// 2. an anchor: the newest call whose id the previous request carried
+    ///    (and that occurs once in this one) — the items after it in the
+    ///    previous request are there again (rewritten or not), the rest is
+    ///    new;
+    /// 3. the same item shapes (kind, tool) as the whole previous request,
+    ///    in place: older items were rewritten (clipped, replaced by a
+    ///    placeholder) and the rest is new — id-less histories (Gemini);
+    /// 4. the previous request's last keys anywhere (a compacted or pruned
+    ///    request whose kept tail matches), else its last key known (a
+    ///    stale retry), else everything is new.
+    fn align(&self, k: &Keys) -> usize {
+        let keys = k.keys;
         if self.tail.is_empty() {
             return 0;
         }
         let seen = self.seen_items;
-        let k = self.tail.len();
-        if !self.realign && keys.len() >= seen && seen >= k && keys[seen - k..seen] == self.tail[..] {
+        let width = self.tail.len();
+        if !self.realign && keys.len() >= seen && seen >= width && keys[seen - width..seen] == self.tail[..] {
             return seen;
         }
+        let anchor = k.idents.iter().enumerate().rev().find_map(|(i, id)| {
+            let id = (*id)?;
+            let after = self.anchors.iter().find(|(a, _)| *a == id)?.1;
+            let unique = k.idents.iter().filter(|x| **x == Some(id)).count() == 1;
+            unique.then_some((i, after))
+        });
+        if let Some((i, after)) = anchor {
+            return (i + 1 + after).min(keys.len());
+        }
+        if !self.realign && k.shapes.len() >= seen && k.shapes[..seen] == self.shapes[..] {
+            return seen;
+        }
+        let k = width;
         for width in (1..=k).rev() {
             let tail = &self.tail[k - width..];
             if let Some(end) = (width..=keys.len())

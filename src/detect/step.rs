@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use regex::Regex;
 
-use super::outcome::{Outcome, hash64, outcome_of};
+use super::outcome::{Outcome, hash64, outcome_for};
 use super::settings::Settings;
 use crate::transcript::{
     Arguments, Message, Role, Signature, ToolCall, ToolResult, Transcript, canonical_json,
@@ -26,6 +26,7 @@ pub(crate) const ARGS_PREVIEW: usize = 120;
 pub(crate) struct Cycle {
     pub name: String,
     pub args: String,
+    /// The call's identity (see [`super::identity`]), not its raw signature.
     pub signature: Signature,
     pub outcome: Option<Outcome>,
     pub unparsable: bool,
@@ -39,17 +40,12 @@ impl Cycle {
         Self {
             name: call.name.clone(),
             args: preview(&call.arguments),
-            signature: call.signature,
+            signature: super::identity::of(call, s),
             outcome,
             unparsable: matches!(call.arguments, Arguments::Unparsable(_)),
-            unknown_tool: !tools.is_empty() && !tools.contains(&call.name),
-            poll: s.is_poll(&call.name, &call.arguments),
+            unknown_tool: !call.server && !tools.is_empty() && !tools.contains(&call.name),
+            poll: s.is_poll(&call.name, &call.arguments) || s.is_wait(&call.arguments),
         }
-    }
-
-    /// Failed: an error outcome or arguments that did not parse.
-    pub(crate) fn failed(&self) -> bool {
-        self.unparsable || self.outcome.is_some_and(|o| o.is_error)
     }
 }
 
@@ -62,6 +58,10 @@ pub(crate) enum StepKind {
     Said(u64),
     /// A canned user message the agent repeats (a failure for `consecutive_failures`).
     Canned,
+    /// A user text seen before that is no canned reminder: a text-protocol
+    /// agent's repeated terminal screen (hash of its own text). Neither the
+    /// person nor a failure.
+    Screen(u64),
 }
 
 /// A step in the session's history.
@@ -114,6 +114,11 @@ pub(crate) enum Item {
     /// `cycle` is `None` before the alignment point (see [`extract`]).
     Cycle {
         key: u64,
+        /// Hash of the call id, when the dialect carries one: the identity
+        /// that survives rewrites of the call's arguments or result.
+        ident: Option<u64>,
+        /// Hash of the tool name (the item's shape, see [`Item::shape`]).
+        shape: u64,
         cycle: Option<Cycle>,
         turn_start: bool,
     },
@@ -126,6 +131,34 @@ impl Item {
             Self::User { key, .. } | Self::Said { key } | Self::Cycle { key, .. } => *key,
         }
     }
+
+    /// What survives an agent's rewrite of an old item (clipped text, a
+    /// placeholder result): its kind, and for a cycle its tool.
+    pub(crate) fn shape(&self) -> u64 {
+        match self {
+            Self::User { .. } => 1,
+            Self::Said { .. } => 2,
+            Self::Cycle { shape, .. } => *shape,
+        }
+    }
+
+    /// The call id's hash, for a cycle whose dialect carries one.
+    pub(crate) fn ident(&self) -> Option<u64> {
+        match self {
+            Self::Cycle { ident, .. } => *ident,
+            _ => None,
+        }
+    }
+}
+
+/// What alignment sees of a request's items, in order.
+pub(crate) struct Keys<'a> {
+    /// Merge keys ([`Item::key`]).
+    pub keys: &'a [u64],
+    /// Call-id hashes ([`Item::ident`]).
+    pub idents: &'a [Option<u64>],
+    /// Shapes ([`Item::shape`]).
+    pub shapes: &'a [u64],
 }
 
 static SYNTHETIC: LazyLock<Option<Regex>> = LazyLock::new(|| {
@@ -143,10 +176,33 @@ pub(crate) fn own_text(text: &str) -> String {
     }
 }
 
-/// Classifies a user text.
+/// Whether a text is one XML-like element as a whole (`<tag …>…</tag>`): a
+/// wrapper an agent injects (`<system-reminder>`, `<environment_details>`,
+/// …), never typed by the person.
+fn one_element(text: &str) -> bool {
+    let Some(rest) = text.strip_prefix('<') else {
+        return false;
+    };
+    let name: String = rest
+        .chars()
+        .take_while(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | ':'))
+        .collect();
+    !name.is_empty()
+        && rest[name.len()..].starts_with(['>', ' '])
+        && text.ends_with(&format!("</{name}>"))
+        && text.matches(&format!("<{name}")).count() == 1
+}
+
+/// Classifies a user text: injected text (synthetic wrappers, a whole
+/// XML-like element, `injected_patterns` such as Claude Code's skill
+/// bodies, a compaction summary) is not the person (issue #12 point 7).
 pub(crate) fn classify_user(text: &str, s: &Settings) -> (UserText, String) {
     let own = own_text(text);
-    if own.is_empty() || s.compaction.summary_prefixes.iter().any(|r| r.is_match(&own)) {
+    if own.is_empty()
+        || one_element(&own)
+        || s.injected_patterns.iter().any(|r| r.is_match(&own))
+        || s.compaction.summary_prefixes.iter().any(|r| r.is_match(&own))
+    {
         return (UserText::Synthetic, own);
     }
     if s.canned_patterns.iter().any(|r| r.is_match(&own)) {
@@ -224,6 +280,7 @@ fn find_result<'a>(
 /// A cycle found in the request, not yet turned into a [`Cycle`].
 struct Found<'t> {
     key: u64,
+    ident: Option<u64>,
     call: &'t ToolCall,
     result: &'t ToolResult,
     /// Computed already when the key needed it (a call without an id).
@@ -244,6 +301,24 @@ impl Draft<'_> {
             Self::Cycle(found) => found.key,
         }
     }
+
+    fn ident(&self) -> Option<u64> {
+        match self {
+            Self::Item(_) => None,
+            Self::Cycle(found) => found.ident,
+        }
+    }
+
+    fn shape(&self) -> u64 {
+        match self {
+            Self::Item(item) => item.shape(),
+            Self::Cycle(found) => shape_of(&found.call.name),
+        }
+    }
+}
+
+fn shape_of(name: &str) -> u64 {
+    hash64(name.as_bytes()) | 4
 }
 
 /// Extracts the items of a request, in order, and the alignment point that
@@ -254,11 +329,17 @@ impl Draft<'_> {
 pub(crate) fn extract(
     transcript: &Transcript,
     s: &Settings,
-    align: impl FnOnce(&[u64]) -> usize,
+    align: impl FnOnce(&Keys) -> usize,
 ) -> (Vec<Item>, usize) {
     let drafts = drafts(transcript, s);
     let keys: Vec<u64> = drafts.iter().map(Draft::key).collect();
-    let start = align(&keys);
+    let idents: Vec<Option<u64>> = drafts.iter().map(Draft::ident).collect();
+    let shapes: Vec<u64> = drafts.iter().map(Draft::shape).collect();
+    let start = align(&Keys {
+        keys: &keys,
+        idents: &idents,
+        shapes: &shapes,
+    });
     let items = drafts
         .into_iter()
         .enumerate()
@@ -266,8 +347,12 @@ pub(crate) fn extract(
             Draft::Item(item) => item,
             Draft::Cycle(found) => Item::Cycle {
                 key: found.key,
+                ident: found.ident,
+                shape: shape_of(&found.call.name),
                 cycle: (i >= start).then(|| {
-                    let outcome = found.outcome.unwrap_or_else(|| outcome_of(found.result, s));
+                    let outcome = found
+                        .outcome
+                        .unwrap_or_else(|| outcome_for(found.result, Some(found.call), s));
                     Cycle::of(found.call, Some(outcome), &transcript.tools, s)
                 }),
                 turn_start: found.turn_start,
@@ -308,10 +393,16 @@ fn drafts<'t>(transcript: &'t Transcript, s: &Settings) -> Vec<Draft<'t>> {
 }
 
 fn push_cycles<'t>(message: &'t Message, rest: &'t [Message], s: &Settings, items: &mut Vec<Draft<'t>>) {
-    let results: Vec<&ToolResult> = rest
+    // A server-side call's result is in its own turn; a client call's in the
+    // turns after it.
+    let results: Vec<&ToolResult> = message
+        .tool_results
         .iter()
-        .take_while(|m| m.role != Role::Assistant)
-        .flat_map(|m| m.tool_results.iter())
+        .chain(
+            rest.iter()
+                .take_while(|m| m.role != Role::Assistant)
+                .flat_map(|m| m.tool_results.iter()),
+        )
         .collect();
     let mut used = vec![false; results.len()];
     let mut turn_start = true;
@@ -322,9 +413,11 @@ fn push_cycles<'t>(message: &'t Message, rest: &'t [Message], s: &Settings, item
         if s.is_exempt(&call.name, &call.arguments) {
             continue;
         }
-        let (key, outcome) = cycle_key(call, || outcome_of(result, s));
+        let (key, outcome) = cycle_key(call, || outcome_for(result, Some(call), s));
+        let ident = call.id.as_ref().map(|id| hash64(id.as_bytes()));
         items.push(Draft::Cycle(Found {
             key,
+            ident,
             call,
             result,
             outcome,

@@ -212,18 +212,27 @@ impl Verdict {
 }
 
 /// Sorts verdicts so the one that decides comes first: highest level, ties
-/// broken by table order; keeps one verdict per detector (its highest).
+/// broken by acting before observe-only, then table order; keeps one verdict
+/// per detector (its highest).
 pub fn rank(verdicts: &mut Vec<Verdict>) {
-    verdicts.sort_by(|a, b| b.level.cmp(&a.level).then(a.detector.cmp(&b.detector)));
+    verdicts.sort_by(order);
     let mut seen = [false; DetectorKind::ALL.len()];
     verdicts.retain(|v| !std::mem::replace(&mut seen[v.detector.index()], true));
 }
 
 /// The verdict that picks the action, if any (the first after [`rank`]).
 pub fn decisive(verdicts: &[Verdict]) -> Option<&Verdict> {
-    verdicts
-        .iter()
-        .min_by(|a, b| b.level.cmp(&a.level).then(a.detector.cmp(&b.detector)))
+    verdicts.iter().min_by(|a, b| order(a, b))
+}
+
+/// The deciding order: level (highest first), then acting verdicts before
+/// observe-only ones, then table order.
+fn order(a: &Verdict, b: &Verdict) -> std::cmp::Ordering {
+    let observes = |v: &Verdict| v.action == Action::Observe;
+    b.level
+        .cmp(&a.level)
+        .then(observes(a).cmp(&observes(b)))
+        .then(a.detector.cmp(&b.detector))
 }
 
 /// The prefix of every message loopguard writes.
@@ -241,12 +250,19 @@ pub(crate) struct Finding {
     pub detail: String,
     /// One concrete alternative for the agent.
     pub advice: &'static str,
+    /// Logged only, whatever the configured action (a streak whose results
+    /// change: progress, issue #12 point 2).
+    pub observe_only: bool,
 }
 
 impl Finding {
     /// Applies the configured action and words the message.
     pub(crate) fn into_verdict(self, settings: &Settings) -> Verdict {
-        let action = settings.action_for(self.detector, self.level);
+        let action = if self.observe_only {
+            Action::Observe
+        } else {
+            settings.action_for(self.detector, self.level)
+        };
         self.with_action(action)
     }
 
