@@ -36,6 +36,12 @@ pub(crate) struct Cycle {
 
 impl Cycle {
     /// A cycle for `call`, judged against the declared `tools`.
+    /// The cycle failed: its arguments did not parse or its result is an
+    /// error (the live page marks it).
+    pub(crate) fn failed(&self) -> bool {
+        self.unparsable || self.outcome.is_some_and(|o| o.is_error)
+    }
+
     pub(crate) fn of(call: &ToolCall, outcome: Option<Outcome>, tools: &[String], s: &Settings) -> Self {
         Self {
             name: call.name.clone(),

@@ -185,6 +185,7 @@ mod tests {
             action,
             count: 3,
             message: String::new(),
+            at: None,
         }
     }
 
