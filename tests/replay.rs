@@ -299,8 +299,8 @@ fn summary_lists_each_file_with_its_first_verdicts_and_the_totals() {
     let twin = cells(rows[2]);
     assert_eq!(
         &twin[1..5],
-        ["7", "4", "0", "0"],
-        "new results: warned, never critical:\n{table}"
+        ["7", "1", "0", "0"],
+        "new results (detection v2): never acted on; one observe-level note at twice the warning threshold:\n{table}"
     );
     assert!(
         rows[2].ends_with("-                           -"),
