@@ -26,6 +26,8 @@
 //! - [`demo`]: `loopguard demo`, a scripted loop stopped in ten seconds.
 //! - [`mock`]: a scripted upstream for tests, benchmarks and demos.
 //! - [`admin`]: health, metrics and the session API on the admin listener.
+//! - [`redact`]: credential redaction for everything loopguard writes
+//!   about tool calls (verdicts, logs, admin, the judge's prompt).
 //! - [`reload`]: hot reload of the config file (SIGHUP, `POST /admin/reload`).
 //! - [`telemetry`]: logging setup and the fail-open counter.
 
@@ -41,6 +43,7 @@ pub mod json_array;
 pub mod judge;
 pub mod mock;
 pub mod proxy;
+pub mod redact;
 pub mod reload;
 pub mod replay;
 pub mod route;
