@@ -8,10 +8,10 @@ use super::*;
 use crate::transcript::ResultContent;
 
 /// The pairing before the index: a scan of every result per call.
-fn find_result_by_scan<'a>(
+fn find_result_by_scan(
     call: &ToolCall,
     position: usize,
-    results: &[&'a ToolResult],
+    results: &[&ToolResult],
     used: &mut [bool],
 ) -> Option<usize> {
     let by_id = call.id.as_ref().and_then(|id| {
