@@ -42,6 +42,10 @@ pub struct RawServer {
     /// Bearer token for mutating admin endpoints; none disables them.
     #[serde(default)]
     pub admin_token: Option<String>,
+    /// `Host` names the admin listener answers `/admin/*` for; none: the
+    /// loopback names and the admin listen address.
+    #[serde(default)]
+    pub admin_allowed_hosts: Option<Vec<String>>,
     /// Largest request body accepted, in bytes.
     #[serde(default = "default_max_request_bytes")]
     pub max_request_bytes: u64,
@@ -84,6 +88,7 @@ impl Default for RawServer {
             listen: default_listen(),
             admin_listen: default_admin_listen(),
             admin_token: None,
+            admin_allowed_hosts: None,
             max_request_bytes: default_max_request_bytes(),
             max_response_bytes: default_max_response_bytes(),
             max_held_bytes: default_max_held_bytes(),
