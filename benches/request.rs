@@ -24,7 +24,7 @@ use loopguard::session::chain::{ChainStore, chain_hashes};
 use serde_json::json;
 
 /// Source text to fill `code` tool results with.
-const SOURCE: &str = include_str!("../src/dialect/openai_chat.rs");
+const SOURCE: &str = include_str!("../src/dialect/openai_chat/parse.rs");
 
 /// An OpenAI chat body with `cycles` distinct tool cycles of ~`result_len` bytes each.
 fn history(cycles: usize, result_len: usize, code: bool) -> Vec<u8> {

@@ -41,7 +41,7 @@ pub fn resolve<'a>(routes: &'a [Route], path: &str, query: Option<&str>) -> Opti
     };
     url.set_path(&joined);
     url.set_query(query);
-    let dialect = Dialect::from_path(path).filter(|d| provider_of(*d) == route.provider);
+    let dialect = Dialect::from_path(path).filter(|d| d.provider() == route.provider.name());
     Some(Matched {
         route,
         upstream_url: url,
@@ -53,15 +53,6 @@ fn segment_prefix(path: &str, prefix: &str) -> bool {
     prefix.is_empty()
         || path == prefix
         || (path.starts_with(prefix) && path.as_bytes().get(prefix.len()) == Some(&b'/'))
-}
-
-/// The provider a dialect belongs to.
-pub fn provider_of(dialect: Dialect) -> Provider {
-    match dialect {
-        Dialect::OpenaiChat | Dialect::OpenaiResponses => Provider::Openai,
-        Dialect::Gemini => Provider::Gemini,
-        Dialect::Anthropic => Provider::Anthropic,
-    }
 }
 
 /// A request that clearly belongs to another provider than its route's:
@@ -84,7 +75,10 @@ pub fn misrouted(route: &Route, path: &str, query: Option<&str>, headers: &Heade
     }
     let gemini_key = headers.contains_key("x-goog-api-key")
         || query.is_some_and(|q| q.split('&').any(|kv| kv.starts_with("key=")));
-    if Dialect::from_path(path) == Some(Dialect::Gemini) && gemini_key && route.provider != Provider::Gemini {
+    if Dialect::from_path(path).is_some_and(|d| d.provider() == Provider::Gemini.name())
+        && gemini_key
+        && route.provider != Provider::Gemini
+    {
         return Some(Provider::Gemini);
     }
     None

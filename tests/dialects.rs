@@ -226,7 +226,7 @@ async fn a_loop_that_survives_a_responses_compaction_item_is_aborted() {
 
 /// The calls a recorded response carries, parsed as loopguard parses it.
 fn recorded_calls(dialect: loopguard::dialect::Dialect, body: &[u8]) -> Vec<loopguard::transcript::ToolCall> {
-    let mut tap = loopguard::proxy::tap::Tap::new(dialect, loopguard::proxy::tap::Framing::Sse, usize::MAX);
+    let mut tap = loopguard::proxy::tap::Tap::new(dialect, loopguard::dialect::Mode::Sse, usize::MAX);
     let mut frames = Vec::new();
     tap.feed(body, &mut frames);
     let _ = tap.finish(body.len() as u64, &mut frames);

@@ -8,6 +8,7 @@
 
 pub mod detection;
 pub mod detection_raw;
+mod ladder;
 pub mod raw;
 pub mod semantic;
 
@@ -64,23 +65,12 @@ pub struct ServerConfig {
     pub first_byte_timeout: Duration,
     /// Longest silence between two upstream body reads.
     pub idle_timeout: Duration,
-    /// What an internal error does to traffic.
-    pub fail_mode: FailMode,
     /// Header that skips detection when present.
     pub bypass_header: Option<String>,
     /// How long shutdown waits for in-flight requests.
     pub drain_timeout: Duration,
     /// Keep-alive interval while a tool call is held after the headers went out.
     pub keepalive: Duration,
-}
-
-/// What an internal error (parse failure, detector fault) does to traffic.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FailMode {
-    /// Log, count, and pass the bytes through (default).
-    Open,
-    /// Answer with an error instead.
-    Closed,
 }
 
 /// The provider behind a route.
@@ -358,17 +348,6 @@ fn validate_server(raw: &RawConfig, problems: &mut Problems) -> ServerConfig {
             format!("\"{admin_listen}\" is also server.listen; the two listeners need different addresses"),
         );
     }
-    let fail_mode = match s.fail_mode.as_str() {
-        "open" => FailMode::Open,
-        "closed" => FailMode::Closed,
-        other => {
-            problems.push(
-                "server.fail_mode",
-                format!("{other:?} is not one of \"open\", \"closed\""),
-            );
-            FailMode::Open
-        }
-    };
     if let Some(name) = &s.bypass_header {
         if http::HeaderName::from_bytes(name.as_bytes()).is_err() {
             problems.push(
@@ -410,7 +389,6 @@ fn validate_server(raw: &RawConfig, problems: &mut Problems) -> ServerConfig {
             "server.idle_timeout_secs",
             problems,
         )),
-        fail_mode,
         bypass_header: s.bypass_header.as_ref().map(|h| h.to_ascii_lowercase()),
         drain_timeout: Duration::from_secs(s.drain_timeout_secs),
         keepalive: Duration::from_secs(positive(s.keepalive_secs, "server.keepalive_secs", problems)),
@@ -549,5 +527,5 @@ pub fn apply_env(config: &mut Config, get: impl Fn(&str) -> Option<String>) -> R
 }
 
 #[cfg(test)]
-#[path = "tests.rs"]
+#[path = "config_tests.rs"]
 mod tests;

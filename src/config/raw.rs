@@ -67,9 +67,6 @@ pub struct RawServer {
     /// Longest silence between two body reads from the upstream, in seconds.
     #[serde(default = "default_idle_timeout_secs")]
     pub idle_timeout_secs: u64,
-    /// `open` (default) or `closed`.
-    #[serde(default = "default_fail_mode")]
-    pub fail_mode: String,
     /// Name of a request header that, when present, skips detection.
     #[serde(default)]
     pub bypass_header: Option<String>,
@@ -96,7 +93,6 @@ impl Default for RawServer {
             connect_timeout_secs: default_connect_timeout_secs(),
             first_byte_timeout_secs: default_first_byte_timeout_secs(),
             idle_timeout_secs: default_idle_timeout_secs(),
-            fail_mode: default_fail_mode(),
             bypass_header: None,
             drain_timeout_secs: default_drain_timeout_secs(),
             keepalive_secs: default_keepalive_secs(),
@@ -170,9 +166,6 @@ fn default_first_byte_timeout_secs() -> u64 {
 }
 fn default_idle_timeout_secs() -> u64 {
     300
-}
-fn default_fail_mode() -> String {
-    "open".to_owned()
 }
 fn default_keepalive_secs() -> u64 {
     5

@@ -8,118 +8,22 @@
 //! bytes; parsing works on a side copy.
 
 pub mod anthropic;
+pub mod ending;
 pub mod event;
 pub mod gemini;
+mod list;
 pub mod openai_chat;
 pub mod openai_responses;
 pub mod split;
+pub mod write;
 
+pub use ending::Kept;
 pub use event::StreamEvent;
+pub use list::{Dialect, StreamParser};
 pub use split::{HistoryItem, SplitRequest};
+pub use write::{Answer, Mode, StreamEnding};
 
 use crate::transcript::Transcript;
-
-/// The wire protocol of a request, chosen from its path (DESIGN §8).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Dialect {
-    /// OpenAI Chat Completions: `POST …/chat/completions`.
-    OpenaiChat,
-    /// Gemini: `POST …/models/{model}:generateContent` and `:streamGenerateContent`.
-    Gemini,
-    /// OpenAI Responses: `POST …/responses` (and `…/responses/compact`).
-    OpenaiResponses,
-    /// Anthropic Messages: `POST …/messages`.
-    Anthropic,
-}
-
-impl Dialect {
-    /// The dialect's name as used in config, logs and metrics (`openai-chat`,
-    /// `gemini`, `openai-responses`, `anthropic`).
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::OpenaiChat => "openai-chat",
-            Self::Gemini => "gemini",
-            Self::OpenaiResponses => "openai-responses",
-            Self::Anthropic => "anthropic",
-        }
-    }
-
-    /// Every dialect, in the order they are documented.
-    pub const ALL: [Self; 4] = [
-        Self::OpenaiChat,
-        Self::Gemini,
-        Self::OpenaiResponses,
-        Self::Anthropic,
-    ];
-
-    /// Picks the dialect for a request path (without query), or `None` for
-    /// paths that are proxied without detection (model lists, embeddings,
-    /// token counting, files).
-    pub fn from_path(path: &str) -> Option<Self> {
-        let path = path.trim_end_matches('/');
-        if path.ends_with("/chat/completions") {
-            return Some(Self::OpenaiChat);
-        }
-        if path.ends_with("/responses") || path.ends_with("/responses/compact") {
-            return Some(Self::OpenaiResponses);
-        }
-        if path.ends_with("/messages") {
-            return Some(Self::Anthropic);
-        }
-        let last = path.rsplit('/').next().unwrap_or_default();
-        if let Some((_model, method)) = last.split_once(':') {
-            if method == "generateContent" || method == "streamGenerateContent" {
-                return Some(Self::Gemini);
-            }
-        }
-        None
-    }
-
-    /// Parses a request body into what the detectors need.
-    ///
-    /// # Errors
-    /// [`DialectError`] when the body is not JSON or not of this dialect's
-    /// shape; the proxy then forwards it unchanged without detection (fail
-    /// open).
-    pub fn parse_request(self, body: &[u8]) -> Result<ParsedRequest, DialectError> {
-        match self {
-            Self::OpenaiChat => openai_chat::parse_request(body),
-            Self::Gemini => gemini::parse_request(body),
-            Self::OpenaiResponses => openai_responses::parse_request(body),
-            Self::Anthropic => anthropic::parse_request(body),
-        }
-    }
-
-    /// Splits a request body into its envelope and raw history items, for
-    /// the incremental parse (see [`split`]); `None` for a dialect without
-    /// a split (every dialect has one today), whose requests would always get
-    /// [`Dialect::parse_request`].
-    ///
-    /// # Errors
-    /// [`DialectError`] when the body does not split; callers fall back to
-    /// [`Dialect::parse_request`], which names the problem.
-    pub fn split_request(self, body: &[u8]) -> Option<Result<SplitRequest<'_>, DialectError>> {
-        match self {
-            Self::OpenaiChat => Some(openai_chat::split_request(body)),
-            Self::Gemini => Some(gemini::split_request(body)),
-            Self::Anthropic => Some(anthropic::split_request(body)),
-            Self::OpenaiResponses => Some(openai_responses::split_request(body)),
-        }
-    }
-
-    /// A fresh parser for one response of this dialect.
-    pub fn stream_parser(self) -> StreamParser {
-        match self {
-            Self::OpenaiChat => StreamParser::OpenaiChat(openai_chat::ResponseParser::default()),
-            Self::Gemini => StreamParser::Gemini(gemini::ResponseParser::default()),
-            Self::OpenaiResponses => {
-                StreamParser::OpenaiResponses(openai_responses::ResponseParser::default())
-            }
-            Self::Anthropic => StreamParser::Anthropic(anthropic::ResponseParser::default()),
-        }
-    }
-}
 
 /// A request body as the detectors see it.
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
@@ -225,50 +129,6 @@ pub(crate) fn push_whole_call(out: &mut Vec<StreamEvent>, index: u32, call: crat
         index,
         call,
     });
-}
-
-/// Turns the payloads of one response into [`StreamEvent`]s, incrementally.
-///
-/// Feed it every payload in order ([`StreamParser::payload`]: one SSE `data`
-/// field, one element of a streamed JSON array, or a whole non-streaming
-/// body), then call [`StreamParser::end`] once when the body ends, which
-/// completes tool calls still being assembled.
-#[derive(Debug)]
-pub enum StreamParser {
-    /// `openai-chat` responses.
-    OpenaiChat(openai_chat::ResponseParser),
-    /// `gemini` responses.
-    Gemini(gemini::ResponseParser),
-    /// `openai-responses` responses.
-    OpenaiResponses(openai_responses::ResponseParser),
-    /// `anthropic` responses.
-    Anthropic(anthropic::ResponseParser),
-}
-
-impl StreamParser {
-    /// Parses one payload, appending what it carried to `out`.
-    ///
-    /// # Errors
-    /// [`DialectError`] when the payload is not JSON or not of the dialect's
-    /// shape; the parser stays usable for the next payload.
-    pub fn payload(&mut self, payload: &str, out: &mut Vec<StreamEvent>) -> Result<(), DialectError> {
-        match self {
-            Self::OpenaiChat(p) => p.payload(payload, out),
-            Self::Gemini(p) => p.payload(payload, out),
-            Self::OpenaiResponses(p) => p.payload(payload, out),
-            Self::Anthropic(p) => p.payload(payload, out),
-        }
-    }
-
-    /// The body ended: completes every tool call still open.
-    pub fn end(&mut self, out: &mut Vec<StreamEvent>) {
-        match self {
-            Self::OpenaiChat(p) => p.end(out),
-            Self::Gemini(p) => p.end(out),
-            Self::OpenaiResponses(p) => p.end(out),
-            Self::Anthropic(p) => p.end(out),
-        }
-    }
 }
 
 #[cfg(test)]

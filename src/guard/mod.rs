@@ -3,67 +3,36 @@
 //! At request time ([`Guard::on_request`]) it finds the request's session and
 //! lane, recognises compaction, runs the detectors over the history, and
 //! decides: forward unchanged, forward with a warning injected, answer with a
-//! block, or answer with an abort. At stream time the [`judge::SessionJudge`]
+//! block, or answer with an abort. At stream time the [`stream::StreamReviewer`]
 //! it returns judges the tool calls the model is emitting and scans the text
 //! for chanting. Every verdict is one structured log event and a metric.
 //! Detector faults fail open: logged, counted, traffic passes.
 
-pub mod judge;
+pub mod stream;
 
+use std::borrow::Cow;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::{Arc, PoisonError};
 
 use bytes::Bytes;
 use http::HeaderMap;
 
-use crate::action::{self, Action, Answer, Mode};
 use crate::config::{Config, Route};
 use crate::detect::compaction::{Classification, Evidence, RequestSummary, classify_summarized};
 use crate::detect::outcome::hash64;
 use crate::detect::{Settings, Verdict, decisive};
+use crate::dialect::Mode;
 use crate::dialect::{Dialect, ParsedRequest};
-use crate::proxy::hold::{PassJudge, ResponseJudge};
+use crate::plan::{PassJudge, Target};
+pub use crate::plan::{RequestDecision, abort_instead_of_block, abort_message};
 use crate::session::chain::ChainStore;
 use crate::session::key::{self, BodyIds};
 use crate::session::{SharedSession, Store};
-use judge::SessionJudge;
+use stream::StreamReviewer;
 
 /// Header that makes the detectors panic, honoured only when the process was
 /// started with `LOOPGUARD_FAULT_INJECTION=1` (tests of the fail-open path).
 pub const TEST_PANIC_HEADER: &str = "x-loopguard-test-panic";
-
-/// What to do with a request after request-time detection.
-pub enum RequestDecision {
-    /// Send it upstream.
-    Forward {
-        /// A replaced body (a warning was injected); `None`: as received.
-        body: Option<Bytes>,
-        /// The judge for the response.
-        judge: Box<dyn ResponseJudge>,
-    },
-    /// Answer in the upstream's place.
-    Answer {
-        /// HTTP status (200 for a block, 400 for an abort).
-        status: http::StatusCode,
-        /// The answer.
-        answer: Answer,
-        /// `x-loopguard-verdict` value.
-        verdict: String,
-    },
-}
-
-impl std::fmt::Debug for RequestDecision {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Self::Forward { body, .. } => f.debug_struct("Forward").field("body", &body.is_some()).finish(),
-            Self::Answer { status, verdict, .. } => f
-                .debug_struct("Answer")
-                .field("status", status)
-                .field("verdict", verdict)
-                .finish(),
-        }
-    }
-}
 
 /// The request as the guard needs it.
 #[derive(Debug)]
@@ -87,20 +56,7 @@ pub struct RequestView<'a> {
 impl RequestView<'_> {
     /// How the client asked for the answer.
     pub fn mode(&self) -> Mode {
-        match self.dialect {
-            Dialect::OpenaiChat if self.parsed.stream => Mode::Sse,
-            Dialect::OpenaiChat => Mode::Whole,
-            Dialect::Gemini if self.path.ends_with(":streamGenerateContent") => {
-                if self.query.is_some_and(|q| q.split('&').any(|kv| kv == "alt=sse")) {
-                    Mode::Sse
-                } else {
-                    Mode::JsonArray
-                }
-            }
-            Dialect::Gemini => Mode::Whole,
-            Dialect::OpenaiResponses | Dialect::Anthropic if self.parsed.stream => Mode::Sse,
-            Dialect::OpenaiResponses | Dialect::Anthropic => Mode::Whole,
-        }
+        self.dialect.mode(self.path, self.query, self.parsed.stream)
     }
 
     fn model(&self) -> String {
@@ -115,12 +71,38 @@ impl RequestView<'_> {
     }
 }
 
+/// Where a request belongs, as [`Guard::judge_request`] found it.
+struct Located<'r> {
+    /// A stateful Responses request: blocks become aborts.
+    stateful: bool,
+    /// The caller's credential hash.
+    tenant: String,
+    /// The request chains to an earlier response (`previous_response_id`).
+    chained: bool,
+    /// The history the detectors see.
+    transcript: Cow<'r, crate::transcript::Transcript>,
+    /// The lane id.
+    lane: u64,
+    /// The session key.
+    key: key::SessionKey,
+    /// The session.
+    session: SharedSession,
+}
+
+/// What request-time detection found.
+struct Detected {
+    /// The verdicts, decisive or not.
+    verdicts: Vec<Verdict>,
+    /// The semantic check to run in the background, if one is due.
+    ticket: Option<crate::semantic::Ticket>,
+}
+
 /// Sessions plus the detectors.
 #[derive(Debug)]
 pub struct Guard {
     store: Arc<Store>,
     chains: ChainStore,
-    judge: crate::judge::Judge,
+    judge: crate::semantic::Checker,
     fault_injection: bool,
 }
 
@@ -147,21 +129,6 @@ pub fn record(verdict: &Verdict, session: &str, agent: Option<&str>, at: &'stati
     .increment(1);
 }
 
-/// A stateful OpenAI Responses request (`previous_response_id`,
-/// `conversation`, `store: true`) is never blocked: the server already holds
-/// the withheld call and the agent's next turn would fail with "No tool
-/// output found". Its blocks become aborts.
-pub fn abort_instead_of_block(verdicts: &mut [Verdict]) {
-    for v in verdicts.iter_mut().filter(|v| v.action == Action::Block) {
-        v.action = Action::Abort;
-    }
-}
-
-/// The message of an abort: the error code, then the verdict's message.
-pub fn abort_message(verdict: &Verdict) -> String {
-    format!("{}: {}", verdict.error_code(), verdict.message)
-}
-
 /// A lane: one route, system text and tool set.
 fn lane_id(route: &str, summary: &RequestSummary) -> u64 {
     hash64(
@@ -180,7 +147,7 @@ impl Guard {
         Self {
             store: Arc::new(Store::new(config.sessions.max_sessions, config.sessions.idle_ttl)),
             chains: ChainStore::new(config.sessions.idle_ttl),
-            judge: crate::judge::Judge::new(config),
+            judge: crate::semantic::Checker::new(config),
             fault_injection: std::env::var("LOOPGUARD_FAULT_INJECTION").is_ok_and(|v| v == "1"),
         }
     }
@@ -252,6 +219,9 @@ impl Guard {
         }
     }
 
+    /// Request-time detection for one request: locate its session, run the
+    /// detectors, follow up (background semantic check, logs), then plan
+    /// the decision ([`crate::plan::request`]).
     fn judge_request(
         &self,
         request: &RequestView<'_>,
@@ -259,6 +229,38 @@ impl Guard {
         settings: &Arc<Settings>,
         agent: Option<&str>,
     ) -> (RequestDecision, String) {
+        let (located, summary) = self.locate(request, session_header, settings);
+        if self.wants_panic(request.headers, "request") {
+            panic!("fault injection: request-time detector panic");
+        }
+        let (detected, session_key) = self.detect(request, &located, summary, settings, agent);
+        let Some(Detected { verdicts, ticket }) = detected else {
+            return (pass(), session_key);
+        };
+        self.follow_up(&located, ticket, &verdicts, &session_key, settings, agent);
+        let judge = self.stream_reviewer(request, located, &session_key, settings, agent);
+        let model = request.model();
+        let target = Target {
+            dialect: request.dialect,
+            mode: request.mode(),
+            model: &model,
+            include_usage: request.parsed.include_usage,
+        };
+        let decision = crate::plan::request(decisive(&verdicts), &target, judge, |warning| {
+            inject(request, warning)
+        });
+        (decision, session_key)
+    }
+
+    /// The request's session and lane, its key, and the history the
+    /// detectors see (with the calls of the response a Responses request
+    /// chains to put first).
+    fn locate<'r>(
+        &self,
+        request: &RequestView<'r>,
+        session_header: &str,
+        settings: &Settings,
+    ) -> (Located<'r>, RequestSummary) {
         let responses = request.parsed.responses.as_ref();
         let stateful = responses.is_some_and(|r| r.stateful);
         let tenant = key::tenant(request.headers, request.query);
@@ -267,15 +269,11 @@ impl Guard {
         let chained = responses
             .and_then(|r| r.previous_response_id.as_deref())
             .and_then(|id| self.store.response(&tenant, id));
-        let owned;
         let transcript = match &chained {
-            Some(link) => {
-                owned = with_calls(&request.parsed.transcript, &link.calls);
-                &owned
-            }
-            None => &request.parsed.transcript,
+            Some(link) => Cow::Owned(with_calls(&request.parsed.transcript, &link.calls)),
+            None => Cow::Borrowed(&request.parsed.transcript),
         };
-        let summary = RequestSummary::of(transcript, settings);
+        let summary = RequestSummary::of(&transcript, settings);
         let lane = lane_id(&request.route.prefix, &summary);
         let ids = || -> BodyIds { request.parsed.ids.clone() };
         let mut key = key::resolve(
@@ -293,19 +291,40 @@ impl Guard {
                 tenant: tenant.clone(),
             };
         }
-        let session = self.session_for(&key, lane, &summary, transcript, settings);
-        if self.wants_panic(request.headers, "request") {
-            panic!("fault injection: request-time detector panic");
-        }
+        let session = self.session_for(&key, lane, &summary, &transcript, settings);
+        let located = Located {
+            stateful,
+            tenant,
+            chained: chained.is_some(),
+            transcript,
+            lane,
+            key,
+            session,
+        };
+        (located, summary)
+    }
+
+    /// Runs the detectors on the session's lane: the verdicts and the
+    /// semantic check's ticket (`None` for a summarizer request, which is
+    /// not judged), and the session key.
+    fn detect(
+        &self,
+        request: &RequestView<'_>,
+        located: &Located<'_>,
+        summary: RequestSummary,
+        settings: &Settings,
+        agent: Option<&str>,
+    ) -> (Option<Detected>, String) {
+        let transcript = located.transcript.as_ref();
         let now = self.store.now();
-        let mut guard = session.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut guard = located.session.lock().unwrap_or_else(PoisonError::into_inner);
         guard.agent = agent.map(str::to_owned);
         guard.last_seen = std::time::SystemTime::now();
         let session_key = guard.key.clone();
-        let lane_state = guard.lane(lane);
+        let lane_state = guard.lane(located.lane);
         let classification = if explicit_summarizer(request) {
             Classification::Summarizer
-        } else if chained.is_some() {
+        } else if located.chained {
             // A chain carries only what is new: never a compaction or a rerun.
             Classification::Continuation
         } else {
@@ -314,7 +333,7 @@ impl Guard {
         match classification {
             Classification::Summarizer => {
                 tracing::debug!(session = %session_key, "summarizer request: no detection");
-                return (pass(), session_key);
+                return (None, session_key);
             }
             Classification::Compacted(evidence) => {
                 tracing::info!(session = %session_key, ?evidence, "compaction");
@@ -330,10 +349,10 @@ impl Guard {
         lane_state.prev = Some(summary);
         let absorbed = lane_state.state.absorb(transcript, now, settings);
         let mut verdicts = lane_state.state.judge_request(settings);
-        if stateful {
+        if located.stateful {
             abort_instead_of_block(&mut verdicts);
         }
-        let ticket = crate::judge::on_request(
+        let ticket = crate::semantic::on_request(
             &self.judge,
             lane_state,
             absorbed.person_spoke,
@@ -344,29 +363,55 @@ impl Guard {
             lane_state.remember(v);
         }
         drop(guard);
+        (Some(Detected { verdicts, ticket }), session_key)
+    }
+
+    /// After detection: the semantic check in the background, the lane
+    /// noted for a later compaction, every verdict logged and counted.
+    fn follow_up(
+        &self,
+        located: &Located<'_>,
+        ticket: Option<crate::semantic::Ticket>,
+        verdicts: &[Verdict],
+        session_key: &str,
+        settings: &Arc<Settings>,
+        agent: Option<&str>,
+    ) {
+        let key = &located.key;
         if let Some(ticket) = ticket {
             // In the background: the request is forwarded without waiting.
             self.judge.spawn(
                 ticket,
-                Arc::clone(&session),
-                lane,
+                Arc::clone(&located.session),
+                located.lane,
                 settings,
-                transcript,
-                session_key.clone(),
+                &located.transcript,
+                session_key.to_owned(),
             );
         }
         if key.source == key::KeySource::Fingerprint {
             // Only fingerprinted sessions can lose their key to a compaction
             // (it is made of the first message); explicit keys never need it.
-            self.store.note_lane(&key.tenant, lane, &session_key);
+            self.store.note_lane(&key.tenant, located.lane, session_key);
         }
-        for v in &verdicts {
-            record(v, &session_key, agent, "request");
+        for v in verdicts {
+            record(v, session_key, agent, "request");
         }
-        let judge = SessionJudge::new(
-            Arc::clone(&session),
-            session_key.clone(),
-            lane,
+    }
+
+    /// The judge of the response while it streams.
+    fn stream_reviewer(
+        &self,
+        request: &RequestView<'_>,
+        located: Located<'_>,
+        session_key: &str,
+        settings: &Arc<Settings>,
+        agent: Option<&str>,
+    ) -> Box<StreamReviewer> {
+        let judge = StreamReviewer::new(
+            Arc::clone(&located.session),
+            session_key.to_owned(),
+            located.lane,
             Arc::clone(settings),
             Arc::clone(&self.store),
             agent.map(str::to_owned),
@@ -376,47 +421,11 @@ impl Guard {
                     .get(TEST_PANIC_HEADER)
                     .is_some_and(|v| v == "stream"),
         );
-        let judge = Box::new(if request.dialect == Dialect::OpenaiResponses {
-            judge.for_responses(tenant, stateful)
+        Box::new(if request.dialect.chains_responses() {
+            judge.for_responses(located.tenant, located.stateful)
         } else {
             judge
-        });
-        let Some(verdict) = decisive(&verdicts) else {
-            return (RequestDecision::Forward { body: None, judge }, session_key);
-        };
-        let decision = match verdict.action {
-            Action::Observe => RequestDecision::Forward { body: None, judge },
-            Action::Warn => {
-                let body = inject(request, &verdict.message);
-                RequestDecision::Forward { body, judge }
-            }
-            Action::Block => {
-                metrics::counter!("loopguard_upstream_requests_avoided_total").increment(1);
-                RequestDecision::Answer {
-                    status: http::StatusCode::OK,
-                    answer: action::block_answer(
-                        request.dialect,
-                        request.mode(),
-                        &request.model(),
-                        &verdict.message,
-                        request.parsed.include_usage,
-                    ),
-                    verdict: verdict.header_value(),
-                }
-            }
-            Action::Abort => {
-                metrics::counter!("loopguard_upstream_requests_avoided_total").increment(1);
-                RequestDecision::Answer {
-                    status: http::StatusCode::BAD_REQUEST,
-                    answer: Answer {
-                        content_type: "application/json",
-                        body: action::abort_body(request.dialect, &abort_message(verdict)),
-                    },
-                    verdict: verdict.header_value(),
-                }
-            }
-        };
-        (decision, session_key)
+        })
     }
 
     /// The session for a key. A request with a new fingerprint that carries
@@ -496,7 +505,7 @@ fn pass() -> RequestDecision {
 /// to carry it (then the request is forwarded unchanged).
 fn inject(request: &RequestView<'_>, warning: &str) -> Option<Bytes> {
     let mut value: serde_json::Value = serde_json::from_slice(request.decoded).ok()?;
-    if !action::inject_warning(request.dialect, &mut value, warning) {
+    if !request.dialect.inject_warning(&mut value, warning) {
         tracing::debug!("no tool result to carry the warning; forwarded unchanged");
         return None;
     }

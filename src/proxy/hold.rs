@@ -11,62 +11,15 @@
 //!
 //! This is a pure state machine: it owns no socket and no clock. The driver
 //! ([`super::respond`]) feeds it the upstream's chunks and writes what it
-//! returns; what replaces withheld bytes is rendered by [`super::ending`].
+//! returns; what replaces withheld bytes is rendered by the dialect ([`crate::dialect::ending`]).
 
 use bytes::{Bytes, BytesMut};
 use serde_json::Value;
 
-use super::ending::Ending;
 use super::tap::{Frame, Tap, TapEnd};
-use crate::action::Mode;
-use crate::dialect::{Dialect, StreamEvent};
+use crate::dialect::{Dialect, Kept, Mode, StreamEnding, StreamEvent, StreamParser};
+use crate::plan::{Cut, Decision, StreamJudge};
 use crate::transcript::ToolCall;
-
-/// What the response-time judge decided.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Decision {
-    /// Let it through (the verdict, if any, was only observed or warned).
-    Pass,
-    /// Withhold what is held (or cut the generation) and end the answer
-    /// cleanly with `message` as text.
-    Block(Cut),
-    /// Stop with the dialect's error: HTTP 400 before headers, the in-stream
-    /// error event after.
-    Abort(Cut),
-}
-
-/// A block or abort: what to tell the agent and the person.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Cut {
-    /// Text for the model and the person (prefixed `[loopguard]`).
-    pub message: String,
-    /// `x-loopguard-verdict` value: `<action>; detector=<name>; count=<n>`.
-    pub header: String,
-}
-
-/// Judges what a response carries. Implemented by the session layer; a
-/// judge that always answers [`Decision::Pass`] makes holding invisible.
-pub trait ResponseJudge: Send {
-    /// A complete batch of tool calls the model emitted (not yet executed).
-    fn calls(&mut self, calls: &[ToolCall]) -> Decision;
-    /// Every event the response carried, in order (content detectors scan
-    /// answer text, reasoning and tool-call arguments). A `Block` or `Abort`
-    /// cuts the generation.
-    fn event(&mut self, event: &StreamEvent) -> Decision;
-}
-
-/// A judge that passes everything (detection off, or a bypassed request).
-#[derive(Debug, Default)]
-pub struct PassJudge;
-
-impl ResponseJudge for PassJudge {
-    fn calls(&mut self, _calls: &[ToolCall]) -> Decision {
-        Decision::Pass
-    }
-    fn event(&mut self, _event: &StreamEvent) -> Decision {
-        Decision::Pass
-    }
-}
 
 /// What one step of the holder produced.
 #[derive(Debug, Default)]
@@ -192,7 +145,7 @@ impl Holder {
     }
 
     /// Feeds one chunk from the upstream.
-    pub fn push(&mut self, chunk: &[u8], judge: &mut dyn ResponseJudge) -> Output {
+    pub fn push(&mut self, chunk: &[u8], judge: &mut dyn StreamJudge) -> Output {
         let mut out = Output::default();
         if self.state == State::Ended {
             return out;
@@ -221,7 +174,7 @@ impl Holder {
     }
 
     /// The upstream body ended cleanly after everything was pushed.
-    pub fn finish(&mut self, judge: &mut dyn ResponseJudge) -> (Output, TapEnd) {
+    pub fn finish(&mut self, judge: &mut dyn StreamJudge) -> (Output, TapEnd) {
         let mut out = Output {
             headers_ready: true,
             ..Output::default()
@@ -263,13 +216,13 @@ impl Holder {
         }
     }
 
-    fn on_frame(&mut self, frame: &Frame, judge: &mut dyn ResponseJudge, out: &mut Output) {
+    fn on_frame(&mut self, frame: &Frame, judge: &mut dyn StreamJudge, out: &mut Output) {
         match self.state {
             State::Blocked => {
                 // After a block only the upstream's trailing usage chunk and
                 // `[DONE]` still belong to the answer (OpenAI); Gemini's
                 // ending was complete.
-                let keep = self.dialect == Dialect::OpenaiChat
+                let keep = self.dialect.keeps_trailer_after_block()
                     && !frame.events.is_empty()
                     && frame
                         .events
@@ -314,7 +267,7 @@ impl Holder {
 
         if self.hold_from.is_none() && carries_call {
             self.hold_from = Some(self.released_upto);
-            self.held_at = super::ending::anchor(&self.tap);
+            self.held_at = self.tap.parser().anchor();
         }
         if self.hold_from.is_some() {
             for event in &frame.events {
@@ -342,7 +295,7 @@ impl Holder {
 
     /// Judges the held batch and releases or replaces the held region, which
     /// ends at `upto`.
-    fn judge_batch(&mut self, judge: &mut dyn ResponseJudge, out: &mut Output, upto: u64) {
+    fn judge_batch(&mut self, judge: &mut dyn StreamJudge, out: &mut Output, upto: u64) {
         out.headers_ready = true;
         let mut decision = if self.batch.is_empty() {
             Decision::Pass
@@ -365,14 +318,14 @@ impl Holder {
             }
             Decision::Block(cut) => {
                 // The ending is made before the drop: it depends on what was released.
-                let ending = self.ending().block(&cut.message);
+                let ending = self.render(|p, k| p.block_ending(k, &cut.message));
                 self.drop_upto(upto);
                 out.release.push(Bytes::from(ending));
                 self.state = State::Blocked;
                 out.cut = Some(Decision::Block(cut));
             }
             Decision::Abort(cut) => {
-                let error = self.ending().error(&cut.message);
+                let error = self.render(|p, k| p.error_ending(k, &cut.message));
                 self.drop_upto(upto);
                 out.release.push(Bytes::from(error));
                 self.state = State::Ended;
@@ -389,7 +342,7 @@ impl Holder {
     /// Cuts the generation (content detectors): what is unreleased is
     /// dropped, the answer ends cleanly with the note, the upstream is dropped.
     fn cut_generation(&mut self, cut: Cut, out: &mut Output) {
-        let ending = self.ending().cut(&cut.message);
+        let ending = self.render(|p, k| p.cut_ending(k, &cut.message));
         let everything = self.received;
         self.drop_upto(everything);
         out.release.push(Bytes::from(ending));
@@ -399,11 +352,18 @@ impl Holder {
         self.state = State::Ended;
     }
 
-    /// What loopguard's own events must continue from, as of now.
-    fn ending(&self) -> Ending<'_> {
-        Ending {
-            tap: &self.tap,
-            dialect: self.dialect,
+    /// Renders an ending (see [`crate::dialect::ending`]) from what
+    /// loopguard's own events must continue from, as of now.
+    fn render(&self, with: impl FnOnce(&StreamParser, &Kept<'_>) -> Vec<u8>) -> Vec<u8> {
+        let meta = self.tap.meta().cloned().unwrap_or_default();
+        let identity = StreamEnding {
+            id: meta.id,
+            model: meta.model.or(meta.model_version),
+            created: meta.created,
+            choice: 0,
+        };
+        let kept = Kept {
+            identity: &identity,
             mode: self.mode,
             include_usage: self.include_usage,
             held_at: self.hold_from.map(|_| self.held_at),
@@ -412,7 +372,8 @@ impl Holder {
             text_released: self.text_released,
             first_element: self.released_upto == 0,
             whole_body: (self.mode == Mode::Whole).then_some(&self.buf[..]),
-        }
+        };
+        with(self.tap.parser(), &kept)
     }
 
     fn check_cap(&mut self, out: &mut Output) {

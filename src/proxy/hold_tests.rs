@@ -1,7 +1,7 @@
 //! Unit tests of the holding state machine over recorded streams.
 
 use super::*;
-use crate::proxy::tap::Framing;
+use crate::plan::PassJudge;
 
 fn fixture(name: &str) -> Vec<u8> {
     let dir = std::env::var_os("LOOPGUARD_FIXTURES")
@@ -12,7 +12,7 @@ fn fixture(name: &str) -> Vec<u8> {
 
 fn holder(dialect: Dialect) -> Holder {
     Holder::new(
-        Tap::new(dialect, Framing::Sse, 1 << 20),
+        Tap::new(dialect, Mode::Sse, 1 << 20),
         dialect,
         Mode::Sse,
         true,
@@ -22,12 +22,7 @@ fn holder(dialect: Dialect) -> Holder {
 
 /// Feeds `input` in pieces of `size` bytes; returns everything released and
 /// the cut, if any.
-fn run(
-    mut h: Holder,
-    input: &[u8],
-    size: usize,
-    judge: &mut dyn ResponseJudge,
-) -> (Vec<u8>, Option<Decision>) {
+fn run(mut h: Holder, input: &[u8], size: usize, judge: &mut dyn StreamJudge) -> (Vec<u8>, Option<Decision>) {
     let mut out = Vec::new();
     let mut cut = None;
     for piece in input.chunks(size) {
@@ -45,7 +40,7 @@ fn run(
 
 struct Always(Decision);
 
-impl ResponseJudge for Always {
+impl StreamJudge for Always {
     fn calls(&mut self, _calls: &[ToolCall]) -> Decision {
         self.0.clone()
     }
@@ -123,10 +118,10 @@ fn an_abort_after_text_ends_with_the_error_event() {
 
 #[test]
 fn a_gemini_block_closes_the_json_array() {
-    let payloads = crate::mock::fixture::sse_payloads(&fixture("gemini/function-call.sse"));
-    let input: Vec<u8> = crate::mock::fixture::json_array_pieces(&payloads).concat();
+    let payloads = crate::tools::mock::fixture::sse_payloads(&fixture("gemini/function-call.sse"));
+    let input: Vec<u8> = crate::tools::mock::fixture::json_array_pieces(&payloads).concat();
     let h = Holder::new(
-        Tap::new(Dialect::Gemini, Framing::JsonArray, 1 << 20),
+        Tap::new(Dialect::Gemini, Mode::JsonArray, 1 << 20),
         Dialect::Gemini,
         Mode::JsonArray,
         false,
@@ -327,23 +322,23 @@ fn an_abort_after_text_ends_with_the_dialects_error_event() {
 
 #[test]
 fn a_whole_answer_keeps_the_models_text_and_usage_when_its_calls_are_blocked() {
-    let turn = crate::mock::script::Turn {
+    let turn = crate::tools::mock::script::Turn {
         text: "I will list the files.".to_owned(),
         reasoning: "thinking it over".to_owned(),
-        tool_calls: vec![crate::mock::script::ScriptCall {
+        tool_calls: vec![crate::tools::mock::script::ScriptCall {
             name: "list_directory".to_owned(),
             arguments: serde_json::json!({"path": "."}),
         }],
     };
     for dialect in Dialect::ALL {
         let body = match dialect {
-            Dialect::Anthropic => crate::mock::script::anthropic_whole(&turn, "m", 7),
-            Dialect::OpenaiResponses => crate::mock::script::responses_whole(&turn, "m", 7),
-            Dialect::OpenaiChat => crate::mock::script::openai_whole(&turn, "m", 7),
-            Dialect::Gemini => crate::mock::script::gemini_whole(&turn, "mock-7"),
+            Dialect::Anthropic => crate::tools::mock::script::anthropic_whole(&turn, "m", 7),
+            Dialect::OpenaiResponses => crate::tools::mock::script::responses_whole(&turn, "m", 7),
+            Dialect::OpenaiChat => crate::tools::mock::script::openai_whole(&turn, "m", 7),
+            Dialect::Gemini => crate::tools::mock::script::gemini_whole(&turn, "mock-7"),
         };
         let h = Holder::new(
-            Tap::new(dialect, Framing::Json, 1 << 20),
+            Tap::new(dialect, Mode::Whole, 1 << 20),
             dialect,
             Mode::Whole,
             false,

@@ -14,9 +14,10 @@ use bytes::Bytes;
 use futures_util::StreamExt;
 use tokio::sync::{mpsc, oneshot};
 
-use super::hold::{Cut, Decision, Holder, ResponseJudge};
+use super::hold::Holder;
 use super::stream::RequestLog;
 use super::tap::TapEnd;
+use crate::plan::{Cut, Decision, StreamJudge};
 
 /// What the driver tells the handler about the response headers.
 #[derive(Debug)]
@@ -49,7 +50,7 @@ pub type BodyItem = Result<Bytes, std::io::Error>;
 pub async fn drive(
     upstream: reqwest::Response,
     mut holder: Holder,
-    mut judge: Box<dyn ResponseJudge>,
+    mut judge: Box<dyn StreamJudge>,
     head_tx: oneshot::Sender<Head>,
     body_tx: mpsc::Sender<BodyItem>,
     timing: Timing,
@@ -227,7 +228,7 @@ pub enum Whole {
 pub async fn whole(
     upstream: reqwest::Response,
     mut holder: Holder,
-    mut judge: Box<dyn ResponseJudge>,
+    mut judge: Box<dyn StreamJudge>,
     idle: Duration,
     log: RequestLog,
 ) -> Whole {

@@ -5,21 +5,9 @@
 
 use std::collections::VecDeque;
 
-use crate::dialect::{Dialect, StreamEvent, StreamParser};
+use crate::dialect::{Dialect, Mode, StreamEvent, StreamParser};
 use crate::json_array::{ArrayElement, ArraySplitter};
 use crate::sse::{SseDecoder, SseEvent};
-
-/// How a response body is framed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Framing {
-    /// `text/event-stream`.
-    Sse,
-    /// One JSON array streamed incrementally (Gemini `:streamGenerateContent`
-    /// without `alt=sse`).
-    JsonArray,
-    /// One JSON document (a non-streaming answer).
-    Json,
-}
 
 enum Framer {
     Sse(SseDecoder),
@@ -112,18 +100,18 @@ impl std::fmt::Debug for Tap {
 impl Tap {
     /// A tap for one response of `dialect` framed as `framing`; a `Json`
     /// body is parsed only up to `max_json_bytes`.
-    pub fn new(dialect: Dialect, framing: Framing, max_json_bytes: usize) -> Self {
+    pub fn new(dialect: Dialect, framing: Mode, max_json_bytes: usize) -> Self {
         let framer = match framing {
-            Framing::Sse => Framer::Sse(SseDecoder::new()),
-            Framing::JsonArray => Framer::Array(ArraySplitter::new()),
-            Framing::Json => Framer::Json {
+            Mode::Sse => Framer::Sse(SseDecoder::new()),
+            Mode::JsonArray => Framer::Array(ArraySplitter::new()),
+            Mode::Whole => Framer::Json {
                 buf: Vec::new(),
                 cap: max_json_bytes,
             },
         };
         Self {
             meta: None,
-            wants_meta: matches!(dialect, Dialect::OpenaiChat | Dialect::Gemini),
+            wants_meta: dialect.identity_in_payloads(),
             framer,
             parser: dialect.stream_parser(),
             failed: None,

@@ -1,0 +1,113 @@
+//! Unit tests of configuration loading and validation.
+use super::*;
+
+#[test]
+fn default_config_is_valid_and_routes_longest_prefix_first() {
+    let loaded = load_str(DEFAULT_TOML, "<default>").unwrap_or_else(|e| panic!("{e}"));
+    let prefixes: Vec<&str> = loaded.config.routes.iter().map(|r| r.prefix.as_str()).collect();
+    assert!(prefixes.contains(&"/v1") && prefixes.contains(&"/v1beta") && prefixes.contains(&"/gemini"));
+    let lens: Vec<usize> = prefixes.iter().map(|p| p.len()).collect();
+    let mut sorted = lens.clone();
+    sorted.sort_by(|a, b| b.cmp(a));
+    assert_eq!(lens, sorted);
+}
+
+#[test]
+fn every_problem_is_reported_with_its_key_path() {
+    let text = r#"
+[server]
+listen = "nowhere"
+bypass_header = "bad header"
+
+[[routes]]
+prefix = "/v1"
+provider = "openai"
+upstream = "https://api.openai.com"
+
+[[routes]]
+prefix = "/x"
+provider = "acme"
+upstream = "htp:/x"
+"#;
+    let err = load_str(text, "t.toml")
+        .err()
+        .unwrap_or_else(|| panic!("expected errors"));
+    let rendered: Vec<String> = err.errors.iter().map(ToString::to_string).collect();
+    assert_eq!(
+        rendered,
+        vec![
+            "server.listen: \"nowhere\" is not a socket address (host:port, e.g. 127.0.0.1:8080)",
+            "server.bypass_header: \"bad header\" is not a valid header name",
+            "routes[1].provider: \"acme\" is not one of \"openai\", \"gemini\", \"anthropic\"",
+            "routes[1].upstream: \"htp:/x\" is not a valid URL",
+        ]
+    );
+}
+
+#[test]
+fn the_two_listeners_need_different_addresses() {
+    let text = DEFAULT_TOML.replace(
+        "admin_listen = \"127.0.0.1:9090\"",
+        "admin_listen = \"127.0.0.1:8080\"",
+    );
+    let err = load_str(&text, "t.toml")
+        .err()
+        .unwrap_or_else(|| panic!("expected an error"));
+    assert!(err.to_string().contains("server.admin_listen"), "{err}");
+}
+
+#[test]
+fn every_unknown_key_is_reported_at_once_with_its_section() {
+    let text = "[server]\nlisten_addr = \"x\"\n\n[[routes]]\nprefix = \"/v1\"\nprovider = \"openai\"\nupstream = \"https://a\"\nstrip = true\n\n[loop_detection.identical_call]\nwarn = 3\n\n[loop_detection.bogus]\nx = 1\n";
+    let err = load_str(text, "t.toml")
+        .err()
+        .unwrap_or_else(|| panic!("expected errors"));
+    let paths: Vec<&str> = err.errors.iter().map(|p| p.path.as_str()).collect();
+    assert_eq!(
+        paths,
+        vec![
+            "server",
+            "routes[0]",
+            "loop_detection.identical_call",
+            "loop_detection.bogus"
+        ],
+        "{err}"
+    );
+    assert!(err.errors[0].message.contains("listen_addr"), "{err}");
+    assert!(err.errors[1].message.contains("strip"), "{err}");
+}
+
+#[test]
+fn the_removed_fail_mode_is_an_unknown_key() {
+    let err = load_str("[server]\nfail_mode = \"open\"\n", "t.toml")
+        .err()
+        .unwrap_or_else(|| panic!("expected an error"));
+    assert!(err.to_string().contains("unknown field `fail_mode`"), "{err}");
+}
+
+#[test]
+fn unknown_keys_are_rejected_by_name() {
+    let err = load_str("[server]\nlisten_addr = \"x\"\n", "t.toml")
+        .err()
+        .unwrap_or_else(|| panic!("expected an error"));
+    assert!(err.to_string().contains("listen_addr"), "{err}");
+}
+
+#[test]
+fn environment_overrides_listen_and_upstreams() {
+    let mut config = load_str(DEFAULT_TOML, "<default>")
+        .unwrap_or_else(|e| panic!("{e}"))
+        .config;
+    apply_env(&mut config, |k| match k {
+        "LOOPGUARD_LISTEN" => Some("0.0.0.0:9999".to_owned()),
+        "LOOPGUARD_GEMINI_UPSTREAM" => Some("http://127.0.0.1:1234".to_owned()),
+        _ => None,
+    })
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(config.server.listen.port(), 9999);
+    for r in &config.routes {
+        if r.provider == Provider::Gemini {
+            assert_eq!(r.upstream.as_str(), "http://127.0.0.1:1234/");
+        }
+    }
+}

@@ -1,0 +1,221 @@
+//! The threshold ladder: per-detector levels, action overrides and own keys,
+//! validated with their key paths; `warning < critical < breaker` repaired
+//! with a notice (OpenClaw's rule, DESIGN §3).
+
+use std::time::Duration;
+
+use super::Problems;
+use super::detection::{DETECTOR_DEFAULTS, RawDetector};
+use crate::detect::settings::{Settings, Thresholds};
+use crate::detect::verdict::{Action, DetectorKind, Level};
+
+/// Validates one detector's levels and action overrides.
+pub(crate) fn thresholds(
+    kind: DetectorKind,
+    raw: &RawDetector,
+    path: &str,
+    defaults: &[Action; 3],
+    problems: &mut Problems,
+) -> Thresholds {
+    let reachable = kind.levels();
+    let flag_only = matches!(kind, DetectorKind::ContentChanting | DetectorKind::PostCompaction);
+    let mut at = DETECTOR_DEFAULTS[kind.index()];
+    let given = [raw.warning, raw.critical, raw.breaker];
+    for level in Level::ALL {
+        let Some(value) = given[level.index()] else {
+            continue;
+        };
+        let key = format!("{path}.{}", level.name());
+        if flag_only {
+            problems.push(
+                key,
+                format!(
+                    "{} has no thresholds (it fires on detection); use `enabled`",
+                    kind.name()
+                ),
+            );
+        } else if !reachable.contains(&level) {
+            problems.push(key, format!("{} has no {} level", kind.name(), level.name()));
+        } else {
+            at[level.index()] = value;
+        }
+    }
+    let mut actions = [None; 3];
+    if kind == DetectorKind::ContentChanting {
+        actions[Level::Critical.index()] = Some(Action::Block);
+    }
+    let overrides = [&raw.action_warning, &raw.action_critical, &raw.action_breaker];
+    for level in Level::ALL {
+        let Some(text) = overrides[level.index()] else {
+            continue;
+        };
+        let key = format!("{path}.action_{}", level.name());
+        if !reachable.contains(&level) {
+            problems.push(key, format!("{} has no {} level", kind.name(), level.name()));
+            continue;
+        }
+        match Action::parse(text) {
+            Some(a) => actions[level.index()] = Some(a),
+            None => problems.push(
+                key,
+                format!("{text:?} is not one of \"observe\", \"warn\", \"block\", \"abort\""),
+            ),
+        }
+    }
+    let _ = defaults;
+    // Ladder: among the levels that are on, each must exceed the one below.
+    let mut below: Option<(Level, u32)> = None;
+    for level in Level::ALL {
+        let value = at[level.index()];
+        if value == 0 {
+            continue;
+        }
+        if let Some((lower, floor)) = below {
+            if value <= floor {
+                let raised = floor + 1;
+                problems.notice(
+                    format!("{path}.{}", level.name()),
+                    format!(
+                        "raised from {value} to {raised}: must exceed {} = {floor}",
+                        lower.name()
+                    ),
+                );
+                at[level.index()] = raised;
+            }
+        }
+        below = Some((level, at[level.index()]));
+    }
+    Thresholds {
+        enabled: raw.enabled.unwrap_or(true),
+        at,
+        actions,
+    }
+}
+
+/// Validates a detector's own keys (and rejects other detectors' keys).
+pub(crate) fn extras(
+    kind: DetectorKind,
+    raw: &RawDetector,
+    s: &mut Settings,
+    path: &str,
+    problems: &mut Problems,
+) {
+    let own: &[&str] = match kind {
+        DetectorKind::Cycle => &["max_period"],
+        DetectorKind::PollNoProgress => &["min_stall_secs"],
+        DetectorKind::PostCompaction => &["window_size"],
+        DetectorKind::ContentChanting => &[
+            "chunk_size",
+            "min_repeats",
+            "max_mean_gap",
+            "max_periods",
+            "buffer_chars",
+            "max_line_repeats",
+        ],
+        _ => &[],
+    };
+    let present = [
+        ("max_period", raw.max_period.is_some()),
+        ("min_stall_secs", raw.min_stall_secs.is_some()),
+        ("window_size", raw.window_size.is_some()),
+        ("chunk_size", raw.chunk_size.is_some()),
+        ("min_repeats", raw.min_repeats.is_some()),
+        ("max_mean_gap", raw.max_mean_gap.is_some()),
+        ("max_periods", raw.max_periods.is_some()),
+        ("buffer_chars", raw.buffer_chars.is_some()),
+        ("max_line_repeats", raw.max_line_repeats.is_some()),
+    ];
+    for (key, set) in present {
+        if set && !own.contains(&key) {
+            problems.push(format!("{path}.{key}"), format!("not a key of {}", kind.name()));
+        }
+    }
+    let mut range = |key: &str, value: Option<usize>, lo: usize, hi: usize, target: &mut usize| {
+        if let Some(v) = value {
+            if (lo..=hi).contains(&v) {
+                *target = v;
+            } else {
+                problems.push(
+                    format!("{path}.{key}"),
+                    format!("must be between {lo} and {hi}, got {v}"),
+                );
+            }
+        }
+    };
+    match kind {
+        DetectorKind::Cycle => range("max_period", raw.max_period, 2, 5, &mut s.cycle_max_period),
+        DetectorKind::PostCompaction => range(
+            "window_size",
+            raw.window_size,
+            1,
+            100,
+            &mut s.post_compaction_window,
+        ),
+        DetectorKind::ContentChanting => {
+            let c = &mut s.chanting;
+            range("chunk_size", raw.chunk_size, 8, 1000, &mut c.chunk_size);
+            range("min_repeats", raw.min_repeats, 2, 10_000, &mut c.min_repeats);
+            range("max_mean_gap", raw.max_mean_gap, 1, 100_000, &mut c.max_mean_gap);
+            range("max_periods", raw.max_periods, 1, 1000, &mut c.max_periods);
+            range(
+                "buffer_chars",
+                raw.buffer_chars,
+                100,
+                1_000_000,
+                &mut c.buffer_chars,
+            );
+            range(
+                "max_line_repeats",
+                raw.max_line_repeats,
+                0,
+                1_000_000,
+                &mut c.max_line_repeats,
+            );
+        }
+        DetectorKind::PollNoProgress => {
+            if let Some(secs) = raw.min_stall_secs {
+                s.min_stall = Duration::from_secs(secs);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Raises `history_size` to the largest count a history-bound detector needs.
+pub(crate) fn raise_history(s: &mut Settings, path: &str, problems: &mut Problems) {
+    let bound = [
+        DetectorKind::IdenticalCall,
+        DetectorKind::GenericRepeat,
+        DetectorKind::PollNoProgress,
+        DetectorKind::ErrorRepeat,
+        DetectorKind::ConsecutiveFailures,
+        DetectorKind::UnknownTool,
+        DetectorKind::RepeatedMessage,
+        DetectorKind::CircuitBreaker,
+    ];
+    let mut needed = bound
+        .iter()
+        .map(|k| s.thresholds(*k))
+        .filter(|t| t.enabled)
+        .flat_map(|t| t.at)
+        .max()
+        .unwrap_or(0) as usize;
+    let cycle = s.thresholds(DetectorKind::Cycle);
+    if cycle.enabled {
+        needed = needed.max(cycle.at.iter().copied().max().unwrap_or(0) as usize * s.cycle_max_period);
+    }
+    let post = s.thresholds(DetectorKind::PostCompaction);
+    if post.enabled {
+        needed = needed.max(s.post_compaction_window);
+    }
+    if s.history_size < needed {
+        problems.notice(
+            format!("{path}.history_size"),
+            format!(
+                "raised from {} to {needed}: the largest count threshold needs that much history",
+                s.history_size
+            ),
+        );
+        s.history_size = needed;
+    }
+}

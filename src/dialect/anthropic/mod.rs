@@ -1,0 +1,12 @@
+//! The `anthropic` dialect, whole: request parsing and splitting and stream
+//! parsing ([`parse`]), what loopguard writes in it ([`write`]: warning
+//! injection, block answers, abort bodies, in-stream errors) and how it ends
+//! a response it withholds part of (`ending`); a sample
+//! conversation for the demo ([`sample`]).
+
+pub(crate) mod ending;
+pub mod parse;
+pub mod sample;
+pub mod write;
+
+pub use parse::*;

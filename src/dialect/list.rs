@@ -1,0 +1,351 @@
+//! The list of dialects: the one place that names each of them and sends
+//! every dialect-specific question to its folder. Adding a dialect is its
+//! folder plus its line in each `match` here; no other file names one.
+
+use serde_json::Value;
+
+use super::ending::Kept;
+use super::write::{Answer, Mode};
+use super::{DialectError, ParsedRequest, SplitRequest, StreamEvent};
+use super::{anthropic, gemini, openai_chat, openai_responses};
+
+/// The wire protocol of a request, chosen from its path (DESIGN §8).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Dialect {
+    /// OpenAI Chat Completions: `POST …/chat/completions`.
+    OpenaiChat,
+    /// Gemini: `POST …/models/{model}:generateContent` and `:streamGenerateContent`.
+    Gemini,
+    /// OpenAI Responses: `POST …/responses` (and `…/responses/compact`).
+    OpenaiResponses,
+    /// Anthropic Messages: `POST …/messages`.
+    Anthropic,
+}
+
+impl Dialect {
+    /// The dialect's name as used in config, logs and metrics (`openai-chat`,
+    /// `gemini`, `openai-responses`, `anthropic`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::OpenaiChat => "openai-chat",
+            Self::Gemini => "gemini",
+            Self::OpenaiResponses => "openai-responses",
+            Self::Anthropic => "anthropic",
+        }
+    }
+
+    /// Every dialect, in the order they are documented.
+    pub const ALL: [Self; 4] = [
+        Self::OpenaiChat,
+        Self::Gemini,
+        Self::OpenaiResponses,
+        Self::Anthropic,
+    ];
+
+    /// Picks the dialect for a request path (without query), or `None` for
+    /// paths that are proxied without detection (model lists, embeddings,
+    /// token counting, files).
+    pub fn from_path(path: &str) -> Option<Self> {
+        let path = path.trim_end_matches('/');
+        if path.ends_with("/chat/completions") {
+            return Some(Self::OpenaiChat);
+        }
+        if path.ends_with("/responses") || path.ends_with("/responses/compact") {
+            return Some(Self::OpenaiResponses);
+        }
+        if path.ends_with("/messages") {
+            return Some(Self::Anthropic);
+        }
+        let last = path.rsplit('/').next().unwrap_or_default();
+        if let Some((_model, method)) = last.split_once(':') {
+            if method == "generateContent" || method == "streamGenerateContent" {
+                return Some(Self::Gemini);
+            }
+        }
+        None
+    }
+
+    /// Parses a request body into what the detectors need.
+    ///
+    /// # Errors
+    /// [`DialectError`] when the body is not JSON or not of this dialect's
+    /// shape; the proxy then forwards it unchanged without detection (fail
+    /// open).
+    pub fn parse_request(self, body: &[u8]) -> Result<ParsedRequest, DialectError> {
+        match self {
+            Self::OpenaiChat => openai_chat::parse_request(body),
+            Self::Gemini => gemini::parse_request(body),
+            Self::OpenaiResponses => openai_responses::parse_request(body),
+            Self::Anthropic => anthropic::parse_request(body),
+        }
+    }
+
+    /// Splits a request body into its envelope and raw history items, for
+    /// the incremental parse (see [`split`]); `None` for a dialect without
+    /// a split (every dialect has one today), whose requests would always get
+    /// [`Dialect::parse_request`].
+    ///
+    /// # Errors
+    /// [`DialectError`] when the body does not split; callers fall back to
+    /// [`Dialect::parse_request`], which names the problem.
+    pub fn split_request(self, body: &[u8]) -> Option<Result<SplitRequest<'_>, DialectError>> {
+        match self {
+            Self::OpenaiChat => Some(openai_chat::split_request(body)),
+            Self::Gemini => Some(gemini::split_request(body)),
+            Self::Anthropic => Some(anthropic::split_request(body)),
+            Self::OpenaiResponses => Some(openai_responses::split_request(body)),
+        }
+    }
+
+    /// A fresh parser for one response of this dialect.
+    pub fn stream_parser(self) -> StreamParser {
+        match self {
+            Self::OpenaiChat => StreamParser::OpenaiChat(openai_chat::ResponseParser::default()),
+            Self::Gemini => StreamParser::Gemini(gemini::ResponseParser::default()),
+            Self::OpenaiResponses => {
+                StreamParser::OpenaiResponses(openai_responses::ResponseParser::default())
+            }
+            Self::Anthropic => StreamParser::Anthropic(anthropic::ResponseParser::default()),
+        }
+    }
+
+    /// The name of the provider a dialect belongs to, as in a route's
+    /// `provider` (`openai`, `gemini`, `anthropic`).
+    pub fn provider(self) -> &'static str {
+        match self {
+            Self::OpenaiChat | Self::OpenaiResponses => "openai",
+            Self::Gemini => "gemini",
+            Self::Anthropic => "anthropic",
+        }
+    }
+
+    /// How the answer is framed, from the path, the query and the body's
+    /// `stream` flag: Gemini says it in its method (`:streamGenerateContent`,
+    /// a JSON array unless `alt=sse`), the others in the body.
+    pub fn mode(self, path: &str, query: Option<&str>, stream: bool) -> Mode {
+        match self {
+            Self::OpenaiChat if stream => Mode::Sse,
+            Self::OpenaiChat => Mode::Whole,
+            Self::Gemini if path.ends_with(":streamGenerateContent") => {
+                if query.is_some_and(|q| q.split('&').any(|kv| kv == "alt=sse")) {
+                    Mode::Sse
+                } else {
+                    Mode::JsonArray
+                }
+            }
+            Self::Gemini => Mode::Whole,
+            Self::OpenaiResponses | Self::Anthropic if stream => Mode::Sse,
+            Self::OpenaiResponses | Self::Anthropic => Mode::Whole,
+        }
+    }
+
+    /// The dialect carries its response identity (chunk `id`, `model`,
+    /// `created`, Gemini `modelVersion`) at the top level of every payload
+    /// (OpenAI chat, Gemini); the others keep it in their parser's state.
+    pub fn identity_in_payloads(self) -> bool {
+        matches!(self, Self::OpenaiChat | Self::Gemini)
+    }
+
+    /// After a block, the upstream's trailing usage chunk and `[DONE]` still
+    /// belong to the answer (OpenAI chat); the other endings are complete.
+    pub fn keeps_trailer_after_block(self) -> bool {
+        self == Self::OpenaiChat
+    }
+
+    /// Responses chain by `previous_response_id`: the stream-time judge
+    /// records each response's calls under its id (OpenAI Responses).
+    pub fn chains_responses(self) -> bool {
+        self == Self::OpenaiResponses
+    }
+
+    /// Adds `warning` to a request body where every server of the dialect
+    /// accepts it: OpenAI chat — appended to the content of the last tool
+    /// message; Gemini — a `loopguard_warning` field inside the last
+    /// `functionResponse.response` object; OpenAI Responses — appended to the
+    /// last call output's `output`; Anthropic — a `text` block after the
+    /// `tool_result` blocks of the last user message. Returns `false` (body
+    /// untouched) when the request carries no tool result to attach it to.
+    pub fn inject_warning(self, body: &mut Value, warning: &str) -> bool {
+        match self {
+            Self::OpenaiChat => openai_chat::write::inject_warning(body, warning),
+            Self::Gemini => gemini::write::inject_warning(body, warning),
+            Self::OpenaiResponses => openai_responses::write::inject_warning(body, warning),
+            Self::Anthropic => anthropic::write::inject_warning(body, warning),
+        }
+    }
+
+    /// A complete assistant answer carrying `message` as its text, finish reason
+    /// "stop", in `mode`. `model` is echoed where the dialect names it;
+    /// `include_usage` is OpenAI's `stream_options.include_usage`.
+    pub fn block_answer(self, mode: Mode, model: &str, message: &str, include_usage: bool) -> Answer {
+        match self {
+            Self::OpenaiChat => openai_chat::write::block_answer(mode, model, message, include_usage),
+            Self::Gemini => gemini::write::block_answer(mode, model, message),
+            Self::OpenaiResponses => openai_responses::write::block_answer(mode, model, message),
+            Self::Anthropic => anthropic::write::block_answer(mode, model, message),
+        }
+    }
+
+    /// The HTTP 400 body for `abort`, in the dialect's error shape; `message`
+    /// should start with `loop_detected:` and name the detector.
+    pub fn abort_body(self, message: &str) -> Vec<u8> {
+        match self {
+            Self::OpenaiChat => openai_chat::write::abort_body(message),
+            Self::Gemini => gemini::write::abort_body(message),
+            Self::OpenaiResponses => openai_responses::write::abort_body(message),
+            Self::Anthropic => anthropic::write::abort_body(message),
+        }
+    }
+
+    /// Guesses the dialect of a request body from its shape: `contents` is
+    /// Gemini, `input` OpenAI Responses; `messages` is Anthropic when the body
+    /// has Anthropic's marks (a top-level `system`, `max_tokens` without any
+    /// OpenAI `tool` message, or `tool_use` / `tool_result` / `thinking`
+    /// blocks), else OpenAI chat.
+    pub fn guess(body: &serde_json::Value) -> Option<Dialect> {
+        if body.get("contents").is_some() {
+            return Some(Dialect::Gemini);
+        }
+        if body.get("input").is_some() {
+            return Some(Dialect::OpenaiResponses);
+        }
+        let messages = body.get("messages")?.as_array()?;
+        let openai = messages.iter().any(|m| {
+            m.get("tool_calls").is_some()
+                || matches!(m.get("role").and_then(|r| r.as_str()), Some("tool" | "developer"))
+        });
+        let blocks = messages
+            .iter()
+            .filter_map(|m| m.get("content").and_then(|c| c.as_array()))
+            .flatten()
+            .filter_map(|b| b.get("type").and_then(|t| t.as_str()));
+        let anthropic_blocks = blocks
+            .into_iter()
+            .any(|t| matches!(t, "tool_use" | "tool_result" | "thinking" | "redacted_thinking"));
+        let anthropic_body = body.get("system").is_some() || body.get("max_tokens").is_some() && !openai;
+        Some(if anthropic_blocks || (anthropic_body && !openai) {
+            Dialect::Anthropic
+        } else {
+            Dialect::OpenaiChat
+        })
+    }
+    /// `loopguard demo`'s first request in this dialect through the proxy at
+    /// `proxy`: URL and body.
+    pub fn demo_request(self, proxy: &str) -> (String, Value) {
+        match self {
+            Self::OpenaiChat => openai_chat::sample::demo_request(proxy),
+            Self::Gemini => gemini::sample::demo_request(proxy),
+            Self::OpenaiResponses => openai_responses::sample::demo_request(proxy),
+            Self::Anthropic => anthropic::sample::demo_request(proxy),
+        }
+    }
+
+    /// Appends call `n` of `name` with `args` (JSON text) and its `result` to
+    /// the history of a demo request.
+    pub fn push_call_turn(self, body: &mut Value, n: usize, name: &str, args: &str, result: &str) {
+        match self {
+            Self::OpenaiChat => openai_chat::sample::push_call_turn(body, n, name, args, result),
+            Self::Gemini => gemini::sample::push_call_turn(body, n, name, args, result),
+            Self::OpenaiResponses => openai_responses::sample::push_call_turn(body, n, name, args, result),
+            Self::Anthropic => anthropic::sample::push_call_turn(body, n, name, args, result),
+        }
+    }
+}
+
+/// OpenAI chat, the dialect assumed when nothing tells (a recorded response
+/// before any request).
+impl Default for Dialect {
+    fn default() -> Self {
+        Self::OpenaiChat
+    }
+}
+
+/// Turns the payloads of one response into [`StreamEvent`]s, incrementally.
+///
+/// Feed it every payload in order ([`StreamParser::payload`]: one SSE `data`
+/// field, one element of a streamed JSON array, or a whole non-streaming
+/// body), then call [`StreamParser::end`] once when the body ends, which
+/// completes tool calls still being assembled.
+#[derive(Debug)]
+pub enum StreamParser {
+    /// `openai-chat` responses.
+    OpenaiChat(openai_chat::ResponseParser),
+    /// `gemini` responses.
+    Gemini(gemini::ResponseParser),
+    /// `openai-responses` responses.
+    OpenaiResponses(openai_responses::ResponseParser),
+    /// `anthropic` responses.
+    Anthropic(anthropic::ResponseParser),
+}
+
+impl StreamParser {
+    /// Parses one payload, appending what it carried to `out`.
+    ///
+    /// # Errors
+    /// [`DialectError`] when the payload is not JSON or not of the dialect's
+    /// shape; the parser stays usable for the next payload.
+    pub fn payload(&mut self, payload: &str, out: &mut Vec<StreamEvent>) -> Result<(), DialectError> {
+        match self {
+            Self::OpenaiChat(p) => p.payload(payload, out),
+            Self::Gemini(p) => p.payload(payload, out),
+            Self::OpenaiResponses(p) => p.payload(payload, out),
+            Self::Anthropic(p) => p.payload(payload, out),
+        }
+    }
+
+    /// The body ended: completes every tool call still open.
+    pub fn end(&mut self, out: &mut Vec<StreamEvent>) {
+        match self {
+            Self::OpenaiChat(p) => p.end(out),
+            Self::Gemini(p) => p.end(out),
+            Self::OpenaiResponses(p) => p.end(out),
+            Self::Anthropic(p) => p.end(out),
+        }
+    }
+
+    /// Where the frame parsed last stands in its stream (Responses
+    /// `sequence_number` and `output_index`, Anthropic block `index`): the
+    /// events replacing held ones take its place.
+    pub fn anchor(&self) -> (Option<u64>, Option<u32>) {
+        match self {
+            Self::OpenaiResponses(p) => openai_responses::ending::anchor(p.state()),
+            Self::Anthropic(p) => anthropic::ending::anchor(p.state()),
+            Self::OpenaiChat(_) | Self::Gemini(_) => (None, None),
+        }
+    }
+
+    /// What replaces the held region for a block: the answer ends with
+    /// `message` as text.
+    pub fn block_ending(&self, kept: &Kept<'_>, message: &str) -> Vec<u8> {
+        match self {
+            Self::OpenaiChat(_) => openai_chat::ending::block(kept, message),
+            Self::Gemini(_) => gemini::ending::block(kept, message),
+            Self::OpenaiResponses(p) => openai_responses::ending::block(p.state(), kept, message),
+            Self::Anthropic(p) => anthropic::ending::block(p.state(), kept, message),
+        }
+    }
+
+    /// What replaces the held region for an abort: the dialect's error (the
+    /// whole body when the client asked for one document).
+    pub fn error_ending(&self, kept: &Kept<'_>, message: &str) -> Vec<u8> {
+        match self {
+            Self::OpenaiChat(_) => openai_chat::ending::error(kept, message),
+            Self::Gemini(_) => gemini::ending::error(kept, message),
+            Self::OpenaiResponses(p) => openai_responses::ending::error(p.state(), kept, message),
+            Self::Anthropic(_) => anthropic::ending::error(kept, message),
+        }
+    }
+
+    /// What ends a generation cut short (content detectors), in place of
+    /// everything not yet released: the note, then every terminal piece the
+    /// client expects.
+    pub fn cut_ending(&self, kept: &Kept<'_>, message: &str) -> Vec<u8> {
+        match self {
+            Self::OpenaiChat(_) => openai_chat::ending::cut(kept, message),
+            Self::Gemini(_) => gemini::ending::cut(kept, message),
+            Self::OpenaiResponses(p) => openai_responses::ending::cut(p.state(), kept, message),
+            Self::Anthropic(p) => anthropic::ending::cut(p.state(), kept, message),
+        }
+    }
+}

@@ -1,0 +1,457 @@
+//! The `openai-chat` dialect (OpenAI Chat Completions and compatible servers):
+//! request body → [`Transcript`], response payloads → [`StreamEvent`]s.
+//!
+//! Reading is lenient: fields loopguard does not need are ignored, and shapes
+//! that compatible servers send differently (arguments as an object instead
+//! of a string, tool-call fragments without `index`, empty continuation ids)
+//! are accepted. Nothing is ever written back from here.
+
+use std::collections::{BTreeMap, HashMap};
+
+use serde_json::{Map, Value};
+
+use crate::dialect::split::{HistoryItem, SplitRequest, parse_whole, split_with};
+use crate::dialect::{DialectError, ParsedRequest, StreamEvent};
+use crate::transcript::{Arguments, Message, ResultContent, Role, ToolCall, ToolResult, Transcript};
+
+/// Parses a `POST …/chat/completions` request body.
+///
+/// `system` and `developer` messages before the first other message form
+/// [`Transcript::system`]; later ones are [`Role::System`] messages, as are
+/// messages of an unknown role (they never count as the person speaking).
+/// A `tool` message's tool name is resolved from the earlier assistant call
+/// with its `tool_call_id`, falling back to its own `name` field.
+///
+/// # Errors
+/// [`DialectError::Json`] when the body is not JSON; [`DialectError::Shape`]
+/// when it is not an object or has no `messages` array.
+pub fn parse_request(body: &[u8]) -> Result<ParsedRequest, DialectError> {
+    parse_whole(body, "messages", head, parse_items)
+}
+
+/// Splits a request body into its envelope and its raw `messages[]` (see
+/// [`crate::dialect::split`]); the items parse as in [`parse_request`].
+///
+/// # Errors
+/// As [`crate::dialect::split::split_object`]: the caller falls back to [`parse_request`].
+pub fn split_request(body: &[u8]) -> Result<SplitRequest<'_>, DialectError> {
+    split_with(body, "messages", head, parse_items)
+}
+
+/// Everything but the history: flags, model, declared tools.
+fn head(root: &Map<String, Value>) -> ParsedRequest {
+    ParsedRequest {
+        transcript: Transcript {
+            tools: declared_tools(root),
+            ..Transcript::default()
+        },
+        stream: root.get("stream").and_then(Value::as_bool).unwrap_or(false),
+        include_usage: root
+            .get("stream_options")
+            .and_then(|o| o.get("include_usage"))
+            .and_then(Value::as_bool)
+            .unwrap_or(false),
+        model: root.get("model").and_then(Value::as_str).map(str::to_owned),
+        summarizer: false,
+        responses: None,
+        ids: crate::dialect::BodyIds::of(root),
+    }
+}
+
+/// Parses `messages`, given the parses of the messages before them (`before`):
+/// whether a non-system message came already, and the ids of earlier calls
+/// (read from `before` only when a `tool` message needs them).
+fn parse_items(before: &[HistoryItem], messages: &[Value]) -> Vec<HistoryItem> {
+    let mut any_message = before.iter().any(|i| !matches!(i, HistoryItem::System(_)));
+    // Call id → tool name: of the calls in `before` (built on first need) and
+    // of the calls in `messages` (later calls win, as in a map filled in order).
+    let mut before_names: Option<HashMap<&str, &str>> = None;
+    let mut names: HashMap<String, String> = HashMap::new();
+    let mut out = Vec::with_capacity(messages.len());
+    for message in messages {
+        let role = message.get("role").and_then(Value::as_str).unwrap_or_default();
+        let text = content_text(message.get("content"));
+        let parsed = match role {
+            "system" | "developer" if !any_message => {
+                out.push(HistoryItem::System(text));
+                continue;
+            }
+            "user" => Message::text(Role::User, text),
+            "assistant" => {
+                let parsed = assistant_message(message, text);
+                for call in &parsed.tool_calls {
+                    if let Some(id) = &call.id {
+                        names.insert(id.clone(), call.name.clone());
+                    }
+                }
+                parsed
+            }
+            "tool" => {
+                let call_id = message
+                    .get("tool_call_id")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned);
+                let name = call_id
+                    .as_deref()
+                    .and_then(|id| {
+                        names.get(id).cloned().or_else(|| {
+                            let before_names = before_names.get_or_insert_with(|| call_names(before));
+                            before_names.get(id).map(|name| (*name).to_owned())
+                        })
+                    })
+                    .or_else(|| str_field(message, "name"));
+                tool_message(call_id, name, text)
+            }
+            "function" => tool_message(None, str_field(message, "name"), text),
+            _ => Message::text(Role::System, text),
+        };
+        any_message = true;
+        out.push(HistoryItem::Message(parsed));
+    }
+    out
+}
+
+/// Call id → tool name of every call with an id in `items`, later calls winning.
+fn call_names(items: &[HistoryItem]) -> HashMap<&str, &str> {
+    items
+        .iter()
+        .flat_map(HistoryItem::messages)
+        .flat_map(|message| &message.tool_calls)
+        .filter_map(|call| Some((call.id.as_deref()?, call.name.as_str())))
+        .collect()
+}
+
+/// Tool names from `tools[].function.name` (or a flat `tools[].name`) and legacy `functions[].name`.
+fn declared_tools(root: &Map<String, Value>) -> Vec<String> {
+    let tools = root.get("tools").and_then(Value::as_array).into_iter().flatten();
+    let tools = tools.filter_map(|t| {
+        t.get("function")
+            .and_then(|f| f.get("name"))
+            .or_else(|| t.get("name"))
+            .and_then(Value::as_str)
+    });
+    let functions = root
+        .get("functions")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten();
+    let functions = functions.filter_map(|f| f.get("name").and_then(Value::as_str));
+    tools.chain(functions).map(str::to_owned).collect()
+}
+
+/// An assistant turn: its text, `tool_calls[]` and legacy `function_call`.
+fn assistant_message(message: &Value, text: String) -> Message {
+    let mut out = Message::text(Role::Assistant, text);
+    let calls = message
+        .get("tool_calls")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten();
+    for call in calls {
+        let Some(function) = call.get("function") else {
+            continue;
+        };
+        let id = call.get("id").and_then(Value::as_str).filter(|s| !s.is_empty());
+        let name = function.get("name").and_then(Value::as_str).unwrap_or_default();
+        out.tool_calls.push(ToolCall::new(
+            id.map(str::to_owned),
+            name,
+            arguments_of(function.get("arguments")),
+        ));
+    }
+    if let Some(function) = message.get("function_call").filter(|f| f.is_object()) {
+        let name = function.get("name").and_then(Value::as_str).unwrap_or_default();
+        out.tool_calls
+            .push(ToolCall::new(None, name, arguments_of(function.get("arguments"))));
+    }
+    out
+}
+
+/// Arguments as sent: a JSON string (the standard), or an object some servers send; absent is `{}`.
+fn arguments_of(value: Option<&Value>) -> Arguments {
+    match value {
+        Some(Value::String(text)) => Arguments::from_json_str(text),
+        None | Some(Value::Null) => Arguments::Json(Value::Object(Map::new())),
+        Some(other) => Arguments::Json(other.clone()),
+    }
+}
+
+/// A message carrying one tool result as text.
+fn tool_message(call_id: Option<String>, name: Option<String>, text: String) -> Message {
+    let mut message = Message::text(Role::Tool, "");
+    message.tool_results.push(ToolResult {
+        call_id,
+        name,
+        content: ResultContent::Text(text),
+        is_error: false,
+    });
+    message
+}
+
+/// `content` as text: a string, or the `text` of its text parts joined by
+/// newlines (images, audio and files are skipped); null or absent is empty.
+fn content_text(content: Option<&Value>) -> String {
+    match content {
+        Some(Value::String(text)) => text.clone(),
+        Some(Value::Array(parts)) => {
+            let texts = parts.iter().filter_map(|part| match part {
+                Value::String(text) => Some(text.as_str()),
+                Value::Object(obj) => {
+                    let kind = obj.get("type").and_then(Value::as_str).unwrap_or("text");
+                    if kind == "text" || kind == "input_text" {
+                        obj.get("text").and_then(Value::as_str)
+                    } else {
+                        None
+                    }
+                }
+                _ => None,
+            });
+            texts.collect::<Vec<_>>().join("\n")
+        }
+        _ => String::new(),
+    }
+}
+
+fn str_field(value: &Value, key: &str) -> Option<String> {
+    value.get(key).and_then(Value::as_str).map(str::to_owned)
+}
+
+/// Incremental response parser for one `chat/completions` response, streamed
+/// (`chat.completion.chunk` payloads, then `[DONE]`) or not (one whole
+/// `chat.completion` body).
+///
+/// Tool-call fragments are keyed per choice by their `index`; without one, by
+/// their non-empty `id`, else they continue the last open call. A choice's
+/// calls complete, in order, when its `finish_reason` arrives, or at `[DONE]`
+/// / [`ResponseParser::end`] for any still open.
+#[derive(Debug, Default)]
+pub struct ResponseParser {
+    /// Calls per choice index, in order of first appearance.
+    choices: BTreeMap<u32, Vec<PendingCall>>,
+}
+
+/// A tool call being assembled from fragments.
+#[derive(Debug)]
+struct PendingCall {
+    /// The fragment `index` the server keys it by, when it sends one.
+    wire_index: Option<u64>,
+    /// The call id (empty until a fragment carries a non-empty one).
+    id: String,
+    name: String,
+    /// Argument text so far.
+    arguments: String,
+    /// Already reported by a `ToolCallComplete`.
+    done: bool,
+}
+
+impl ResponseParser {
+    /// Parses one payload: an SSE `data` field of a streamed response, or a
+    /// whole non-streaming body.
+    ///
+    /// # Errors
+    /// [`DialectError::Json`] when the payload is not JSON (nor `[DONE]`),
+    /// [`DialectError::Shape`] when it is not an object. Nothing is appended
+    /// then, and the parser stays usable.
+    pub fn payload(&mut self, payload: &str, out: &mut Vec<StreamEvent>) -> Result<(), DialectError> {
+        let payload = payload.trim();
+        if payload == "[DONE]" {
+            self.end(out);
+            out.push(StreamEvent::Done);
+            return Ok(());
+        }
+        let Value::Object(chunk) = serde_json::from_str(payload)? else {
+            return Err(DialectError::Shape("payload is not a JSON object".to_owned()));
+        };
+        if let Some(error) = chunk.get("error").filter(|e| !e.is_null()) {
+            out.push(StreamEvent::Error {
+                message: error_message(error),
+            });
+            return Ok(());
+        }
+        for choice in chunk
+            .get("choices")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            self.choice(choice, out);
+        }
+        if let Some(usage) = chunk.get("usage").filter(|u| u.is_object()) {
+            out.push(StreamEvent::Usage { usage: usage.clone() });
+        }
+        Ok(())
+    }
+
+    /// Ends the response: completes every tool call still open, choice by
+    /// choice. Calling it again appends nothing.
+    pub fn end(&mut self, out: &mut Vec<StreamEvent>) {
+        let choices: Vec<u32> = self.choices.keys().copied().collect();
+        for choice in choices {
+            self.complete_choice(choice, out);
+        }
+    }
+
+    /// One entry of `choices[]`: a streamed `delta` or a whole `message`.
+    fn choice(&mut self, choice: &Value, out: &mut Vec<StreamEvent>) {
+        let index = choice
+            .get("index")
+            .and_then(Value::as_u64)
+            .and_then(|i| u32::try_from(i).ok())
+            .unwrap_or(0);
+        let whole = choice.get("delta").is_none();
+        if let Some(part) = choice.get("delta").or_else(|| choice.get("message")) {
+            push_text(part, index, out);
+            let calls = part
+                .get("tool_calls")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten();
+            for fragment in calls {
+                let position = self.fragment(index, fragment, out);
+                if whole {
+                    self.complete_call(index, position, out);
+                }
+            }
+            if let Some(function) = part.get("function_call").filter(|f| f.is_object()) {
+                let fragment = serde_json::json!({ "function": function });
+                let position = self.fragment(index, &fragment, out);
+                if whole {
+                    self.complete_call(index, position, out);
+                }
+            }
+        }
+        if let Some(reason) = choice.get("finish_reason").and_then(Value::as_str) {
+            self.complete_choice(index, out);
+            out.push(StreamEvent::Finish {
+                choice: index,
+                reason: reason.to_owned(),
+            });
+        }
+    }
+
+    /// Applies one `tool_calls[]` fragment; returns the call's position in its choice.
+    fn fragment(&mut self, choice: u32, fragment: &Value, out: &mut Vec<StreamEvent>) -> usize {
+        let calls = self.choices.entry(choice).or_default();
+        let wire_index = fragment.get("index").and_then(Value::as_u64);
+        let id = fragment
+            .get("id")
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty());
+        let found = match (wire_index, id) {
+            // A new id under a known index is a new call: some servers number every call 0.
+            (Some(w), _) => calls.iter().rposition(|c| {
+                !c.done && c.wire_index == Some(w) && id.is_none_or(|id| c.id.is_empty() || c.id == id)
+            }),
+            (None, Some(id)) => calls.iter().position(|c| !c.done && c.id == id),
+            (None, None) => calls.iter().rposition(|c| !c.done),
+        };
+        let position = found.unwrap_or_else(|| {
+            calls.push(PendingCall {
+                wire_index,
+                id: String::new(),
+                name: String::new(),
+                arguments: String::new(),
+                done: false,
+            });
+            calls.len() - 1
+        });
+        let call = &mut calls[position];
+        if let (Some(id), true) = (id, call.id.is_empty()) {
+            id.clone_into(&mut call.id);
+        }
+        let function = fragment.get("function");
+        if let Some(name) = function.and_then(|f| f.get("name")).and_then(Value::as_str) {
+            if call.name.is_empty() {
+                name.clone_into(&mut call.name);
+            }
+        }
+        let arguments_delta = match function.and_then(|f| f.get("arguments")) {
+            Some(Value::String(text)) => {
+                call.arguments.push_str(text);
+                text.clone()
+            }
+            None | Some(Value::Null) => String::new(),
+            // Some servers send the arguments as an object, whole.
+            Some(other) => {
+                call.arguments = other.to_string();
+                call.arguments.clone()
+            }
+        };
+        out.push(StreamEvent::ToolCallDelta {
+            choice,
+            index: position_u32(position),
+            arguments_delta,
+        });
+        position
+    }
+
+    /// Completes every open call of a choice, in order.
+    fn complete_choice(&mut self, choice: u32, out: &mut Vec<StreamEvent>) {
+        let count = self.choices.get(&choice).map_or(0, Vec::len);
+        for position in 0..count {
+            self.complete_call(choice, position, out);
+        }
+    }
+
+    /// Completes one call unless it already was.
+    fn complete_call(&mut self, choice: u32, position: usize, out: &mut Vec<StreamEvent>) {
+        let Some(call) = self.choices.get_mut(&choice).and_then(|c| c.get_mut(position)) else {
+            return;
+        };
+        if call.done {
+            return;
+        }
+        call.done = true;
+        let arguments = Arguments::from_json_str(&std::mem::take(&mut call.arguments));
+        let id = (!call.id.is_empty()).then(|| call.id.clone());
+        out.push(StreamEvent::ToolCallComplete {
+            choice,
+            index: position_u32(position),
+            call: ToolCall::new(id, call.name.clone(), arguments),
+        });
+    }
+}
+
+/// Reasoning, answer text and refusal of a `delta` or `message`, in that order.
+fn push_text(part: &Value, choice: u32, out: &mut Vec<StreamEvent>) {
+    let text_of = |key: &str| part.get(key).and_then(Value::as_str).filter(|s| !s.is_empty());
+    // Servers that send both fields send the same text twice: read one.
+    let reasoning = if part.get("reasoning_content").is_some_and(|r| !r.is_null()) {
+        text_of("reasoning_content")
+    } else {
+        text_of("reasoning")
+    };
+    if let Some(text) = reasoning {
+        out.push(StreamEvent::ReasoningDelta {
+            choice,
+            text: text.to_owned(),
+        });
+    }
+    let content = match part.get("content") {
+        Some(Value::Array(_)) => Some(content_text(part.get("content"))).filter(|s| !s.is_empty()),
+        _ => text_of("content").map(str::to_owned),
+    };
+    for text in content.into_iter().chain(text_of("refusal").map(str::to_owned)) {
+        out.push(StreamEvent::TextDelta { choice, text });
+    }
+}
+
+/// An error object's `message`, or its JSON when it has none.
+fn error_message(error: &Value) -> String {
+    match error.get("message").and_then(Value::as_str) {
+        Some(message) => message.to_owned(),
+        None => match error {
+            Value::String(text) => text.clone(),
+            other => other.to_string(),
+        },
+    }
+}
+
+fn position_u32(position: usize) -> u32 {
+    u32::try_from(position).unwrap_or(u32::MAX)
+}
+
+#[cfg(test)]
+#[expect(clippy::unwrap_used, reason = "test")]
+#[path = "parse_tests.rs"]
+mod tests;

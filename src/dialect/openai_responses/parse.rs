@@ -1,0 +1,578 @@
+//! The `openai-responses` dialect (OpenAI Responses API, Codex's only wire
+//! protocol): request body → [`Transcript`], response payloads →
+//! [`StreamEvent`]s.
+//!
+//! History is a list of `input` items. Items the agent executes — the
+//! client-side calls `function_call`, `custom_tool_call`, `local_shell_call`,
+//! `shell_call`, `apply_patch_call` and `computer_call` — are tool calls; their
+//! `*_output` items are tool results, matched by `call_id`. Server-side items
+//! (`web_search_call`, `mcp_call`, `file_search_call`, …) ran on the
+//! server before the model answered: they are not calls the agent can loop
+//! on. `reasoning` and `compaction` items are opaque and passed through.
+//!
+//! A stream is a sequence of named SSE events whose `data` repeats the event
+//! name in `type` and carries a `sequence_number`; there is no `[DONE]`.
+//! Calls are correlated by `output_index` (and `item_id`), never by `call_id`.
+
+use std::collections::HashMap;
+
+use serde_json::{Map, Value};
+
+use crate::dialect::split::{HistoryItem, SplitRequest, assemble, split_with};
+use crate::dialect::{DialectError, ParsedRequest, StreamEvent};
+use crate::transcript::{Arguments, Message, ResultContent, Role, ToolCall, ToolResult, Transcript};
+
+/// Item types of calls the client executes (they can loop; they are held).
+const CLIENT_CALLS: [&str; 6] = [
+    "function_call",
+    "custom_tool_call",
+    "local_shell_call",
+    "shell_call",
+    "apply_patch_call",
+    "computer_call",
+];
+
+/// Whether an item type is a call the client executes.
+pub fn is_client_call(kind: &str) -> bool {
+    CLIENT_CALLS.contains(&kind)
+}
+
+/// The tool name of a call item: its `name`, else the built-in tool its
+/// type stands for (`local_shell_call` → `local_shell`, …).
+fn call_name(item: &Value, kind: &str) -> String {
+    match item.get("name").and_then(Value::as_str) {
+        Some(name) => name.to_owned(),
+        None => kind.trim_end_matches("_call").to_owned(),
+    }
+}
+
+/// The arguments of a call item: `arguments` (a JSON string), a custom
+/// tool's free-form `input`, or the `action` / `operation` object of a
+/// built-in tool.
+fn call_arguments(item: &Value) -> Arguments {
+    if let Some(arguments) = item.get("arguments") {
+        return match arguments {
+            Value::String(text) => Arguments::from_json_str(text),
+            Value::Null => Arguments::Json(Value::Object(Map::new())),
+            other => Arguments::Json(other.clone()),
+        };
+    }
+    for key in ["input", "action", "operation"] {
+        if let Some(value) = item.get(key) {
+            return Arguments::Json(value.clone());
+        }
+    }
+    Arguments::Json(Value::Object(Map::new()))
+}
+
+/// A call item as a [`ToolCall`] (`None` for items that are not client calls).
+pub fn call_of(item: &Value) -> Option<ToolCall> {
+    let kind = item.get("type").and_then(Value::as_str)?;
+    if !is_client_call(kind) {
+        return None;
+    }
+    let id = item
+        .get("call_id")
+        .or_else(|| item.get("id"))
+        .and_then(Value::as_str)
+        .map(str::to_owned);
+    Some(ToolCall::new(id, call_name(item, kind), call_arguments(item)))
+}
+
+/// What a request tells beyond its history.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct ResponsesRequest {
+    /// `previous_response_id`: the request carries only the items new since
+    /// that response.
+    pub previous_response_id: Option<String>,
+    /// The server keeps state for it (`previous_response_id`, `conversation`,
+    /// or `store: true`): a withheld call would leave the server's copy
+    /// dangling, so loopguard never blocks it (it aborts instead).
+    pub stateful: bool,
+}
+
+/// Parses a `POST …/responses` request body.
+///
+/// `instructions` and leading `system` / `developer` messages form
+/// [`Transcript::system`]. Consecutive model items (assistant messages and
+/// calls) form one assistant turn; consecutive call outputs one tool turn.
+/// A `compaction_trigger` item makes it a summarizer request; `compaction`
+/// items are counted in [`Transcript::compactions`].
+///
+/// # Errors
+/// [`DialectError::Json`] when the body is not JSON; [`DialectError::Shape`]
+/// when it is not an object or `input` is neither a string nor an array.
+pub fn parse_request(body: &[u8]) -> Result<ParsedRequest, DialectError> {
+    let root = crate::dialect::json_object(body)?;
+    let mut parsed = head(&root);
+    match root.get("input") {
+        Some(Value::String(text)) => {
+            parsed
+                .transcript
+                .messages
+                .push(Message::text(Role::User, text.clone()));
+            Ok(parsed)
+        }
+        Some(Value::Array(items)) => Ok(assemble(parsed, parse_items(&[], items))),
+        None | Some(Value::Null) => Ok(parsed),
+        Some(_) => Err(DialectError::Shape(
+            "`input` is neither a string nor an array".to_owned(),
+        )),
+    }
+}
+
+/// Splits a request body into its envelope and its raw `input[]` items (see
+/// [`crate::dialect::split`]); the items parse as in [`parse_request`].
+///
+/// # Errors
+/// As [`crate::dialect::split::split_object`] (an `input` string does not split): the caller falls
+/// back to [`parse_request`].
+pub fn split_request(body: &[u8]) -> Result<SplitRequest<'_>, DialectError> {
+    split_with(body, "input", head, parse_items)
+}
+
+/// Everything but the history: `instructions`, declared tools, flags.
+fn head(root: &Map<String, Value>) -> ParsedRequest {
+    let previous_response_id = root
+        .get("previous_response_id")
+        .and_then(Value::as_str)
+        .map(str::to_owned);
+    let conversation = root.get("conversation").is_some_and(|c| !c.is_null());
+    let store = root.get("store").and_then(Value::as_bool) == Some(true);
+    ParsedRequest {
+        transcript: Transcript {
+            system: root
+                .get("instructions")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned(),
+            tools: declared_tools(root),
+            ..Transcript::default()
+        },
+        stream: root.get("stream").and_then(Value::as_bool).unwrap_or(false),
+        include_usage: false,
+        model: root.get("model").and_then(Value::as_str).map(str::to_owned),
+        summarizer: false,
+        responses: Some(ResponsesRequest {
+            stateful: previous_response_id.is_some() || conversation || store,
+            previous_response_id,
+        }),
+        ids: crate::dialect::BodyIds::of(root),
+    }
+}
+
+/// Parses `input` items, given the parses of the items before them
+/// (`before`: whether a turn came already, and the calls that name the tool
+/// of a later output). Model items and call outputs are [`HistoryItem::Part`]s,
+/// so consecutive ones form one turn.
+fn parse_items(before: &[HistoryItem], items: &[Value]) -> Vec<HistoryItem> {
+    let mut any_turn = before.iter().any(|i| !i.messages().is_empty());
+    let mut names: HashMap<String, String> = HashMap::new();
+    for call in before
+        .iter()
+        .flat_map(HistoryItem::messages)
+        .flat_map(|m| &m.tool_calls)
+    {
+        if let Some(id) = &call.id {
+            names.insert(id.clone(), call.name.clone());
+        }
+    }
+    let mut out = Vec::with_capacity(items.len());
+    for item in items {
+        let parsed = item_input(item, any_turn, &mut names);
+        any_turn |= !parsed.messages().is_empty();
+        out.push(parsed);
+    }
+    out
+}
+
+/// One `input` item. Leading `system` / `developer` messages (before any
+/// turn, `any_turn` false) are system text.
+fn item_input(item: &Value, any_turn: bool, names: &mut HashMap<String, String>) -> HistoryItem {
+    let role = item.get("role").and_then(Value::as_str);
+    let kind = item
+        .get("type")
+        .and_then(Value::as_str)
+        .unwrap_or(if role.is_some() { "message" } else { "" });
+    if kind == "message" {
+        let text = content_text(item.get("content"));
+        return match role.unwrap_or("user") {
+            "system" | "developer" if !any_turn => HistoryItem::System(text),
+            "user" => HistoryItem::Message(Message::text(Role::User, text)),
+            "assistant" => HistoryItem::Part(Message::text(Role::Assistant, text)),
+            _ => HistoryItem::Message(Message::text(Role::System, text)),
+        };
+    }
+    if let Some(call) = call_of(item) {
+        if let Some(id) = &call.id {
+            names.insert(id.clone(), call.name.clone());
+        }
+        let mut turn = Message::text(Role::Assistant, "");
+        turn.tool_calls.push(call);
+        return HistoryItem::Part(turn);
+    }
+    if let Some(call_kind) = kind.strip_suffix("_output") {
+        if is_client_call(call_kind) {
+            let call_id = item
+                .get("call_id")
+                .or_else(|| item.get("id"))
+                .and_then(Value::as_str)
+                .map(str::to_owned);
+            let name = call_id.as_ref().and_then(|id| names.get(id).cloned());
+            let content = match item.get("output") {
+                Some(Value::String(text)) => ResultContent::Text(text.clone()),
+                Some(Value::Array(_)) => ResultContent::Text(content_text(item.get("output"))),
+                Some(other) => ResultContent::Json(other.clone()),
+                None => ResultContent::Text(String::new()),
+            };
+            let mut turn = Message::text(Role::Tool, "");
+            turn.tool_results.push(ToolResult {
+                call_id,
+                name,
+                content,
+                is_error: false,
+            });
+            return HistoryItem::Part(turn);
+        }
+    }
+    match kind {
+        "compaction" => HistoryItem::Compaction,
+        "compaction_trigger" => HistoryItem::Summarize,
+        // reasoning, item_reference, server-side tool items: opaque here.
+        _ => HistoryItem::Messages(Vec::new()),
+    }
+}
+
+/// Tool names: `tools[].name`, else the tool's `type` (`local_shell`, `web_search`, …).
+fn declared_tools(root: &Map<String, Value>) -> Vec<String> {
+    root.get("tools")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|t| t.get("name").or_else(|| t.get("type")).and_then(Value::as_str))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Message `content` as text: a string, or the `text` of its text parts
+/// (`input_text`, `output_text`, `text`) joined by newlines.
+fn content_text(content: Option<&Value>) -> String {
+    match content {
+        Some(Value::String(text)) => text.clone(),
+        Some(Value::Array(parts)) => parts
+            .iter()
+            .filter(|p| {
+                matches!(
+                    p.get("type").and_then(Value::as_str),
+                    Some("input_text" | "output_text" | "text") | None
+                )
+            })
+            .filter_map(|p| p.get("text").and_then(Value::as_str))
+            .collect::<Vec<_>>()
+            .join("\n"),
+        _ => String::new(),
+    }
+}
+
+/// Where in the stream the last payload stood: what loopguard's own events
+/// must continue from.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct StreamState {
+    /// The `response` object of `response.created` / `response.in_progress`.
+    pub response: Option<Value>,
+    /// The `response` object of the terminal event (`response.completed`,
+    /// `.incomplete`), with its usage.
+    pub terminal: Option<Value>,
+    /// Output items completed so far (`response.output_item.done`), with
+    /// their `output_index`.
+    pub done_items: Vec<(u32, Value)>,
+    /// `sequence_number` of the last payload that had one.
+    pub last_sequence: Option<u64>,
+    /// `sequence_number` and `output_index` of the last payload.
+    pub anchor: Anchor,
+    /// The message item whose text is streaming, if one is open.
+    pub open_text: Option<OpenText>,
+    /// Highest `output_index` seen.
+    pub max_output_index: Option<u32>,
+}
+
+/// Position of one payload in a Responses stream.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Anchor {
+    /// Its `sequence_number`.
+    pub sequence: Option<u64>,
+    /// Its `output_index`.
+    pub output_index: Option<u32>,
+}
+
+/// A message item whose `output_text` is streaming.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OpenText {
+    /// The item's `id`.
+    pub item_id: String,
+    /// Its `output_index`.
+    pub output_index: u32,
+    /// The `content_index` of the text part.
+    pub content_index: u32,
+    /// The text so far, including the last payload's delta.
+    pub text: String,
+    /// Bytes of `text` the last payload added (0 when it added none): a cut
+    /// at that payload drops them with it.
+    pub last_delta: usize,
+}
+
+impl OpenText {
+    /// The text the client received when the generation is cut at the last
+    /// payload (whose bytes are dropped).
+    pub fn text_before_last(&self) -> &str {
+        self.text
+            .get(..self.text.len().saturating_sub(self.last_delta))
+            .unwrap_or_default()
+    }
+}
+
+/// Incremental parser for one Responses response, streamed (named SSE
+/// events) or not (one whole `response` object).
+#[derive(Debug, Default)]
+pub struct ResponseParser {
+    /// Client calls being streamed: `output_index` → position among the calls.
+    calls: HashMap<u32, u32>,
+    next_position: u32,
+    state: StreamState,
+}
+
+impl ResponseParser {
+    /// Where the stream stands after the last payload.
+    pub fn state(&self) -> &StreamState {
+        &self.state
+    }
+
+    /// Parses one payload (an SSE `data` field, or a whole response body).
+    ///
+    /// # Errors
+    /// [`DialectError::Json`] when the payload is not JSON,
+    /// [`DialectError::Shape`] when it is not an object.
+    pub fn payload(&mut self, payload: &str, out: &mut Vec<StreamEvent>) -> Result<(), DialectError> {
+        let event = crate::dialect::payload_object(payload)?;
+        let output_index = event
+            .get("output_index")
+            .and_then(Value::as_u64)
+            .and_then(|i| u32::try_from(i).ok());
+        let sequence = event.get("sequence_number").and_then(Value::as_u64);
+        self.state.anchor = Anchor {
+            sequence,
+            output_index,
+        };
+        if sequence.is_some() {
+            self.state.last_sequence = sequence;
+        }
+        if let Some(i) = output_index {
+            self.state.max_output_index = Some(self.state.max_output_index.map_or(i, |m| m.max(i)));
+        }
+        if let Some(open) = self.state.open_text.as_mut() {
+            open.last_delta = 0;
+        }
+        let kind = event.get("type").and_then(Value::as_str).unwrap_or_default();
+        if kind.is_empty() && event.get("object").and_then(Value::as_str) == Some("response") {
+            self.whole(&event, out);
+            return Ok(());
+        }
+        match kind {
+            "response.created" | "response.in_progress" => {
+                if let Some(response) = event.get("response") {
+                    if self.state.response.is_none() {
+                        if let Some(id) = response.get("id").and_then(Value::as_str) {
+                            out.push(StreamEvent::ResponseId { id: id.to_owned() });
+                        }
+                    }
+                    self.state.response = Some(response.clone());
+                }
+            }
+            "response.output_item.added" => {
+                let item = event.get("item").unwrap_or(&Value::Null);
+                let item_kind = item.get("type").and_then(Value::as_str).unwrap_or_default();
+                if let (true, Some(i)) = (is_client_call(item_kind), output_index) {
+                    let position = self.next_position;
+                    self.next_position += 1;
+                    self.calls.insert(i, position);
+                    out.push(StreamEvent::ToolCallDelta {
+                        choice: 0,
+                        index: position,
+                        arguments_delta: String::new(),
+                    });
+                } else if item_kind == "message" {
+                    self.state.open_text = Some(OpenText {
+                        item_id: item
+                            .get("id")
+                            .and_then(Value::as_str)
+                            .unwrap_or_default()
+                            .to_owned(),
+                        output_index: output_index.unwrap_or(0),
+                        content_index: 0,
+                        text: String::new(),
+                        last_delta: 0,
+                    });
+                }
+            }
+            "response.output_text.delta" | "response.refusal.delta" => {
+                let delta = event.get("delta").and_then(Value::as_str).unwrap_or_default();
+                if let Some(open) = self.state.open_text.as_mut() {
+                    open.text.push_str(delta);
+                    open.last_delta = delta.len();
+                    open.content_index = event
+                        .get("content_index")
+                        .and_then(Value::as_u64)
+                        .and_then(|i| u32::try_from(i).ok())
+                        .unwrap_or(open.content_index);
+                }
+                if !delta.is_empty() {
+                    out.push(StreamEvent::TextDelta {
+                        choice: 0,
+                        text: delta.to_owned(),
+                    });
+                }
+            }
+            "response.reasoning_summary_text.delta" | "response.reasoning_text.delta" => {
+                let delta = event.get("delta").and_then(Value::as_str).unwrap_or_default();
+                if !delta.is_empty() {
+                    out.push(StreamEvent::ReasoningDelta {
+                        choice: 0,
+                        text: delta.to_owned(),
+                    });
+                }
+            }
+            "response.output_item.done" => {
+                let item = event.get("item").cloned().unwrap_or(Value::Null);
+                if let Some(i) = output_index {
+                    if self.state.open_text.as_ref().is_some_and(|o| o.output_index == i) {
+                        self.state.open_text = None;
+                    }
+                    if let Some(position) = self.calls.remove(&i) {
+                        if let Some(call) = call_of(&item) {
+                            out.push(StreamEvent::ToolCallComplete {
+                                choice: 0,
+                                index: position,
+                                call,
+                            });
+                        }
+                    }
+                    self.state.done_items.push((i, item));
+                }
+            }
+            "response.completed" | "response.incomplete" => {
+                let response = event.get("response").cloned().unwrap_or(Value::Null);
+                self.complete_from(&response, out);
+                if let Some(usage) = response.get("usage").filter(|u| u.is_object()) {
+                    out.push(StreamEvent::Usage { usage: usage.clone() });
+                }
+                let reason = response
+                    .pointer("/incomplete_details/reason")
+                    .and_then(Value::as_str)
+                    .or_else(|| response.get("status").and_then(Value::as_str))
+                    .unwrap_or(kind.trim_start_matches("response."))
+                    .to_owned();
+                self.state.terminal = Some(response);
+                out.push(StreamEvent::Finish { choice: 0, reason });
+            }
+            "response.failed" => {
+                let message = event
+                    .get("response")
+                    .and_then(|r| r.pointer("/error/message"))
+                    .and_then(Value::as_str)
+                    .unwrap_or("response failed")
+                    .to_owned();
+                out.push(StreamEvent::Error { message });
+            }
+            "error" => {
+                let message = event
+                    .get("message")
+                    .or_else(|| event.get("error").and_then(|e| e.get("message")))
+                    .and_then(Value::as_str)
+                    .unwrap_or("error")
+                    .to_owned();
+                out.push(StreamEvent::Error { message });
+            }
+            _ => {
+                // Argument / input deltas and `.done` events of a call are parts of it.
+                if let Some(&position) = output_index.and_then(|i| self.calls.get(&i)) {
+                    let delta = if kind.ends_with(".delta") {
+                        event.get("delta").and_then(Value::as_str).unwrap_or_default()
+                    } else {
+                        ""
+                    };
+                    out.push(StreamEvent::ToolCallDelta {
+                        choice: 0,
+                        index: position,
+                        arguments_delta: delta.to_owned(),
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Calls still open when the response ended (no `output_item.done`
+    /// arrived for them) are completed from the final `response.output`,
+    /// so they are judged like any other.
+    fn complete_from(&mut self, response: &Value, out: &mut Vec<StreamEvent>) {
+        let mut open: Vec<(u32, u32)> = self.calls.drain().collect();
+        open.sort_by_key(|(_, position)| *position);
+        let items = response.get("output").and_then(Value::as_array);
+        for (output_index, position) in open {
+            let item = usize::try_from(output_index)
+                .ok()
+                .and_then(|i| items.and_then(|items| items.get(i)));
+            if let Some(call) = item.and_then(call_of) {
+                out.push(StreamEvent::ToolCallComplete {
+                    choice: 0,
+                    index: position,
+                    call,
+                });
+            }
+        }
+    }
+
+    /// A whole (non-streaming) `response` object.
+    fn whole(&mut self, response: &Map<String, Value>, out: &mut Vec<StreamEvent>) {
+        if let Some(id) = response.get("id").and_then(Value::as_str) {
+            out.push(StreamEvent::ResponseId { id: id.to_owned() });
+        }
+        let items = response
+            .get("output")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten();
+        let mut position = 0;
+        for item in items {
+            let kind = item.get("type").and_then(Value::as_str).unwrap_or_default();
+            if kind == "message" {
+                let text = content_text(item.get("content"));
+                if !text.is_empty() {
+                    out.push(StreamEvent::TextDelta { choice: 0, text });
+                }
+            } else if let Some(call) = call_of(item) {
+                crate::dialect::push_whole_call(out, position, call);
+                position += 1;
+            }
+        }
+        if let Some(usage) = response.get("usage").filter(|u| u.is_object()) {
+            out.push(StreamEvent::Usage { usage: usage.clone() });
+        }
+        let reason = response
+            .get("status")
+            .and_then(Value::as_str)
+            .unwrap_or("completed")
+            .to_owned();
+        self.state.terminal = Some(Value::Object(response.clone()));
+        out.push(StreamEvent::Finish { choice: 0, reason });
+    }
+
+    /// The body ended: nothing is completed by the end alone (a call without
+    /// its `output_item.done` was cut off and never reaches the agent whole).
+    pub fn end(&mut self, _out: &mut Vec<StreamEvent>) {}
+}
+
+#[cfg(test)]
+#[expect(clippy::unwrap_used, reason = "test")]
+#[path = "parse_tests.rs"]
+mod tests;

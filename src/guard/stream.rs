@@ -1,0 +1,160 @@
+//! The stream-time judge of one response: the tool calls the model emits
+//! are judged against the session's history ("would this call continue the
+//! streak?") without changing it, and the text is scanned for chanting.
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::{Arc, PoisonError};
+
+use super::record;
+use crate::detect::{ContentScanner, Settings, decisive};
+use crate::dialect::StreamEvent;
+use crate::plan::{Decision, StreamJudge};
+use crate::session::{SharedSession, Store};
+use crate::transcript::ToolCall;
+
+/// Judges one response of a session lane.
+pub struct StreamReviewer {
+    session: SharedSession,
+    key: String,
+    lane: u64,
+    settings: Arc<Settings>,
+    scanner: ContentScanner,
+    store: Arc<Store>,
+    agent: Option<String>,
+    chanting_reported: bool,
+    panic_for_test: bool,
+    /// Block is never an option: the request is a stateful Responses one
+    /// (the server keeps the withheld call), so blocks become aborts.
+    stateful: bool,
+    /// Responses only: the tenant, to remember the response's id with its
+    /// calls for a later `previous_response_id` request.
+    chain: Option<Chain>,
+}
+
+/// What a Responses response leaves for a request that chains to it.
+#[derive(Debug)]
+struct Chain {
+    tenant: String,
+    id: Option<String>,
+    calls: Vec<ToolCall>,
+}
+
+impl std::fmt::Debug for StreamReviewer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StreamReviewer")
+            .field("key", &self.key)
+            .field("lane", &self.lane)
+            .finish()
+    }
+}
+
+impl StreamReviewer {
+    /// A judge for one response (with a fresh chanting scanner).
+    pub fn new(
+        session: SharedSession,
+        key: String,
+        lane: u64,
+        settings: Arc<Settings>,
+        store: Arc<Store>,
+        agent: Option<String>,
+        panic_for_test: bool,
+    ) -> Self {
+        Self {
+            session,
+            key,
+            lane,
+            scanner: ContentScanner::new(&settings),
+            settings,
+            store,
+            agent,
+            chanting_reported: false,
+            panic_for_test,
+            stateful: false,
+            chain: None,
+        }
+    }
+
+    /// For an `openai-responses` response: its id is remembered (with the
+    /// calls it carries) for requests of `tenant` that chain to it; a
+    /// `stateful` request is aborted where others would be blocked.
+    #[must_use]
+    pub fn for_responses(mut self, tenant: String, stateful: bool) -> Self {
+        self.stateful = stateful;
+        self.chain = Some(Chain {
+            tenant,
+            id: None,
+            calls: Vec::new(),
+        });
+        self
+    }
+
+    /// Records the chain link of this response, when it has an id.
+    fn note_chain(&self) {
+        let Some(chain) = &self.chain else { return };
+        let Some(id) = &chain.id else { return };
+        self.store.note_response(
+            id,
+            crate::session::StoredResponse {
+                tenant: chain.tenant.clone(),
+                session: self.key.clone(),
+                calls: chain.calls.clone(),
+            },
+        );
+    }
+}
+
+impl StreamJudge for StreamReviewer {
+    fn calls(&mut self, calls: &[ToolCall]) -> Decision {
+        if let Some(chain) = self.chain.as_mut() {
+            chain.calls.extend_from_slice(calls);
+            self.note_chain();
+        }
+        let now = self.store.now();
+        let judged = catch_unwind(AssertUnwindSafe(|| {
+            if self.panic_for_test {
+                panic!("fault injection: stream-time detector panic");
+            }
+            let mut session = self.session.lock().unwrap_or_else(PoisonError::into_inner);
+            let lane = session.lane(self.lane);
+            let verdicts = lane.state.judge_pending(calls, now, &self.settings);
+            for v in &verdicts {
+                lane.remember(v);
+            }
+            verdicts
+        }));
+        let mut verdicts = match judged {
+            Ok(v) => v,
+            Err(_) => {
+                tracing::error!(session = %self.key, "detector panicked at stream time; releasing the calls");
+                crate::telemetry::fail_open("detector_panic");
+                return Decision::Pass;
+            }
+        };
+        if self.stateful {
+            super::abort_instead_of_block(&mut verdicts);
+        }
+        for v in &verdicts {
+            record(v, &self.key, self.agent.as_deref(), "stream");
+        }
+        decisive(&verdicts).map_or(Decision::Pass, crate::plan::stream)
+    }
+
+    fn event(&mut self, event: &StreamEvent) -> Decision {
+        if let (StreamEvent::ResponseId { id }, Some(chain)) = (event, self.chain.as_mut()) {
+            chain.id = Some(id.clone());
+            self.note_chain();
+        }
+        if self.chanting_reported {
+            return Decision::Pass;
+        }
+        let Some(verdict) = self.scanner.observe(event).cloned() else {
+            return Decision::Pass;
+        };
+        self.chanting_reported = true;
+        record(&verdict, &self.key, self.agent.as_deref(), "stream");
+        if let Ok(mut session) = self.session.lock() {
+            session.lane(self.lane).remember(&verdict);
+        }
+        crate::plan::stream(&verdict)
+    }
+}

@@ -1,0 +1,186 @@
+//! Admission, the first stage of a request: path checks, route match,
+//! misroute check, the body read under its cap, and the side copy parsed in
+//! the route's dialect (fail open: a body that does not parse is forwarded
+//! unchanged, without detection).
+
+use std::time::Instant;
+
+use axum::extract::Request;
+use axum::response::Response;
+use bytes::Bytes;
+
+use super::Answered;
+use super::error::ProxyError;
+use super::{body, counted};
+use crate::config::{Config, Provider, Route};
+use crate::dialect::{Dialect, ParsedRequest};
+use crate::guard::Guard;
+use crate::route;
+
+/// A request let in: routed, its body read and (when its dialect is known)
+/// parsed.
+#[derive(Debug)]
+pub(super) struct Admitted<'c> {
+    /// Method, URI and headers as received.
+    pub(super) parts: http::request::Parts,
+    /// Path, without query.
+    pub(super) path: String,
+    /// Query, if any.
+    pub(super) query: Option<String>,
+    /// The route and upstream URL.
+    pub(super) matched: route::Matched<'c>,
+    /// The route's provider.
+    pub(super) provider: Provider,
+    /// The body as received.
+    pub(super) body: Bytes,
+    /// When the body was read: loopguard's own time on the request starts here.
+    pub(super) body_read: Instant,
+    /// The body decoded for parsing and its parse, when detection applies.
+    pub(super) side: Option<(Bytes, ParsedRequest)>,
+}
+
+impl Admitted<'_> {
+    /// The parsed body, when detection applies.
+    pub(super) fn parsed(&self) -> Option<&ParsedRequest> {
+        self.side.as_ref().map(|(_, p)| p)
+    }
+}
+
+/// Lets a request in, or answers it (HTTP 400 for dot segments or a
+/// misrouted request, 404 without a route, 413 past the body cap).
+pub(super) async fn admit<'c>(
+    guard: &Guard,
+    config: &'c Config,
+    request: Request,
+) -> Result<Admitted<'c>, Answered> {
+    let (parts, body) = request.into_parts();
+    let path = parts.uri.path().to_owned();
+    let query = parts.uri.query().map(str::to_owned);
+
+    if path.split('/').any(|segment| segment == ".." || segment == ".") {
+        return Err(Box::new(counted(
+            "-",
+            "-",
+            ProxyError::DotSegments { path }.into_response_for(None),
+        )));
+    }
+    let Some(matched) = route::resolve(&config.routes, &path, query.as_deref()) else {
+        let prefixes = config
+            .routes
+            .iter()
+            .map(|r| r.prefix.as_str())
+            .collect::<Vec<_>>()
+            .join(", ");
+        return Err(Box::new(counted(
+            "-",
+            "-",
+            ProxyError::NoRoute { path, prefixes }.into_response_for(None),
+        )));
+    };
+    let provider = matched.route.provider;
+    if let Some(wanted) = route::misrouted(matched.route, &path, query.as_deref(), &parts.headers) {
+        return Err(Box::new(misrouted(config, matched.route, wanted)));
+    }
+
+    let body = match body::read_limited(body, config.server.max_request_bytes).await {
+        Ok(bytes) => bytes,
+        Err(e) => {
+            return Err(Box::new(counted(
+                &matched.route.prefix,
+                "-",
+                e.into_response_for(Some(provider)),
+            )));
+        }
+    };
+
+    // loopguard's own time on the request starts here: decoding, parsing and detection count.
+    let body_read = Instant::now();
+    let side = matched.dialect.and_then(|d| {
+        let route = matched.route.prefix.as_str();
+        let limit = config.server.max_request_bytes;
+        parse_side_copy(guard, d, route, query.as_deref(), &parts.headers, &body, limit)
+    });
+    Ok(Admitted {
+        parts,
+        path,
+        query,
+        matched,
+        provider,
+        body,
+        body_read,
+        side,
+    })
+}
+
+/// The HTTP 400 for a request that belongs to provider `wanted`, naming the
+/// route to use.
+fn misrouted(config: &Config, route: &Route, wanted: Provider) -> Response {
+    // A client whose own path must reach the upstream unchanged (an SDK
+    // at loopguard's root) needs a route that strips its prefix.
+    let candidates: Vec<&Route> = config.routes.iter().filter(|r| r.provider == wanted).collect();
+    let hint = candidates
+        .iter()
+        .find(|r| r.strip_prefix)
+        .or_else(|| candidates.first())
+        .map(|r| format!(" (prefix {})", r.prefix))
+        .unwrap_or_else(|| {
+            format!(
+                " (none is configured: add a [[routes]] entry with provider = \"{}\")",
+                wanted.name()
+            )
+        });
+    let response = ProxyError::Misrouted {
+        wanted: wanted.name(),
+        route: route.provider.name(),
+        prefix: route.prefix.clone(),
+        hint,
+    }
+    .into_response_for(Some(route.provider));
+    counted(&route.prefix, "-", response)
+}
+
+/// Parses the request's side copy (through the guard, which reparses only
+/// the history items the caller has not sent before); failures are counted
+/// as fail-open and yield `None` (the body is forwarded unchanged either way).
+fn parse_side_copy(
+    guard: &Guard,
+    dialect: Dialect,
+    route: &str,
+    query: Option<&str>,
+    headers: &http::HeaderMap,
+    body: &bytes::Bytes,
+    limit: usize,
+) -> Option<(bytes::Bytes, ParsedRequest)> {
+    let decoded = match body::decoded_for_parsing(headers, body, limit) {
+        Ok(decoded) => decoded,
+        Err(e) => {
+            tracing::warn!(error = %e, "request body not decodable; no detection");
+            crate::telemetry::fail_open("request_undecodable");
+            return None;
+        }
+    };
+    let parsed = guard.parse_request(dialect, route, headers, query, &decoded);
+    // One lone surrogate escape would make every later request of the
+    // conversation unparsable: parse a copy with it replaced.
+    let retried = match &parsed {
+        Err(crate::dialect::DialectError::Json(_)) => body::replace_lone_surrogates(&decoded)
+            .map(bytes::Bytes::from)
+            .and_then(|fixed| {
+                let parsed = guard.parse_request(dialect, route, headers, query, &fixed).ok()?;
+                tracing::debug!("request body parsed with its lone surrogate escapes replaced");
+                Some((fixed, parsed))
+            }),
+        _ => None,
+    };
+    if retried.is_some() {
+        return retried;
+    }
+    match parsed {
+        Ok(parsed) => Some((decoded, parsed)),
+        Err(e) => {
+            tracing::warn!(dialect = dialect.name(), error = %e, "request body not understood; no detection");
+            crate::telemetry::fail_open("request_unparsable");
+            None
+        }
+    }
+}

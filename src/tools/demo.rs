@@ -1,0 +1,198 @@
+//! `loopguard demo`: see it work in ten seconds. Starts the mock upstream
+//! (scripted to loop on one tool call) and the proxy on free local ports,
+//! drives a short agent loop through it for each dialect, and prints, turn by
+//! turn, what the agent sent, what loopguard decided and what the agent
+//! received.
+
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+
+use crate::config::{self, Config};
+use crate::dialect::Mode;
+use crate::dialect::{Dialect, StreamEvent};
+use crate::guard::Guard;
+use crate::proxy::tap::Tap;
+use crate::tools::mock::script::Script;
+
+const RESULT: &str = "Cargo.toml\nREADME.md\nsrc/";
+
+fn demo_config(upstream: &str) -> Result<Config, String> {
+    let text = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\n\n\
+         [[routes]]\nprefix = \"/v1\"\nprovider = \"openai\"\nupstream = \"{upstream}\"\n\n\
+         [[routes]]\nprefix = \"/v1beta\"\nprovider = \"gemini\"\nupstream = \"{upstream}\"\n\n\
+         [[routes]]\nprefix = \"/anthropic\"\nprovider = \"anthropic\"\nupstream = \"{upstream}\"\nstrip_prefix = true\n"
+    );
+    config::load_str(&text, "<demo>")
+        .map(|l| l.config)
+        .map_err(|e| e.to_string())
+}
+
+async fn spawn(router: axum::Router) -> Result<String, String> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .map_err(|e| e.to_string())?;
+    let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    crate::task::spawn(async move {
+        let _ = axum::serve(listener, router).await;
+    });
+    Ok(format!("http://{addr}"))
+}
+
+/// What the agent received in one turn.
+struct Received {
+    verdict: Option<String>,
+    status: u16,
+    text: String,
+    calls: Vec<(String, String)>,
+}
+
+async fn turn(
+    client: &reqwest::Client,
+    url: &str,
+    dialect: Dialect,
+    body: &Value,
+) -> Result<Received, String> {
+    let response = client
+        .post(url)
+        .header("x-loopguard-session", format!("demo-{}", dialect.name()))
+        .header("content-type", "application/json")
+        .body(body.to_string())
+        .send()
+        .await
+        .map_err(|e| e.to_string())?;
+    let status = response.status().as_u16();
+    let verdict = response
+        .headers()
+        .get("x-loopguard-verdict")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let bytes = response.bytes().await.map_err(|e| e.to_string())?;
+    if status != 200 {
+        return Ok(Received {
+            verdict,
+            status,
+            text: String::from_utf8_lossy(&bytes).into_owned(),
+            calls: Vec::new(),
+        });
+    }
+    let mut tap = Tap::new(dialect, Mode::Sse, usize::MAX);
+    let mut frames = Vec::new();
+    tap.feed(&bytes, &mut frames);
+    let _ = tap.finish(bytes.len() as u64, &mut frames);
+    let mut text = String::new();
+    let mut calls = Vec::new();
+    for event in frames.into_iter().flat_map(|f| f.events) {
+        match event {
+            StreamEvent::TextDelta { text: t, .. } => text.push_str(&t),
+            StreamEvent::ToolCallComplete { call, .. } => {
+                let args = match &call.arguments {
+                    crate::transcript::Arguments::Json(v) => v.to_string(),
+                    crate::transcript::Arguments::Unparsable(s) => s.clone(),
+                };
+                calls.push((call.name, args));
+            }
+            _ => {}
+        }
+    }
+    Ok(Received {
+        verdict,
+        status,
+        text,
+        calls,
+    })
+}
+
+async fn warned(client: &reqwest::Client, mock: &str) -> Option<String> {
+    let bytes = client
+        .get(format!("{mock}/_mock/requests"))
+        .send()
+        .await
+        .ok()?
+        .bytes()
+        .await
+        .ok()?;
+    let requests: Vec<Value> = serde_json::from_slice(&bytes).ok()?;
+    let body = requests.last()?["body"].as_str()?.to_owned();
+    let start = body.find("[loopguard]")?;
+    let rest = &body[start..];
+    let end = rest.find(". ").map_or(rest.len().min(120), |i| i + 1);
+    Some(rest[..end].replace("\\\"", "\"").replace("\\n", " "))
+}
+
+async fn run_dialect(
+    client: &reqwest::Client,
+    proxy: &str,
+    mock: &str,
+    dialect: Dialect,
+) -> Result<(), String> {
+    let (url, mut body) = dialect.demo_request(proxy);
+    println!(
+        "\n=== {} (streaming) — the model keeps calling list_directory(\".\")",
+        dialect.name()
+    );
+    for n in 0..8 {
+        let results = n;
+        let received = turn(client, &url, dialect, &body).await?;
+        let warning = warned(client, mock).await;
+        println!(
+            "turn {}: agent sends its history with {results} identical tool result(s)",
+            n + 1
+        );
+        match &warning {
+            Some(w) if received.status == 200 || received.verdict.is_none() => {
+                println!("        loopguard: forwarded with a warning for the model: {w}");
+            }
+            _ if received.verdict.is_some() => {
+                println!(
+                    "        loopguard: {}",
+                    received.verdict.as_deref().unwrap_or_default()
+                );
+            }
+            _ => println!("        loopguard: forwarded unchanged"),
+        }
+        if let Some((name, args)) = received.calls.first() {
+            println!("        agent receives: tool call {name}({args})");
+            dialect.push_call_turn(&mut body, n, name, args, RESULT);
+        } else {
+            let text = received.text.trim();
+            println!("        agent receives (HTTP {}): {text}", received.status);
+            println!("        → the agent stops: the looping call never reached it.");
+            return Ok(());
+        }
+    }
+    Ok(())
+}
+
+/// Runs the demo and prints it.
+///
+/// # Errors
+/// When a local listener cannot be bound or a request fails.
+pub async fn run() -> Result<(), String> {
+    crate::http_client::install_crypto_provider();
+    let mock = spawn(crate::tools::mock::app(
+        std::path::PathBuf::from("."),
+        Script::from_turns(vec![crate::tools::mock::script::Turn {
+            tool_calls: vec![crate::tools::mock::script::ScriptCall {
+                name: "list_directory".to_owned(),
+                arguments: json!({"path": "."}),
+            }],
+            ..Default::default()
+        }]),
+        0,
+    ))
+    .await?;
+    let config = demo_config(&mock)?;
+    let guard = Guard::new(&config);
+    let shared = Arc::new(arc_swap::ArcSwap::from_pointee(config));
+    let proxy = spawn(crate::server::proxy_app(shared, guard).map_err(|e| e.to_string())?).await?;
+    println!(
+        "loopguard demo: mock upstream at {mock}, loopguard at {proxy} (defaults: warn at 3 identical calls, block at 5)"
+    );
+    let client = reqwest::Client::new();
+    for dialect in Dialect::ALL {
+        run_dialect(&client, &proxy, &mock, dialect).await?;
+    }
+    Ok(())
+}

@@ -1,0 +1,658 @@
+//! A scripted upstream speaking every dialect (`openai-chat`,
+//! `openai-responses`, `gemini`, `anthropic`), for tests, benchmarks and
+//! demos (`loopguard mock-upstream`).
+//!
+//! It answers every `POST …/chat/completions`, `…/responses`, `…/messages`,
+//! `…:generateContent` and `…:streamGenerateContent` with either a recorded
+//! fixture or a scripted turn (see [`script`]), in the mode the request
+//! asked for (SSE — named events for Responses and Anthropic —, streamed
+//! JSON array, or one JSON document). Per-request behaviour is set by
+//! headers, so one mock serves many tests:
+//!
+//! | header | meaning |
+//! |---|---|
+//! | `x-mock-fixture: gemini/text.sse` | serve that recorded stream below `--fixtures` as `text/event-stream`, even to a non-streaming request (re-framed as a JSON array for Gemini without `alt=sse`) |
+//! | `x-mock-script: {"turns":[…]}` | the script for this request (default: `--script` or the built-in loop); format and turn choice (JSON-constrained side calls, tool-less requests, a turn limit) in [`script`] |
+//! | `x-mock-pace-ms: 50` | delay between events |
+//! | `x-mock-chunk: event\|random\|bytes\|whole` | write sizes: one event per write (default), random 1–97 bytes, one byte, or the whole body at once |
+//! | `x-mock-seed: 7` | seed for `random` writes |
+//! | `x-mock-fault: …` | `die-after:N` (break the connection after N events), `stall-after:N` (go silent after N events), `truncate-after:N` (end the body cleanly after N events), `delay-headers-ms:N`, `status:CODE` (an error answer), `no-terminator` (no `[DONE]`), `gzip` (gzip the body when the request accepts it) |
+//! | `x-mock-id: ID` | name under which the send log is kept |
+//!
+//! Playing an LLM judge (`--judge-script FILE`, for `[loop_detection.semantic_check]`
+//! tests): the file maps a model name to a list of scripted answers,
+//! `{"judge-a": [{"json": {"analysis": "…", "confidence": 0.95}}, {"text": "not JSON"},
+//! {"status": 500}, {"delay_ms": 2000, "json": {…}}]}`. A `POST …/chat/completions`
+//! whose `model` is in the file gets that model's next answer (a counter per
+//! model, the last answer repeating) as a non-streaming `chat.completion`
+//! whose message content is `text`, or `json` serialised; `status` answers
+//! with that error status; `delay_ms` waits before the headers. Requests for
+//! other models are answered as above, so one mock serves the agent and its judge.
+//!
+//! Control endpoints: `GET /_mock/requests` (every request received, with
+//! headers and body), `DELETE /_mock/requests`, `GET /_mock/log/{id}` (when
+//! each event was sent, in µs since the Unix epoch, and whether the body
+//! completed or was dropped by the client), `GET /_mock/stats`.
+
+pub mod fixture;
+pub mod script;
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::{Path as UrlPath, Request, State};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use http::{HeaderMap, HeaderValue, StatusCode, header};
+use rand::{Rng, SeedableRng};
+use serde_json::{Value, json};
+
+use script::Script;
+
+/// `loopguard mock-upstream` arguments.
+#[derive(Debug, Clone, clap::Args)]
+pub struct MockArgs {
+    /// Address to listen on (port 0 picks a free port; the actual address is printed on stdout).
+    #[arg(long, default_value = "127.0.0.1:8090")]
+    pub listen: SocketAddr,
+    /// Directory of recorded fixtures (default: $LOOPGUARD_FIXTURES, else ../shared/fixtures).
+    #[arg(long)]
+    pub fixtures: Option<PathBuf>,
+    /// Script file (JSON: {"turns": [{"text", "reasoning", "tool_calls": [{"name", "arguments"}]}], "no_tools", "json", "stop_after", "final"}; see `loopguard::tools::mock::script`).
+    #[arg(long)]
+    pub script: Option<PathBuf>,
+    /// Default delay between events, in milliseconds.
+    #[arg(long, default_value_t = 0)]
+    pub pace_ms: u64,
+    /// Judge script file (JSON: {"MODEL": [{"json", "text", "status", "delay_ms"}, …]}; see the module docs).
+    #[arg(long)]
+    pub judge_script: Option<PathBuf>,
+}
+
+/// One scripted judge answer (see the module docs).
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JudgeAnswer {
+    /// Sent serialised as the message content.
+    #[serde(default)]
+    pub json: Option<Value>,
+    /// Sent as the message content (wins over `json`).
+    #[serde(default)]
+    pub text: Option<String>,
+    /// Answer with this error status instead.
+    #[serde(default)]
+    pub status: Option<u16>,
+    /// Wait this long before answering, milliseconds.
+    #[serde(default)]
+    pub delay_ms: Option<u64>,
+}
+
+/// A judge script: model name → its answers in order.
+pub type JudgeScript = HashMap<String, Vec<JudgeAnswer>>;
+
+#[derive(Debug, Default, Clone, serde::Serialize)]
+struct SendLog {
+    sent_at_us: Vec<u64>,
+    completed: bool,
+    dropped: bool,
+}
+
+#[derive(Debug, Default, serde::Serialize)]
+struct Stats {
+    requests: AtomicU64,
+    responses_completed: AtomicU64,
+    responses_dropped: AtomicU64,
+    handlers_cancelled: AtomicU64,
+}
+
+#[derive(Debug)]
+struct MockState {
+    fixtures: PathBuf,
+    script: Script,
+    pace_ms: u64,
+    requests: Mutex<Vec<Value>>,
+    logs: Mutex<HashMap<String, SendLog>>,
+    stats: Stats,
+    seq: AtomicU64,
+    judge: JudgeScript,
+    judge_calls: Mutex<HashMap<String, usize>>,
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+fn now_us() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
+}
+
+/// Runs the mock until the process is stopped.
+///
+/// # Errors
+/// When the script cannot be read or the address cannot be bound.
+pub async fn run(args: MockArgs) -> Result<(), String> {
+    let script = match &args.script {
+        Some(path) => {
+            let text =
+                std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+            serde_json::from_str(&text).map_err(|e| format!("invalid script {}: {e}", path.display()))?
+        }
+        None => Script::default_loop(),
+    };
+    let fixtures = args
+        .fixtures
+        .or_else(|| std::env::var_os("LOOPGUARD_FIXTURES").map(PathBuf::from))
+        .unwrap_or_else(|| PathBuf::from("../shared/fixtures"));
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
+    let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    let judge = match &args.judge_script {
+        Some(path) => {
+            let text =
+                std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+            serde_json::from_str(&text)
+                .map_err(|e| format!("invalid judge script {}: {e}", path.display()))?
+        }
+        None => JudgeScript::new(),
+    };
+    let app = app_with_judge(fixtures, script, args.pace_ms, judge);
+    println!("mock-upstream listening on {addr}");
+    tracing::info!(%addr, "mock upstream listening");
+    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
+    axum::serve(listener, app).await.map_err(|e| e.to_string())
+}
+
+/// The mock's router (exposed for in-process use).
+pub fn app(fixtures: PathBuf, script: Script, pace_ms: u64) -> Router {
+    app_with_judge(fixtures, script, pace_ms, JudgeScript::new())
+}
+
+/// The mock's router, also playing a judge for the models of `judge`.
+pub fn app_with_judge(fixtures: PathBuf, script: Script, pace_ms: u64, judge: JudgeScript) -> Router {
+    let state = Arc::new(MockState {
+        fixtures,
+        script,
+        pace_ms,
+        requests: Mutex::new(Vec::new()),
+        logs: Mutex::new(HashMap::new()),
+        stats: Stats::default(),
+        seq: AtomicU64::new(0),
+        judge,
+        judge_calls: Mutex::new(HashMap::new()),
+    });
+    Router::new()
+        .route("/_mock/requests", get(list_requests).delete(clear_requests))
+        .route("/_mock/log/{id}", get(send_log))
+        .route("/_mock/stats", get(stats))
+        .fallback(answer)
+        .with_state(state)
+}
+
+async fn list_requests(State(st): State<Arc<MockState>>) -> Response {
+    let list = st.requests.lock().map(|r| r.clone()).unwrap_or_default();
+    axum::Json(list).into_response()
+}
+
+async fn clear_requests(State(st): State<Arc<MockState>>) -> StatusCode {
+    if let Ok(mut r) = st.requests.lock() {
+        r.clear();
+    }
+    StatusCode::NO_CONTENT
+}
+
+async fn send_log(State(st): State<Arc<MockState>>, UrlPath(id): UrlPath<String>) -> Response {
+    let log = st.logs.lock().ok().and_then(|l| l.get(&id).cloned());
+    match log {
+        Some(log) => axum::Json(log).into_response(),
+        None => (StatusCode::NOT_FOUND, "no such id\n").into_response(),
+    }
+}
+
+async fn stats(State(st): State<Arc<MockState>>) -> Response {
+    axum::Json(json!({
+        "requests": st.stats.requests.load(Ordering::SeqCst),
+        "responses_completed": st.stats.responses_completed.load(Ordering::SeqCst),
+        "responses_dropped": st.stats.responses_dropped.load(Ordering::SeqCst),
+        "handlers_cancelled": st.stats.handlers_cancelled.load(Ordering::SeqCst),
+    }))
+    .into_response()
+}
+
+fn header_str<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    headers.get(name).and_then(|v| v.to_str().ok())
+}
+
+/// Per-request controls read from `x-mock-*` headers.
+#[derive(Debug, Default)]
+struct Controls {
+    pace: Duration,
+    chunk: String,
+    seed: u64,
+    die_after: Option<usize>,
+    stall_after: Option<usize>,
+    truncate_after: Option<usize>,
+    delay_headers: Option<Duration>,
+    status: Option<u16>,
+    no_terminator: bool,
+    gzip: bool,
+    id: Option<String>,
+}
+
+impl Controls {
+    fn read(headers: &HeaderMap, default_pace_ms: u64) -> Self {
+        let num = |name: &str| header_str(headers, name).and_then(|v| v.trim().parse::<u64>().ok());
+        let mut c = Self {
+            pace: Duration::from_millis(num("x-mock-pace-ms").unwrap_or(default_pace_ms)),
+            chunk: header_str(headers, "x-mock-chunk").unwrap_or("event").to_owned(),
+            seed: num("x-mock-seed").unwrap_or(1),
+            id: header_str(headers, "x-mock-id").map(str::to_owned),
+            ..Self::default()
+        };
+        for fault in header_str(headers, "x-mock-fault").unwrap_or_default().split(',') {
+            let (name, arg) = fault.trim().split_once(':').unwrap_or((fault.trim(), ""));
+            let n = arg.trim().parse::<u64>().ok();
+            match name {
+                "die-after" => c.die_after = n.and_then(|n| usize::try_from(n).ok()),
+                "stall-after" => c.stall_after = n.and_then(|n| usize::try_from(n).ok()),
+                "truncate-after" => c.truncate_after = n.and_then(|n| usize::try_from(n).ok()),
+                "delay-headers-ms" => c.delay_headers = n.map(Duration::from_millis),
+                "status" => c.status = n.and_then(|n| u16::try_from(n).ok()),
+                "no-terminator" => c.no_terminator = true,
+                "gzip" => c.gzip = true,
+                _ => {}
+            }
+        }
+        c
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Sse,
+    Array,
+    Whole,
+}
+
+struct CancelGuard<'a> {
+    stats: &'a Stats,
+    armed: bool,
+}
+
+impl Drop for CancelGuard<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.stats.handlers_cancelled.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+}
+
+async fn answer(State(st): State<Arc<MockState>>, request: Request) -> Response {
+    let (parts, body) = request.into_parts();
+    let body = axum::body::to_bytes(body, usize::MAX).await.unwrap_or_default();
+    let json_body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    st.stats.requests.fetch_add(1, Ordering::SeqCst);
+    let headers_json: serde_json::Map<String, Value> = parts
+        .headers
+        .iter()
+        .map(|(k, v)| {
+            (
+                k.as_str().to_owned(),
+                json!(String::from_utf8_lossy(v.as_bytes())),
+            )
+        })
+        .collect();
+    if let Ok(mut r) = st.requests.lock() {
+        r.push(json!({
+            "method": parts.method.as_str(),
+            "path": parts.uri.path(),
+            "query": parts.uri.query(),
+            "headers": headers_json,
+            "body": String::from_utf8_lossy(&body),
+            "body_len": body.len(),
+            "body_sha256": sha256_hex(&body),
+        }));
+    }
+    if let Some(answer) = judge_answer(&st, &json_body) {
+        return play_judge(answer, &json_body).await;
+    }
+    let controls = Controls::read(&parts.headers, st.pace_ms);
+    if let Some(delay) = controls.delay_headers {
+        let mut guard = CancelGuard {
+            stats: &st.stats,
+            armed: true,
+        };
+        tokio::time::sleep(delay).await;
+        guard.armed = false;
+    }
+    if let Some(code) = controls.status {
+        let status = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let body =
+            json!({"error": {"message": format!("mock error {code}"), "type": "server_error", "code": code}});
+        return (
+            status,
+            [(header::CONTENT_TYPE, "application/json")],
+            body.to_string(),
+        )
+            .into_response();
+    }
+
+    let path = parts.uri.path();
+    let query = parts.uri.query().unwrap_or_default();
+    let gemini = path.contains(":generateContent") || path.contains(":streamGenerateContent");
+    let named = if path.ends_with("/responses") {
+        Some(Named::Responses)
+    } else if path.ends_with("/messages") {
+        Some(Named::Anthropic)
+    } else {
+        None
+    };
+    let mode = if gemini {
+        if path.ends_with(":generateContent") {
+            Mode::Whole
+        } else if query.split('&').any(|kv| kv == "alt=sse") {
+            Mode::Sse
+        } else {
+            Mode::Array
+        }
+    } else if json_body.get("stream").and_then(Value::as_bool) == Some(true) {
+        Mode::Sse
+    } else {
+        Mode::Whole
+    };
+
+    let pieces = match header_str(&parts.headers, "x-mock-fixture") {
+        Some(name) => match fixture::read(&st.fixtures, name) {
+            Ok(bytes) if mode == Mode::Array => fixture::json_array_pieces(&fixture::sse_payloads(&bytes)),
+            Ok(bytes) => fixture::sse_events(&bytes),
+            Err(e) => return (StatusCode::NOT_FOUND, e).into_response(),
+        },
+        None => {
+            let script = match header_str(&parts.headers, "x-mock-script") {
+                Some(text) => match serde_json::from_str::<Script>(text) {
+                    Ok(s) => s,
+                    Err(e) => {
+                        return (StatusCode::BAD_REQUEST, format!("invalid x-mock-script: {e}"))
+                            .into_response();
+                    }
+                },
+                None => st.script.clone(),
+            };
+            let turn = script.answer(&json_body);
+            let seq = st.seq.fetch_add(1, Ordering::SeqCst);
+            let model = json_body
+                .get("model")
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+                .or_else(|| {
+                    gemini
+                        .then(|| path.rsplit('/').next().and_then(|last| last.split(':').next()))
+                        .flatten()
+                        .map(str::to_owned)
+                })
+                .unwrap_or_else(|| "mock-model".to_owned());
+            match named {
+                Some(named) => named_pieces(named, &turn, &model, seq, mode),
+                None => scripted_pieces(
+                    &turn,
+                    &model,
+                    seq,
+                    mode,
+                    gemini,
+                    &json_body,
+                    controls.no_terminator,
+                ),
+            }
+        }
+    };
+    // A recorded stream is served as the stream it is, whatever the request asked.
+    let recorded_stream = mode != Mode::Array && header_str(&parts.headers, "x-mock-fixture").is_some();
+    let content_type = if mode == Mode::Sse || recorded_stream {
+        "text/event-stream"
+    } else {
+        "application/json"
+    };
+    let mut headers = HeaderMap::new();
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    let accepts_gzip = header_str(&parts.headers, "accept-encoding").is_some_and(|v| v.contains("gzip"));
+    let pieces = if controls.gzip && accepts_gzip {
+        headers.insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        let _ = gz.write_all(&pieces.concat());
+        vec![gz.finish().unwrap_or_default()]
+    } else {
+        pieces
+    };
+    let mut response = Response::new(paced_body(pieces, controls, Arc::clone(&st)));
+    *response.headers_mut() = headers;
+    response
+}
+
+/// The next scripted judge answer when the request's model is in the judge script.
+fn judge_answer(st: &MockState, body: &Value) -> Option<JudgeAnswer> {
+    let model = body.get("model").and_then(Value::as_str)?;
+    let answers = st.judge.get(model)?;
+    let mut calls = st.judge_calls.lock().ok()?;
+    let n = calls.entry(model.to_owned()).or_insert(0);
+    let answer = answers.get(*n).or_else(|| answers.last()).cloned();
+    *n += 1;
+    answer
+}
+
+async fn play_judge(answer: JudgeAnswer, body: &Value) -> Response {
+    if let Some(ms) = answer.delay_ms {
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+    }
+    if let Some(code) = answer.status {
+        let status = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let body = json!({"error": {"message": format!("mock judge error {code}"), "type": "server_error"}});
+        return (
+            status,
+            [(header::CONTENT_TYPE, "application/json")],
+            body.to_string(),
+        )
+            .into_response();
+    }
+    let text = answer
+        .text
+        .or_else(|| answer.json.map(|v| v.to_string()))
+        .unwrap_or_default();
+    let model = body.get("model").and_then(Value::as_str).unwrap_or("judge");
+    let turn = script::Turn {
+        text,
+        ..script::Turn::default()
+    };
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        script::openai_whole(&turn, model, 0),
+    )
+        .into_response()
+}
+
+/// The dialects whose streams are named SSE events.
+#[derive(Debug, Clone, Copy)]
+enum Named {
+    Responses,
+    Anthropic,
+}
+
+/// A scripted turn in the OpenAI Responses or Anthropic Messages dialect.
+fn named_pieces(named: Named, turn: &script::Turn, model: &str, seq: u64, mode: Mode) -> Vec<Vec<u8>> {
+    if mode != Mode::Sse {
+        return vec![
+            match named {
+                Named::Responses => script::responses_whole(turn, model, seq),
+                Named::Anthropic => script::anthropic_whole(turn, model, seq),
+            }
+            .into_bytes(),
+        ];
+    }
+    let events = match named {
+        Named::Responses => script::responses_stream(turn, model, seq),
+        Named::Anthropic => script::anthropic_stream(turn, model, seq),
+    };
+    events
+        .into_iter()
+        .map(|(kind, data)| format!("event: {kind}\ndata: {data}\n\n").into_bytes())
+        .collect()
+}
+
+fn scripted_pieces(
+    turn: &script::Turn,
+    model: &str,
+    seq: u64,
+    mode: Mode,
+    gemini: bool,
+    body: &Value,
+    no_terminator: bool,
+) -> Vec<Vec<u8>> {
+    match (gemini, mode) {
+        (false, Mode::Sse) => {
+            let include_usage = body
+                .pointer("/stream_options/include_usage")
+                .and_then(Value::as_bool)
+                .unwrap_or(false);
+            let mut out: Vec<Vec<u8>> = script::openai_stream(turn, model, seq, include_usage)
+                .into_iter()
+                .map(|p| format!("data: {p}\n\n").into_bytes())
+                .collect();
+            if !no_terminator {
+                out.push(b"data: [DONE]\n\n".to_vec());
+            }
+            out
+        }
+        (false, _) => vec![script::openai_whole(turn, model, seq).into_bytes()],
+        (true, Mode::Sse) => script::gemini_stream(turn, model)
+            .into_iter()
+            .map(|p| format!("data: {p}\r\n\r\n").into_bytes())
+            .collect(),
+        (true, Mode::Array) => fixture::json_array_pieces(&script::gemini_stream(turn, model)),
+        (true, Mode::Whole) => vec![script::gemini_whole(turn, model).into_bytes()],
+    }
+}
+
+struct BodyState {
+    pieces: std::vec::IntoIter<Vec<u8>>,
+    pending: Vec<Bytes>,
+    controls: Controls,
+    rng: rand::rngs::StdRng,
+    sent: usize,
+    finished: bool,
+    state: Arc<MockState>,
+}
+
+impl BodyState {
+    fn log(&self, f: impl FnOnce(&mut SendLog)) {
+        if let Some(id) = &self.controls.id {
+            if let Ok(mut logs) = self.state.logs.lock() {
+                f(logs.entry(id.clone()).or_default());
+            }
+        }
+    }
+}
+
+impl Drop for BodyState {
+    fn drop(&mut self) {
+        if !self.finished {
+            self.state.stats.responses_dropped.fetch_add(1, Ordering::SeqCst);
+            self.log(|l| l.dropped = true);
+        }
+    }
+}
+
+fn split(piece: Vec<u8>, how: &str, rng: &mut rand::rngs::StdRng) -> Vec<Bytes> {
+    match how {
+        "bytes" => piece.into_iter().map(|b| Bytes::from(vec![b])).collect(),
+        "random" => {
+            let mut out = Vec::new();
+            let mut rest = &piece[..];
+            while !rest.is_empty() {
+                let n = rng.random_range(1..=97).min(rest.len());
+                out.push(Bytes::copy_from_slice(&rest[..n]));
+                rest = &rest[n..];
+            }
+            out
+        }
+        _ => vec![Bytes::from(piece)],
+    }
+}
+
+fn paced_body(pieces: Vec<Vec<u8>>, controls: Controls, state: Arc<MockState>) -> Body {
+    let pieces = if controls.chunk == "whole" {
+        vec![pieces.concat()]
+    } else {
+        pieces
+    };
+    let rng = rand::rngs::StdRng::seed_from_u64(controls.seed);
+    let st = BodyState {
+        pieces: pieces.into_iter(),
+        pending: Vec::new(),
+        controls,
+        rng,
+        sent: 0,
+        finished: false,
+        state,
+    };
+    let stream = futures_util::stream::unfold(st, |mut st| async move {
+        if st.finished {
+            return None;
+        }
+        if let Some(bytes) = st.pending.pop() {
+            // One write per piece: yield so the server flushes it alone.
+            tokio::task::yield_now().await;
+            return Some((Ok::<Bytes, std::io::Error>(bytes), st));
+        }
+        if st.controls.die_after == Some(st.sent) {
+            // Let the server flush what was sent, then break the connection.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            st.finished = true;
+            st.state.stats.responses_dropped.fetch_add(1, Ordering::SeqCst);
+            return Some((
+                Err(std::io::Error::other("mock: dying mid-stream as scripted")),
+                st,
+            ));
+        }
+        if st.controls.truncate_after == Some(st.sent) {
+            st.pieces = Vec::new().into_iter();
+        }
+        if st.controls.stall_after == Some(st.sent) {
+            std::future::pending::<()>().await;
+        }
+        let Some(piece) = st.pieces.next() else {
+            st.finished = true;
+            st.state.stats.responses_completed.fetch_add(1, Ordering::SeqCst);
+            st.log(|l| l.completed = true);
+            return None;
+        };
+        if st.sent > 0 && !st.controls.pace.is_zero() {
+            tokio::time::sleep(st.controls.pace).await;
+        } else {
+            // One write per event: yield so the server flushes the previous one alone.
+            tokio::task::yield_now().await;
+        }
+        st.sent += 1;
+        let at = now_us();
+        st.log(|l| l.sent_at_us.push(at));
+        let mut parts = split(piece, &st.controls.chunk.clone(), &mut st.rng);
+        parts.reverse();
+        let first = parts.pop().unwrap_or_default();
+        st.pending = parts;
+        Some((Ok(first), st))
+    });
+    Body::from_stream(stream)
+}
