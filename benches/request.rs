@@ -249,10 +249,10 @@ fn calls_answer(n: usize, same: bool) -> Vec<u8> {
 /// stream time against a session that saw a short history): 1k, 10k and
 /// 100k calls. Linear growth is ×10 per step.
 fn calls_scale(c: &mut Criterion) {
-    use loopguard::action::Mode;
+    use loopguard::dialect::write::Mode;
     use loopguard::guard::RequestDecision;
     use loopguard::proxy::hold::Holder;
-    use loopguard::proxy::tap::{Framing, Tap};
+    use loopguard::proxy::tap::Tap;
 
     let Ok(loaded) = config::load_str(config::DEFAULT_TOML, "<default>") else {
         return;
@@ -310,7 +310,7 @@ fn calls_scale(c: &mut Criterion) {
                         let Some(RequestDecision::Forward { judge, .. }) = decision else {
                             return 0;
                         };
-                        let tap = Tap::new(Dialect::OpenaiChat, Framing::Json, usize::MAX);
+                        let tap = Tap::new(Dialect::OpenaiChat, Mode::Whole, usize::MAX);
                         let mut holder =
                             Holder::new(tap, Dialect::OpenaiChat, Mode::Whole, false, usize::MAX);
                         let pushed = holder.push(black_box(&answer), judge.as_mut()).release.len();

@@ -48,6 +48,7 @@ pub fn proxy_app(config: SharedConfig, guard: Guard) -> Result<Router, reqwest::
         config,
         client,
         guard,
+        offload: proxy::offload::Offload::for_this_machine(),
     });
     Ok(Router::new().fallback(proxy::handle).with_state(state))
 }

@@ -53,6 +53,9 @@ pub struct ServerConfig {
     pub admin_allowed_hosts: Vec<String>,
     /// Request body cap, bytes.
     pub max_request_bytes: usize,
+    /// Request bodies over this many bytes are parsed and judged off the
+    /// async workers (see [`crate::proxy::offload`]).
+    pub offload_body_bytes: usize,
     /// Judged non-streaming response cap, bytes.
     pub max_response_bytes: usize,
     /// Held tool-call events cap per response, bytes.
@@ -367,6 +370,7 @@ fn validate_server(raw: &RawConfig, problems: &mut Problems) -> ServerConfig {
             "server.max_request_bytes",
             problems,
         )),
+        offload_body_bytes: to_usize(s.offload_body_bytes),
         max_response_bytes: to_usize(positive(
             s.max_response_bytes,
             "server.max_response_bytes",

@@ -49,6 +49,10 @@ pub struct RawServer {
     /// Largest request body accepted, in bytes.
     #[serde(default = "default_max_request_bytes")]
     pub max_request_bytes: u64,
+    /// Request bodies larger than this are parsed and judged off the async
+    /// workers, in bytes.
+    #[serde(default = "default_offload_body_bytes")]
+    pub offload_body_bytes: u64,
     /// Largest non-streaming response body that is judged, in bytes.
     #[serde(default = "default_max_response_bytes")]
     pub max_response_bytes: u64,
@@ -87,6 +91,7 @@ impl Default for RawServer {
             admin_token: None,
             admin_allowed_hosts: None,
             max_request_bytes: default_max_request_bytes(),
+            offload_body_bytes: default_offload_body_bytes(),
             max_response_bytes: default_max_response_bytes(),
             max_held_bytes: default_max_held_bytes(),
             header_hold_ms: default_header_hold_ms(),
@@ -166,6 +171,9 @@ fn default_first_byte_timeout_secs() -> u64 {
 }
 fn default_idle_timeout_secs() -> u64 {
     300
+}
+fn default_offload_body_bytes() -> u64 {
+    256 * 1024
 }
 fn default_keepalive_secs() -> u64 {
     5

@@ -426,5 +426,5 @@ impl SessionState {
 }
 
 #[cfg(test)]
-#[path = "pending_tests.rs"]
-mod pending_tests;
+#[path = "session_tests.rs"]
+mod session_tests;

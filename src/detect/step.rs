@@ -371,5 +371,5 @@ fn push_cycles<'t>(message: &'t Message, rest: &'t [Message], s: &Settings, item
 }
 
 #[cfg(test)]
-#[path = "step_pairing_tests.rs"]
-mod pairing_tests;
+#[path = "step_tests.rs"]
+mod step_tests;
