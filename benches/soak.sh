@@ -6,7 +6,7 @@
 #
 #   benches/soak.sh [--seconds N] [--streams N] [--clients N]
 #
-# Needs python3 with httpx (the .venv `make test` installs has it) and a
+# Needs python3 with httpx (PYTHON=path/to/python to pick one) and a
 # release build (built if missing). Raises the soft fd limit for itself.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -44,4 +44,4 @@ lg_pid=$!
 for _ in $(seq 50); do grep -q "proxy=" "$work/lg.out" 2>/dev/null && break; sleep 0.1; done
 proxy=$(grep -o 'proxy=[0-9.:]*' "$work/lg.out" | cut -d= -f2)
 echo "mock $mock, loopguard $proxy (pid $lg_pid), $streams streams + $clients clients for $seconds s"
-python3 benches/soak_client.py "http://$proxy" "$seconds" "$streams" "$clients" "$lg_pid"
+"${PYTHON:-python3}" benches/soak_client.py "http://$proxy" "$seconds" "$streams" "$clients" "$lg_pid"
