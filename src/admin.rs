@@ -3,7 +3,11 @@
 //! loopback. In a sidecar the agent shares that loopback, so the mutating
 //! endpoints need `admin_token` (bearer) and are refused when none is
 //! configured; the read-only ones are open. Session keys are hashes; no
-//! credential or body text is ever shown.
+//! credential or body text is ever shown (tool-call arguments are shown
+//! truncated and redacted). Everything but the probes and `/metrics`
+//! answers only for an allowed `Host` ([`host`]).
+
+mod host;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, PoisonError};
@@ -45,6 +49,7 @@ pub fn app(state: AdminState) -> Router {
         .route("/admin/sessions/{key}", get(session).delete(forget))
         .route("/admin/reload", post(reload))
         .merge(crate::ui::routes())
+        .layer(axum::middleware::from_fn_with_state(state.clone(), host::check))
         .with_state(state)
 }
 
@@ -144,7 +149,7 @@ fn refusal(state: &AdminState, headers: &HeaderMap) -> Option<Response> {
     let given = headers
         .get(http::header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "));
+        .and_then(bearer);
     if given.is_some_and(|g| constant_time_eq(g.as_bytes(), expected.as_bytes())) {
         None
     } else {
@@ -156,6 +161,13 @@ fn refusal(state: &AdminState, headers: &HeaderMap) -> Option<Response> {
                 .into_response(),
         )
     }
+}
+
+/// The credential of a `Bearer` authorization value (the scheme is
+/// case-insensitive, RFC 9110 §11.1).
+fn bearer(value: &str) -> Option<&str> {
+    let (scheme, token) = value.trim_start().split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
 }
 
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {

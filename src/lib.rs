@@ -39,6 +39,8 @@
 //! - [`ui`]: the live page (`/ui`) on the admin listener.
 //! - [`recording`]: opt-in recording of sessions (`[recording]`) through a
 //!   bounded writer thread, in the form `replay` and `tune` read.
+//! - [`redact`]: credential redaction for everything loopguard writes
+//!   about tool calls (verdicts, logs, admin, the judge's prompt).
 //! - [`reload`]: hot reload of the config file (SIGHUP, `POST /admin/reload`).
 //! - [`telemetry`]: logging setup and the fail-open counter.
 //! - [`task`]: the one way to start a background task (counted).
@@ -57,6 +59,7 @@ pub mod listen;
 pub mod plan;
 pub mod proxy;
 pub mod recording;
+pub mod redact;
 pub mod reload;
 pub mod route;
 pub mod semantic;

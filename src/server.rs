@@ -48,6 +48,7 @@ pub fn proxy_app(config: SharedConfig, guard: Guard) -> Result<Router, reqwest::
         config,
         client,
         guard,
+        offload: proxy::offload::Offload::for_this_machine(),
     });
     Ok(Router::new().fallback(proxy::handle).with_state(state))
 }
@@ -115,6 +116,13 @@ pub async fn serve(
     ready.store(true, Ordering::Release);
     println!("loopguard listening proxy={proxy_addr} admin={admin_addr}");
     tracing::info!(%proxy_addr, %admin_addr, routes = config.routes.len(), "loopguard listening");
+    if !admin_addr.ip().is_loopback() {
+        tracing::warn!(
+            %admin_addr,
+            allowed_hosts = ?config.server.admin_allowed_hosts,
+            "the admin listener is not on loopback: the session API (tool names, redacted arguments) is readable by anyone who reaches it; keep it on loopback or firewall it"
+        );
+    }
 
     shutdown_signal().await;
     tracing::info!(

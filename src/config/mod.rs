@@ -51,8 +51,15 @@ pub struct ServerConfig {
     pub admin_listen: SocketAddr,
     /// Bearer token for mutating admin endpoints.
     pub admin_token: Option<String>,
+    /// `Host` names (lowercase, no port; `*`: any) the admin listener serves
+    /// `/admin/*` for (see [`crate::admin`]); the probes and `/metrics`
+    /// answer any `Host`.
+    pub admin_allowed_hosts: Vec<String>,
     /// Request body cap, bytes.
     pub max_request_bytes: usize,
+    /// Request bodies over this many bytes are parsed and judged off the
+    /// async workers (see [`crate::proxy::offload`]).
+    pub offload_body_bytes: usize,
     /// Judged non-streaming response cap, bytes.
     pub max_response_bytes: usize,
     /// Held tool-call events cap per response, bytes.
@@ -404,11 +411,13 @@ fn validate_server(raw: &RawConfig, problems: &mut Problems) -> ServerConfig {
         listen,
         admin_listen,
         admin_token: s.admin_token.clone().filter(|t| !t.is_empty()),
+        admin_allowed_hosts: admin_allowed_hosts(s.admin_allowed_hosts.as_deref(), admin_listen, problems),
         max_request_bytes: to_usize(positive(
             s.max_request_bytes,
             "server.max_request_bytes",
             problems,
         )),
+        offload_body_bytes: to_usize(s.offload_body_bytes),
         max_response_bytes: to_usize(positive(
             s.max_response_bytes,
             "server.max_response_bytes",
@@ -448,6 +457,39 @@ fn validate_server(raw: &RawConfig, problems: &mut Problems) -> ServerConfig {
         listen_backlog: u32::try_from(positive(s.listen_backlog, "server.listen_backlog", problems))
             .unwrap_or(u32::MAX),
     }
+}
+
+/// The admin `Host` allow-list: the configured names, lowercased, or the
+/// loopback names and the admin listen address.
+fn admin_allowed_hosts(
+    hosts: Option<&[String]>,
+    admin_listen: SocketAddr,
+    problems: &mut Problems,
+) -> Vec<String> {
+    let Some(hosts) = hosts else {
+        let mut hosts: Vec<String> = ["localhost", "127.0.0.1", "::1"].map(str::to_owned).into();
+        let own = admin_listen.ip().to_string();
+        if !hosts.contains(&own) {
+            hosts.push(own);
+        }
+        return hosts;
+    };
+    let bare = |h: &str| {
+        h.trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_ascii_lowercase()
+    };
+    for (i, host) in hosts.iter().enumerate() {
+        let name = bare(host);
+        let port = name.contains(':') && name.parse::<std::net::Ipv6Addr>().is_err();
+        if name.is_empty() || name.contains(['/', ' ', '@']) || port {
+            problems.push(
+                format!("server.admin_allowed_hosts[{i}]"),
+                format!("{host:?} is not a host name or IP address without a port (or \"*\")"),
+            );
+        }
+    }
+    hosts.iter().map(|h| bare(h)).collect()
 }
 
 fn validate_routes(raw: &RawConfig, problems: &mut Problems) -> Vec<Route> {

@@ -45,9 +45,17 @@ pub struct RawServer {
     /// Bearer token for mutating admin endpoints; none disables them.
     #[serde(default)]
     pub admin_token: Option<String>,
+    /// `Host` names the admin listener answers `/admin/*` for; none: the
+    /// loopback names and the admin listen address.
+    #[serde(default)]
+    pub admin_allowed_hosts: Option<Vec<String>>,
     /// Largest request body accepted, in bytes.
     #[serde(default = "default_max_request_bytes")]
     pub max_request_bytes: u64,
+    /// Request bodies larger than this are parsed and judged off the async
+    /// workers, in bytes.
+    #[serde(default = "default_offload_body_bytes")]
+    pub offload_body_bytes: u64,
     /// Largest non-streaming response body that is judged, in bytes.
     #[serde(default = "default_max_response_bytes")]
     pub max_response_bytes: u64,
@@ -96,7 +104,9 @@ impl Default for RawServer {
             listen: default_listen(),
             admin_listen: default_admin_listen(),
             admin_token: None,
+            admin_allowed_hosts: None,
             max_request_bytes: default_max_request_bytes(),
+            offload_body_bytes: default_offload_body_bytes(),
             max_response_bytes: default_max_response_bytes(),
             max_held_bytes: default_max_held_bytes(),
             header_hold_ms: default_header_hold_ms(),
@@ -180,6 +190,9 @@ fn default_first_byte_timeout_secs() -> u64 {
 }
 fn default_idle_timeout_secs() -> u64 {
     300
+}
+fn default_offload_body_bytes() -> u64 {
+    256 * 1024
 }
 fn default_keepalive_secs() -> u64 {
     5

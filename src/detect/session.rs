@@ -28,6 +28,14 @@ use super::verdict::{Verdict, rank};
 use super::view::{Guard, View};
 use crate::transcript::{ToolCall, Transcript};
 
+/// How many steps of a streamed batch a pending call looks back at beyond
+/// the history: at least 256, and at least what the session itself holds
+/// (`2 × history_size + 8` steps). A batch up to that long is judged over
+/// the whole history and batch; realistic parallel batches are far shorter.
+pub(crate) fn pending_lookback(settings: &Settings) -> usize {
+    (2 * settings.history_size.max(1) + 8).max(256)
+}
+
 /// Previous-request keys kept for alignment.
 const TAIL_KEYS: usize = 4;
 /// Newest call ids of the previous request kept as alignment anchors.
@@ -235,7 +243,7 @@ impl SessionState {
         } else {
             judged.extend(1..=n);
         }
-        let mut verdicts = self.judge_at(&steps, &judged, settings);
+        let mut verdicts = self.judge_at(&steps, &judged, usize::MAX, settings);
         if settings.thresholds(super::DetectorKind::CompactionStorm).enabled {
             if let Some(f) = compaction_storm::check(self.compactions_in_row, settings) {
                 verdicts.push(f.into_verdict(settings));
@@ -247,9 +255,28 @@ impl SessionState {
 
     /// Judges a batch of complete, not yet executed calls the model is
     /// streaming: "would these calls continue a streak?" Each call is judged
-    /// as if appended after the history and the calls before it in the batch.
-    /// Changes nothing. `now` is the session clock.
+    /// as if appended after the history and the calls before it in the batch,
+    /// looking back at most the history's length plus [`pending_lookback`]
+    /// steps: a batch of n calls costs O(n) detector runs over a bounded
+    /// view (an answer may carry 80k parallel calls). A batch of up to
+    /// `pending_lookback` calls is judged over the whole history and batch;
+    /// in a longer one, a call further in no longer sees the history's
+    /// oldest steps (counts that span the epoch, like `poll_no_progress`'s,
+    /// then stop at the view). Changes nothing. `now` is the session clock.
     pub fn judge_pending(&self, calls: &[ToolCall], now: Duration, settings: &Settings) -> Vec<Verdict> {
+        let lookback = self.steps.len() + pending_lookback(settings);
+        self.judge_pending_within(calls, now, lookback, settings)
+    }
+
+    /// [`SessionState::judge_pending`] with each call judged over at most
+    /// `lookback` steps (`usize::MAX`: the whole history and batch).
+    fn judge_pending_within(
+        &self,
+        calls: &[ToolCall],
+        now: Duration,
+        lookback: usize,
+        settings: &Settings,
+    ) -> Vec<Verdict> {
         if !settings.enabled {
             return Vec::new();
         }
@@ -269,7 +296,7 @@ impl SessionState {
             .collect();
         let steps: Vec<&Step> = self.steps.iter().chain(pending.iter()).collect();
         let judged: Vec<usize> = (self.steps.len() + 1..=steps.len()).collect();
-        let mut verdicts = self.judge_at(&steps, &judged, settings);
+        let mut verdicts = self.judge_at(&steps, &judged, lookback, settings);
         rank(&mut verdicts);
         verdicts
     }
@@ -365,11 +392,19 @@ impl SessionState {
             + self.guard.as_ref().map_or(0, |g| g.before.capacity() * 48)
     }
 
-    fn judge_at(&self, steps: &[&Step], ends: &[usize], settings: &Settings) -> Vec<Verdict> {
+    /// The verdicts for the steps ending at each of `ends`, each judged over
+    /// at most the `lookback` steps before it.
+    fn judge_at(
+        &self,
+        steps: &[&Step],
+        ends: &[usize],
+        lookback: usize,
+        settings: &Settings,
+    ) -> Vec<Verdict> {
         ends.iter()
             .flat_map(|&end| {
                 let view = View {
-                    steps: &steps[..end],
+                    steps: &steps[end.saturating_sub(lookback)..end],
                     settings,
                     guard: self.guard.as_ref(),
                 };
@@ -488,3 +523,7 @@ impl SessionState {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "session_tests.rs"]
+mod session_tests;

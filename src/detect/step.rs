@@ -7,6 +7,7 @@
 //! into [`Step`]s. Calls with no result anywhere in the request are not
 //! cycles (their outcome is unknown); exempt tools produce nothing at all.
 
+use std::collections::{HashMap, VecDeque};
 use std::sync::LazyLock;
 use std::time::Duration;
 
@@ -217,13 +218,14 @@ pub(crate) fn classify_user(text: &str, s: &Settings) -> (UserText, String) {
     (UserText::Own, own)
 }
 
-/// Canonical arguments, truncated for reading.
+/// Canonical arguments, credentials redacted, truncated for reading: what
+/// verdict messages, log lines and the admin API show of a call.
 pub(crate) fn preview(arguments: &Arguments) -> String {
     let full = match arguments {
         Arguments::Json(v) => canonical_json(v),
         Arguments::Unparsable(raw) => raw.clone(),
     };
-    truncate(&full, ARGS_PREVIEW)
+    crate::redact::clip(&full, ARGS_PREVIEW)
 }
 
 /// Truncates to `max` characters, marking the cut with `…`.
@@ -253,34 +255,68 @@ fn cycle_key(call: &ToolCall, outcome: impl FnOnce() -> Outcome) -> (u64, Option
     }
 }
 
-/// Finds the result answering `call` among the results after its turn.
-fn find_result<'a>(
-    call: &ToolCall,
-    position: usize,
-    results: &[&'a ToolResult],
-    used: &mut [bool],
-) -> Option<&'a ToolResult> {
-    let by_id = call.id.as_ref().and_then(|id| {
-        results
-            .iter()
-            .enumerate()
-            .find(|(i, r)| !used[*i] && r.call_id.as_deref() == Some(id.as_str()))
-    });
-    let pick = by_id
-        .or_else(|| {
-            results.iter().enumerate().find(|(i, r)| {
-                !used[*i] && r.call_id.is_none() && r.name.as_deref() == Some(call.name.as_str())
-            })
-        })
-        .or_else(|| {
-            results
-                .iter()
-                .enumerate()
-                .find(|(i, r)| !used[*i] && *i == position && r.call_id.is_none())
-        });
-    let (i, r) = pick?;
-    used[i] = true;
-    Some(*r)
+/// The results after an assistant turn, indexed for pairing with its calls
+/// in time linear in calls + results (a turn may carry 100k parallel calls).
+struct Results<'a> {
+    results: Vec<&'a ToolResult>,
+    used: Vec<bool>,
+    /// Indices of the results naming each call id, in order.
+    by_id: HashMap<&'a str, VecDeque<usize>>,
+    /// Indices of the results without a call id, per tool name, in order.
+    by_name: HashMap<&'a str, VecDeque<usize>>,
+}
+
+impl<'a> Results<'a> {
+    fn new(results: Vec<&'a ToolResult>) -> Self {
+        let mut by_id: HashMap<&str, VecDeque<usize>> = HashMap::new();
+        let mut by_name: HashMap<&str, VecDeque<usize>> = HashMap::new();
+        for (i, r) in results.iter().enumerate() {
+            match (r.call_id.as_deref(), r.name.as_deref()) {
+                (Some(id), _) => by_id.entry(id).or_default().push_back(i),
+                (None, Some(name)) => by_name.entry(name).or_default().push_back(i),
+                (None, None) => {}
+            }
+        }
+        Self {
+            used: vec![false; results.len()],
+            results,
+            by_id,
+            by_name,
+        }
+    }
+
+    /// The first unused result in `queue` (used ones are dropped on the way).
+    fn first_unused(queue: Option<&mut VecDeque<usize>>, used: &[bool]) -> Option<usize> {
+        let queue = queue?;
+        while let Some(&i) = queue.front() {
+            if !used[i] {
+                return Some(i);
+            }
+            queue.pop_front();
+        }
+        None
+    }
+
+    /// Finds the result answering `call` (the `position`-th call of the
+    /// turn) and marks it used: the first unused result with the call's id;
+    /// else the first unused one without an id naming the call's tool; else
+    /// the one at the call's position, when it has no id.
+    fn take(&mut self, call: &ToolCall, position: usize) -> Option<&'a ToolResult> {
+        let by_id = call
+            .id
+            .as_deref()
+            .and_then(|id| Self::first_unused(self.by_id.get_mut(id), &self.used));
+        let pick = by_id
+            .or_else(|| Self::first_unused(self.by_name.get_mut(call.name.as_str()), &self.used))
+            .or_else(|| {
+                self.results
+                    .get(position)
+                    .filter(|r| !self.used[position] && r.call_id.is_none())
+                    .map(|_| position)
+            })?;
+        self.used[pick] = true;
+        Some(self.results[pick])
+    }
 }
 
 /// A cycle found in the request, not yet turned into a [`Cycle`].
@@ -401,19 +437,20 @@ fn drafts<'t>(transcript: &'t Transcript, s: &Settings) -> Vec<Draft<'t>> {
 fn push_cycles<'t>(message: &'t Message, rest: &'t [Message], s: &Settings, items: &mut Vec<Draft<'t>>) {
     // A server-side call's result is in its own turn; a client call's in the
     // turns after it.
-    let results: Vec<&ToolResult> = message
-        .tool_results
-        .iter()
-        .chain(
-            rest.iter()
-                .take_while(|m| m.role != Role::Assistant)
-                .flat_map(|m| m.tool_results.iter()),
-        )
-        .collect();
-    let mut used = vec![false; results.len()];
+    let mut results = Results::new(
+        message
+            .tool_results
+            .iter()
+            .chain(
+                rest.iter()
+                    .take_while(|m| m.role != Role::Assistant)
+                    .flat_map(|m| m.tool_results.iter()),
+            )
+            .collect(),
+    );
     let mut turn_start = true;
     for (position, call) in message.tool_calls.iter().enumerate() {
-        let Some(result) = find_result(call, position, &results, &mut used) else {
+        let Some(result) = results.take(call, position) else {
             continue;
         };
         if s.is_exempt(&call.name, &call.arguments) {
@@ -432,3 +469,7 @@ fn push_cycles<'t>(message: &'t Message, rest: &'t [Message], s: &Settings, item
         turn_start = false;
     }
 }
+
+#[cfg(test)]
+#[path = "step_tests.rs"]
+mod step_tests;

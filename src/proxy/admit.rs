@@ -50,6 +50,7 @@ impl Admitted<'_> {
 /// misrouted request, 404 without a route, 413 past the body cap).
 pub(super) async fn admit<'c>(
     guard: &Guard,
+    offload: &super::offload::Offload,
     config: &'c Config,
     request: Request,
 ) -> Result<Admitted<'c>, Answered> {
@@ -105,11 +106,16 @@ pub(super) async fn admit<'c>(
 
     // loopguard's own time on the request starts here: decoding, parsing and detection count.
     let body_read = Instant::now();
-    let side = matched.dialect.and_then(|d| {
-        let route = matched.route.prefix.as_str();
-        let limit = config.server.max_request_bytes;
-        parse_side_copy(guard, d, route, query.as_deref(), &parts.headers, &body, limit)
-    });
+    let heavy = body.len() > config.server.offload_body_bytes;
+    let side = offload
+        .run(heavy, || {
+            matched.dialect.and_then(|d| {
+                let route = matched.route.prefix.as_str();
+                let limit = config.server.max_request_bytes;
+                parse_side_copy(guard, d, route, query.as_deref(), &parts.headers, &body, limit)
+            })
+        })
+        .await;
     Ok(Admitted {
         parts,
         path,

@@ -6,7 +6,8 @@
 //! [`decide`] (request-time detection, carried out as [`crate::plan`]
 //! says) → [`forward`] (the upstream request, first-byte timeout) →
 //! [`reply`] (response headers, the body through the holder, see
-//! [`respond`] and [`stream`]).
+//! [`respond`] and [`stream`]). A large body's parse and judgement run off
+//! the async workers ([`offload`]).
 
 mod admit;
 pub mod body;
@@ -16,6 +17,7 @@ pub mod error;
 mod forward;
 pub mod headers;
 pub mod hold;
+pub mod offload;
 pub mod path;
 mod reply;
 pub mod respond;
@@ -44,6 +46,8 @@ pub struct ProxyState {
     pub client: reqwest::Client,
     /// Sessions and detectors.
     pub guard: Guard,
+    /// Where large bodies are parsed and judged, off the async workers.
+    pub offload: offload::Offload,
 }
 
 /// The axum handler for every path on the proxy listener: admit → decide
@@ -52,11 +56,16 @@ pub struct ProxyState {
 pub async fn handle(State(state): State<Arc<ProxyState>>, request: Request) -> Response {
     let started = Instant::now();
     let config: Arc<Config> = state.config.load_full();
-    let admitted = match admit::admit(&state.guard, &config, request).await {
+    let admitted = match admit::admit(&state.guard, &state.offload, &config, request).await {
         Ok(admitted) => admitted,
         Err(response) => return logged(*response, started),
     };
-    let decided = match decide::decide(&state.guard, &config, &admitted) {
+    let heavy = admitted.body.len() > config.server.offload_body_bytes;
+    let decision = state
+        .offload
+        .run(heavy, || decide::decide(&state.guard, &config, &admitted))
+        .await;
+    let decided = match decision {
         Ok(decided) => decided,
         Err(answered) => return logged(*answered, started),
     };
