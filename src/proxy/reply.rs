@@ -54,9 +54,7 @@ pub(super) async fn reply(
     };
     let Some(dialect) = dialect.filter(|_| status.is_success()) else {
         let body: Body = stream::client_body(response, config.server.idle_timeout, log);
-        let mut out = (status, body).into_response();
-        *out.headers_mut() = out_headers;
-        return out;
+        return with_headers(status, body, out_headers);
     };
 
     let mode = framing(dialect, &admitted.path, &admitted.query, response.headers());
@@ -72,9 +70,7 @@ pub(super) async fn reply(
         );
         let body =
             stream::client_body_observed(response, config.server.idle_timeout, log, Some(Box::new(side)));
-        let mut out = (status, body).into_response();
-        *out.headers_mut() = out_headers;
-        return out;
+        return with_headers(status, body, out_headers);
     }
     let mut tap = Tap::new(dialect, mode, config.server.max_response_bytes);
     if let Some(mut copy) = decided.judge.recording() {
@@ -127,9 +123,7 @@ async fn whole(
                 set_verdict_header(&mut out_headers, v);
             }
             out_headers.insert(http::header::CONTENT_LENGTH, http::HeaderValue::from(body.len()));
-            let mut out = (status, Body::from(body)).into_response();
-            *out.headers_mut() = out_headers;
-            out
+            with_headers(status, Body::from(body), out_headers)
         }
         respond::Whole::Abort(cut) => abort_response(dialect, &cut),
         respond::Whole::Stream {
@@ -142,9 +136,7 @@ async fn whole(
                 .and_then(|v| v.to_str().ok())
                 .and_then(|v| v.parse().ok());
             let body = stream::client_body_after(prefix, upstream, length, idle, log);
-            let mut out = (status, body).into_response();
-            *out.headers_mut() = out_headers;
-            out
+            with_headers(status, body, out_headers)
         }
         respond::Whole::Broken(detail) => ProxyError::UpstreamUnreachable {
             upstream: admitted.matched.upstream_url.origin().ascii_serialization(),
@@ -232,9 +224,7 @@ fn respond_with(
         }
         Some((item, rx))
     });
-    let mut out = (status, Body::from_stream(stream)).into_response();
-    *out.headers_mut() = headers;
-    out
+    with_headers(status, Body::from_stream(stream), headers)
 }
 
 /// How the response body is framed: SSE by its content type, else a JSON
@@ -247,4 +237,12 @@ fn framing(dialect: Dialect, path: &str, query: &Option<String>, headers: &http:
         Mode::JsonArray => Mode::JsonArray,
         Mode::Sse | Mode::Whole => Mode::Whole,
     }
+}
+
+/// A response of `status` with `body` and exactly `headers` (the upstream's,
+/// as filtered, plus loopguard's own).
+fn with_headers(status: http::StatusCode, body: impl Into<Body>, headers: http::HeaderMap) -> Response {
+    let mut out = (status, body.into()).into_response();
+    *out.headers_mut() = headers;
+    out
 }
