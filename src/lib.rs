@@ -39,6 +39,7 @@ pub mod config;
 pub mod demo;
 pub mod detect;
 pub mod dialect;
+pub mod escalate;
 pub mod guard;
 pub mod json_array;
 pub mod judge;

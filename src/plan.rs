@@ -65,6 +65,8 @@ pub enum RequestDecision {
         body: Option<Bytes>,
         /// The judge for the response.
         judge: Box<dyn StreamJudge>,
+        /// Escalated: another model (and maybe upstream) than the agent's.
+        retarget: Option<crate::escalate::Retarget>,
     },
     /// Answer in the upstream's place.
     Answer {
@@ -113,13 +115,24 @@ pub fn request(
     inject: impl FnOnce(&str) -> Option<Bytes>,
 ) -> RequestDecision {
     let Some(verdict) = verdict else {
-        return RequestDecision::Forward { body: None, judge };
+        return RequestDecision::Forward {
+            body: None,
+            judge,
+            retarget: None,
+        };
     };
     match verdict.action {
-        Action::Observe => RequestDecision::Forward { body: None, judge },
-        Action::Warn => RequestDecision::Forward {
+        Action::Observe => RequestDecision::Forward {
+            body: None,
+            judge,
+            retarget: None,
+        },
+        // An escalation is a warning sent to another model: the guard
+        // retargets the request afterwards.
+        Action::Warn | Action::Escalate => RequestDecision::Forward {
             body: inject(&verdict.message),
             judge,
+            retarget: None,
         },
         Action::Block => {
             metrics::counter!("loopguard_upstream_requests_avoided_total").increment(1);
@@ -151,7 +164,8 @@ pub fn request(
 /// The stream-time decision for a decisive verdict.
 pub fn stream(verdict: &Verdict) -> Decision {
     match verdict.action {
-        Action::Observe | Action::Warn => Decision::Pass,
+        // A stream-time warning is carried by the next request.
+        Action::Observe | Action::Warn | Action::Escalate => Decision::Pass,
         Action::Block => Decision::Block(Cut {
             message: verdict.message.clone(),
             header: verdict.header_value(),

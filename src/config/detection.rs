@@ -234,6 +234,8 @@ fn merge(base: &RawLoopDetection, over: &RawLoopDetection) -> RawLoopDetection {
             (a, b) => b.clone().or_else(|| a.clone()),
         },
         semantic_check: super::semantic::merged(base.semantic_check.as_ref(), over.semantic_check.as_ref()),
+        escalate: crate::escalate::RawEscalate::merged(base.escalate.as_ref(), over.escalate.as_ref()),
+        experiment: over.experiment.clone().or_else(|| base.experiment.clone()),
         detectors: base.detectors.merged(&over.detectors),
     }
 }
@@ -303,10 +305,7 @@ const DEFAULT_POLL_TOOLS: &[DefaultMatcher] = &[
 fn action(text: Option<&String>, default: Action, path: &str, problems: &mut Problems) -> Option<Action> {
     let text = text?;
     Some(Action::parse(text).unwrap_or_else(|| {
-        problems.push(
-            path,
-            format!("{text:?} is not one of \"observe\", \"warn\", \"block\", \"abort\""),
-        );
+        problems.push(path, format!("{text:?} is not one of {}", Action::NAMES));
         default
     }))
 }
@@ -402,6 +401,16 @@ fn build(raw: &RawLoopDetection, path: &str, problems: &mut Problems) -> Setting
             ),
         },
         semantic_check: crate::config::semantic::SemanticCheck::default(),
+        escalate: crate::escalate::EscalateSettings::validate(
+            raw.escalate.as_ref(),
+            &format!("{path}.escalate"),
+            problems,
+        ),
+        experiment: crate::escalate::experiment::Experiment::validate(
+            raw.experiment.as_ref(),
+            &format!("{path}.experiment"),
+            problems,
+        ),
     };
     if raw.history_size == Some(0) {
         problems.push(format!("{path}.history_size"), "must be at least 1, got 0");

@@ -110,6 +110,9 @@ pub struct Route {
     pub upstream: Url,
     /// Remove the prefix before forwarding.
     pub strip_prefix: bool,
+    /// Where the `escalate` action sends a looping session (`None`: the
+    /// route has no escalation; the action then acts as `warn`).
+    pub escalation: Option<crate::escalate::RouteEscalation>,
 }
 
 /// Validated `[sessions]`.
@@ -435,9 +438,11 @@ fn validate_routes(raw: &RawConfig, problems: &mut Problems) -> Vec<Route> {
                 provider,
                 upstream,
                 strip_prefix: r.strip_prefix,
+                escalation: crate::escalate::RouteEscalation::validate(r, &base, problems),
             });
         }
     }
+    crate::escalate::check_targets(&routes, &raw.routes, problems);
     routes.sort_by_key(|r| std::cmp::Reverse(r.prefix.len()));
     routes
 }

@@ -212,6 +212,10 @@ pub struct Settings {
     pub compaction: CompactionPatterns,
     /// `[loop_detection.semantic_check]`: the LLM judge (off by default).
     pub semantic_check: crate::config::semantic::SemanticCheck,
+    /// `[loop_detection.escalate]`: how long an escalation lasts.
+    pub escalate: crate::escalate::EscalateSettings,
+    /// `[loop_detection.experiment]`: the holdout arm (off by default).
+    pub experiment: crate::escalate::experiment::Experiment,
 }
 
 impl Default for Settings {

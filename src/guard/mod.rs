@@ -8,6 +8,7 @@
 //! for chanting. Every verdict is one structured log event and a metric.
 //! Detector faults fail open: logged, counted, traffic passes.
 
+mod escalation;
 pub mod stream;
 
 use std::borrow::Cow;
@@ -95,6 +96,8 @@ struct Detected {
     verdicts: Vec<Verdict>,
     /// The semantic check to run in the background, if one is due.
     ticket: Option<crate::judge::Ticket>,
+    /// The person spoke in what is new in the request.
+    person_spoke: bool,
 }
 
 /// Sessions plus the detectors.
@@ -207,7 +210,7 @@ impl Guard {
         }
         let header = config.sessions.header.as_str();
         let result = catch_unwind(AssertUnwindSafe(|| {
-            self.judge_request(request, header, &settings, agent.as_deref())
+            self.judge_request(config, request, header, &settings, agent.as_deref())
         }));
         match result {
             Ok((decision, key)) => (decision, Some(key)),
@@ -224,6 +227,7 @@ impl Guard {
     /// the decision ([`crate::plan::request`]).
     fn judge_request(
         &self,
+        config: &Config,
         request: &RequestView<'_>,
         session_header: &str,
         settings: &Arc<Settings>,
@@ -234,10 +238,17 @@ impl Guard {
             panic!("fault injection: request-time detector panic");
         }
         let (detected, session_key) = self.detect(request, &located, summary, settings, agent);
-        let Some(Detected { verdicts, ticket }) = detected else {
+        let Some(Detected {
+            verdicts,
+            ticket,
+            person_spoke,
+        }) = detected
+        else {
             return (pass(), session_key);
         };
         self.follow_up(&located, ticket, &verdicts, &session_key, settings, agent);
+        let session = Arc::clone(&located.session);
+        let lane = located.lane;
         let judge = self.stream_reviewer(request, located, &session_key, settings, agent);
         let model = request.model();
         let target = Target {
@@ -246,9 +257,16 @@ impl Guard {
             model: &model,
             include_usage: request.parsed.include_usage,
         };
-        let decision = crate::plan::request(decisive(&verdicts), &target, judge, |warning| {
-            inject(request, warning)
-        });
+        let decisive = decisive(&verdicts);
+        let decision = crate::plan::request(decisive, &target, judge, |warning| inject(request, warning));
+        let seen = escalation::Seen {
+            session: &session,
+            lane,
+            key: &session_key,
+            wants: decisive.is_some_and(|v| v.action == crate::detect::Action::Escalate),
+            person_spoke,
+        };
+        let decision = escalation::apply(config, request, &seen, settings, &model, decision);
         (decision, session_key)
     }
 
@@ -359,11 +377,26 @@ impl Guard {
             settings,
             &mut verdicts,
         );
+        let arm = settings.experiment.arm(&session_key);
+        crate::escalate::experiment::Experiment::apply(arm, &mut verdicts);
         for v in &verdicts {
             lane_state.remember(v);
         }
+        let ended =
+            crate::escalate::outcome::follow(&mut lane_state.stretch, decisive(&verdicts), arm, false);
         drop(guard);
-        (Some(Detected { verdicts, ticket }), session_key)
+        if let Some((stretch, outcome)) = ended {
+            self.store.outcomes().count(&session_key, &stretch, outcome);
+        }
+        let person_spoke = absorbed.person_spoke;
+        (
+            Some(Detected {
+                verdicts,
+                ticket,
+                person_spoke,
+            }),
+            session_key,
+        )
     }
 
     /// After detection: the semantic check in the background, the lane
@@ -498,6 +531,7 @@ fn pass() -> RequestDecision {
     RequestDecision::Forward {
         body: None,
         judge: Box::new(PassJudge),
+        retarget: None,
     }
 }
 

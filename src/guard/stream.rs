@@ -103,6 +103,21 @@ impl StreamReviewer {
     }
 }
 
+impl StreamReviewer {
+    /// A stream-time block or abort ends the lane's loop stretch.
+    fn follow_outcome(&self, verdict: Option<&crate::detect::Verdict>) {
+        let Some(verdict) = verdict else { return };
+        let arm = self.settings.experiment.arm(&self.key);
+        let ended = {
+            let mut session = self.session.lock().unwrap_or_else(PoisonError::into_inner);
+            crate::escalate::outcome::follow(&mut session.lane(self.lane).stretch, Some(verdict), arm, true)
+        };
+        if let Some((stretch, outcome)) = ended {
+            self.store.outcomes().count(&self.key, &stretch, outcome);
+        }
+    }
+}
+
 impl StreamJudge for StreamReviewer {
     fn calls(&mut self, calls: &[ToolCall]) -> Decision {
         if let Some(chain) = self.chain.as_mut() {
@@ -136,6 +151,7 @@ impl StreamJudge for StreamReviewer {
         for v in &verdicts {
             record(v, &self.key, self.agent.as_deref(), "stream");
         }
+        self.follow_outcome(decisive(&verdicts));
         decisive(&verdicts).map_or(Decision::Pass, crate::plan::stream)
     }
 
@@ -155,6 +171,7 @@ impl StreamJudge for StreamReviewer {
         if let Ok(mut session) = self.session.lock() {
             session.lane(self.lane).remember(&verdict);
         }
+        self.follow_outcome(Some(&verdict));
         crate::plan::stream(&verdict)
     }
 }

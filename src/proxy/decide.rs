@@ -24,6 +24,8 @@ pub(super) struct Decided {
     pub(super) judge: Box<dyn StreamJudge>,
     /// The session key (a hash, for logs).
     pub(super) session: Option<String>,
+    /// Escalated: the model and upstream it goes to instead.
+    pub(super) retarget: Option<crate::escalate::Retarget>,
 }
 
 /// Decides what becomes of an admitted request: sent upstream, or answered
@@ -39,6 +41,7 @@ pub(super) fn decide(
         body_replaced: false,
         judge: Box::new(PassJudge),
         session: None,
+        retarget: None,
     };
     let (Some(d), Some((decoded, parsed))) = (admitted.matched.dialect, &admitted.side) else {
         return Ok(decided);
@@ -56,14 +59,17 @@ pub(super) fn decide(
     decided.session = key;
     match decision {
         RequestDecision::Forward {
-            body: Some(replaced),
+            body,
             judge,
+            retarget,
         } => {
-            decided.forward = replaced;
-            decided.body_replaced = true;
+            if let Some(replaced) = body {
+                decided.forward = replaced;
+                decided.body_replaced = true;
+            }
             decided.judge = judge;
+            decided.retarget = retarget;
         }
-        RequestDecision::Forward { body: None, judge } => decided.judge = judge,
         RequestDecision::Answer {
             status,
             answer,

@@ -60,11 +60,15 @@ pub async fn handle(State(state): State<Arc<ProxyState>>, request: Request) -> R
         Err(answered) => return *answered,
     };
     let body = decided.forward.clone();
-    let upstream =
-        match forward::forward(&state.client, &config, &admitted, body, decided.body_replaced).await {
-            Ok(upstream) => upstream,
-            Err(response) => return *response,
-        };
+    let sending = forward::Sending {
+        body,
+        body_replaced: decided.body_replaced,
+        retarget: decided.retarget.as_ref(),
+    };
+    let upstream = match forward::forward(&state.client, &config, &admitted, sending).await {
+        Ok(upstream) => upstream,
+        Err(response) => return *response,
+    };
     reply::reply(&config, &admitted, upstream, decided, started).await
 }
 

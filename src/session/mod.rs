@@ -41,6 +41,8 @@ pub struct Lane {
     pub last_seen: Instant,
     /// The LLM judge's schedule and pending result (see [`crate::judge`]).
     pub judge: crate::judge::JudgeState,
+    /// The loop stretch in progress, for the outcome counters.
+    pub stretch: Option<crate::escalate::outcome::Stretch>,
 }
 
 /// One conversation.
@@ -54,6 +56,8 @@ pub struct Session {
     pub last_seen: SystemTime,
     /// The lanes, most recently used last.
     pub lanes: Vec<Lane>,
+    /// The `escalate` action's state (see [`crate::escalate`]).
+    pub escalation: crate::escalate::EscalationState,
 }
 
 impl Session {
@@ -63,6 +67,7 @@ impl Session {
             agent: None,
             last_seen: SystemTime::now(),
             lanes: Vec::new(),
+            escalation: crate::escalate::EscalationState::default(),
         }
     }
 
@@ -85,6 +90,7 @@ impl Session {
                     recent: VecDeque::new(),
                     last_seen: now,
                     judge: crate::judge::JudgeState::default(),
+                    stretch: None,
                 });
                 self.lanes.len() - 1
             }
@@ -125,6 +131,8 @@ pub struct Store {
     /// items new since) finds its session and the calls it answers.
     responses: moka::sync::Cache<String, Arc<StoredResponse>>,
     epoch: Instant,
+    /// How loop stretches ended (see [`crate::escalate::outcome`]).
+    outcomes: Arc<crate::escalate::outcome::Tally>,
 }
 
 /// A Responses response a later request may chain to.
@@ -150,10 +158,17 @@ impl std::fmt::Debug for Store {
 impl Store {
     /// A store keeping at most `max_sessions`, forgetting a session idle for `idle_ttl`.
     pub fn new(max_sessions: u64, idle_ttl: Duration) -> Self {
+        let outcomes = Arc::new(crate::escalate::outcome::Tally::default());
+        let tally = Arc::clone(&outcomes);
         Self {
             sessions: moka::sync::Cache::builder()
                 .max_capacity(max_sessions)
                 .time_to_idle(idle_ttl)
+                .eviction_listener(move |_key, session: SharedSession, cause| {
+                    if cause.was_evicted() {
+                        went_idle(&session, &tally);
+                    }
+                })
                 .build(),
             lanes: moka::sync::Cache::builder()
                 .max_capacity(max_sessions)
@@ -164,7 +179,13 @@ impl Store {
                 .time_to_idle(idle_ttl)
                 .build(),
             epoch: Instant::now(),
+            outcomes,
         }
+    }
+
+    /// How loop stretches ended so far.
+    pub fn outcomes(&self) -> &crate::escalate::outcome::Tally {
+        &self.outcomes
     }
 
     /// The detectors' clock: time since the store was created.
@@ -227,6 +248,17 @@ impl Store {
     /// Every session (for the admin API), in no particular order.
     pub fn all(&self) -> Vec<SharedSession> {
         self.sessions.iter().map(|(_, v)| v).collect()
+    }
+}
+
+/// A forgotten session's open stretches ended `idle`.
+fn went_idle(session: &SharedSession, tally: &crate::escalate::outcome::Tally) {
+    let mut s = session.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let key = s.key.clone();
+    for lane in &mut s.lanes {
+        if let Some(stretch) = lane.stretch.take() {
+            tally.count(&key, &stretch, crate::escalate::outcome::Outcome::Idle);
+        }
     }
 }
 
