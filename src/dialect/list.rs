@@ -300,6 +300,16 @@ impl Dialect {
             Self::Anthropic => anthropic::sample::push_call_turn(body, n, name, args, result),
         }
     }
+
+    /// Appends a message of the person to the history of a demo request.
+    pub fn push_user_turn(self, body: &mut Value, text: &str) {
+        match self {
+            Self::OpenaiChat => openai_chat::sample::push_user_turn(body, text),
+            Self::Gemini => gemini::sample::push_user_turn(body, text),
+            Self::OpenaiResponses => openai_responses::sample::push_user_turn(body, text),
+            Self::Anthropic => anthropic::sample::push_user_turn(body, text),
+        }
+    }
 }
 
 /// OpenAI chat, the dialect assumed when nothing tells (a recorded response
