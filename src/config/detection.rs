@@ -116,6 +116,13 @@ impl LoopDetection {
     }
 }
 
+impl Default for Settings {
+    /// The built-in defaults (the same as the shipped `config/loopguard.toml`).
+    fn default() -> Self {
+        default_settings()
+    }
+}
+
 /// The built-in default settings.
 pub fn default_settings() -> Settings {
     build(
@@ -234,7 +241,7 @@ fn merge(base: &RawLoopDetection, over: &RawLoopDetection) -> RawLoopDetection {
             (a, b) => b.clone().or_else(|| a.clone()),
         },
         semantic_check: super::semantic::merged(base.semantic_check.as_ref(), over.semantic_check.as_ref()),
-        escalate: crate::escalate::RawEscalate::merged(base.escalate.as_ref(), over.escalate.as_ref()),
+        escalate: super::escalate::RawEscalate::merged(base.escalate.as_ref(), over.escalate.as_ref()),
         experiment: over.experiment.clone().or_else(|| base.experiment.clone()),
         detectors: base.detectors.merged(&over.detectors),
     }
@@ -401,12 +408,12 @@ fn build(raw: &RawLoopDetection, path: &str, problems: &mut Problems) -> Setting
             ),
         },
         semantic_check: crate::config::semantic::SemanticCheck::default(),
-        escalate: crate::escalate::EscalateSettings::validate(
+        escalate: super::escalate::escalate_settings(
             raw.escalate.as_ref(),
             &format!("{path}.escalate"),
             problems,
         ),
-        experiment: crate::escalate::experiment::Experiment::validate(
+        experiment: super::escalate::experiment(
             raw.experiment.as_ref(),
             &format!("{path}.experiment"),
             problems,
@@ -418,16 +425,11 @@ fn build(raw: &RawLoopDetection, path: &str, problems: &mut Problems) -> Setting
     }
     for kind in DetectorKind::ALL {
         let d = raw.detectors.get(kind).cloned().unwrap_or_default();
-        s.detectors[kind.index()] = crate::detect::ladder::thresholds(
-            kind,
-            &d,
-            &format!("{path}.{}", kind.name()),
-            &actions,
-            problems,
-        );
-        crate::detect::ladder::extras(kind, &d, &mut s, &format!("{path}.{}", kind.name()), problems);
+        s.detectors[kind.index()] =
+            super::ladder::thresholds(kind, &d, &format!("{path}.{}", kind.name()), &actions, problems);
+        super::ladder::extras(kind, &d, &mut s, &format!("{path}.{}", kind.name()), problems);
     }
-    crate::detect::ladder::raise_history(&mut s, path, problems);
+    super::ladder::raise_history(&mut s, path, problems);
     s.semantic_check = super::semantic::validate(
         raw.semantic_check.as_ref(),
         &format!("{path}.semantic_check"),

@@ -8,6 +8,8 @@
 
 pub mod detection;
 pub mod detection_raw;
+pub mod escalate;
+mod ladder;
 pub mod raw;
 pub mod semantic;
 
@@ -112,7 +114,7 @@ pub struct Route {
     pub strip_prefix: bool,
     /// Where the `escalate` action sends a looping session (`None`: the
     /// route has no escalation; the action then acts as `warn`).
-    pub escalation: Option<crate::escalate::RouteEscalation>,
+    pub escalation: Option<escalate::RouteEscalation>,
 }
 
 /// Validated `[sessions]`.
@@ -438,11 +440,11 @@ fn validate_routes(raw: &RawConfig, problems: &mut Problems) -> Vec<Route> {
                 provider,
                 upstream,
                 strip_prefix: r.strip_prefix,
-                escalation: crate::escalate::RouteEscalation::validate(r, &base, problems),
+                escalation: escalate::RouteEscalation::validate(r, &base, problems),
             });
         }
     }
-    crate::escalate::check_targets(&routes, &raw.routes, problems);
+    escalate::check_targets(&routes, &raw.routes, problems);
     routes.sort_by_key(|r| std::cmp::Reverse(r.prefix.len()));
     routes
 }
@@ -493,5 +495,5 @@ pub fn apply_env(config: &mut Config, get: impl Fn(&str) -> Option<String>) -> R
 }
 
 #[cfg(test)]
-#[path = "tests.rs"]
+#[path = "config_tests.rs"]
 mod tests;

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use regex::Regex;
 use serde_json::Value;
+use url::Url;
 
 use super::verdict::{Action, DetectorKind, Level};
 use crate::transcript::Arguments;
@@ -211,18 +212,11 @@ pub struct Settings {
     /// `[loop_detection.compaction]` patterns.
     pub compaction: CompactionPatterns,
     /// `[loop_detection.semantic_check]`: the LLM judge (off by default).
-    pub semantic_check: crate::config::semantic::SemanticCheck,
+    pub semantic_check: SemanticCheck,
     /// `[loop_detection.escalate]`: how long an escalation lasts.
-    pub escalate: crate::escalate::EscalateSettings,
+    pub escalate: EscalateSettings,
     /// `[loop_detection.experiment]`: the holdout arm (off by default).
-    pub experiment: crate::escalate::experiment::Experiment,
-}
-
-impl Default for Settings {
-    /// The built-in defaults (the same as the shipped `config/loopguard.toml`).
-    fn default() -> Self {
-        crate::config::detection::default_settings()
-    }
+    pub experiment: Experiment,
 }
 
 impl Settings {
@@ -245,4 +239,90 @@ impl Settings {
     pub fn is_exempt(&self, name: &str, arguments: &Arguments) -> bool {
         self.exempt_tools.iter().any(|m| m.matches(name, arguments))
     }
+}
+
+/// Validated `[loop_detection.semantic_check]` (validation:
+/// `config::semantic`): the settings of the semantic check, the LLM judge.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SemanticCheck {
+    /// The judge runs.
+    pub enabled: bool,
+    /// Base URL; the call goes to `{upstream}/chat/completions`. `None` only when disabled.
+    pub upstream: Option<Url>,
+    /// Judge model.
+    pub model: String,
+    /// Environment variable holding the key (sent as `Authorization: Bearer`); `None`: no key.
+    pub api_key_env: Option<String>,
+    /// A second model that must reach `confidence` too.
+    pub double_check_model: Option<String>,
+    /// First check once this many model turns passed since the person spoke (30).
+    pub after_turns: u64,
+    /// Turns between checks before an answer adapts it, and after a failed call (10).
+    pub interval: u64,
+    /// Adapted interval at confidence 1 (5).
+    pub min_interval: u64,
+    /// Adapted interval at confidence 0 (15).
+    pub max_interval: u64,
+    /// An answer at or above this confidence is a verdict (0.9).
+    pub confidence: f64,
+    /// Transcript entries in the judge's window (20).
+    pub history: usize,
+    /// Longest result / argument / text sent per entry, characters (1000).
+    pub max_result_chars: usize,
+    /// Timeout of one judge call, the double check included (30 s).
+    pub timeout: Duration,
+    /// Judge calls in flight, process-wide (4); read from the defaults only.
+    pub max_concurrent: usize,
+}
+
+impl Default for SemanticCheck {
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            upstream: None,
+            model: String::new(),
+            api_key_env: None,
+            double_check_model: None,
+            after_turns: 30,
+            interval: 10,
+            min_interval: 5,
+            max_interval: 15,
+            confidence: 0.9,
+            history: 20,
+            max_result_chars: 1000,
+            timeout: Duration::from_secs(30),
+            max_concurrent: 4,
+        }
+    }
+}
+
+/// Default `[loop_detection.escalate] requests`: how many requests an escalation lasts.
+pub const DEFAULT_ESCALATE_REQUESTS: u32 = 10;
+/// Default `max_escalations_per_session`.
+pub const DEFAULT_MAX_ESCALATIONS: u32 = 1;
+
+/// Validated `[loop_detection.escalate]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EscalateSettings {
+    /// Requests sent to the escalation model (counting the one that carries
+    /// the warning); the person speaking ends it sooner.
+    pub requests: u32,
+    /// Escalations a session may start; past it `escalate` acts as `warn`.
+    pub max_per_session: u32,
+}
+
+impl Default for EscalateSettings {
+    fn default() -> Self {
+        Self {
+            requests: DEFAULT_ESCALATE_REQUESTS,
+            max_per_session: DEFAULT_MAX_ESCALATIONS,
+        }
+    }
+}
+
+/// Validated `[loop_detection.experiment]`.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Experiment {
+    /// Share of sessions held out (0: no experiment).
+    pub holdout: f64,
 }

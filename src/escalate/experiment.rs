@@ -10,23 +10,8 @@
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::config::Problems;
+use crate::detect::settings::Experiment;
 use crate::detect::{Action, Level, Verdict};
-
-/// Raw `[loop_detection.experiment]`.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RawExperiment {
-    /// Share of sessions in the holdout arm, 0.0..=0.5 (0 = no experiment).
-    pub holdout: Option<f64>,
-}
-
-/// Validated `[loop_detection.experiment]`.
-#[derive(Debug, Clone, Copy, PartialEq, Default)]
-pub struct Experiment {
-    /// Share of sessions held out (0: no experiment).
-    pub holdout: f64,
-}
 
 /// The arm of a session.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -51,38 +36,23 @@ impl Arm {
     }
 }
 
-impl Experiment {
-    /// Validates the raw table at `path`.
-    pub fn validate(raw: Option<&RawExperiment>, path: &str, problems: &mut Problems) -> Self {
-        let holdout = raw.and_then(|r| r.holdout).unwrap_or(0.0);
-        if !(0.0..=0.5).contains(&holdout) {
-            problems.push(
-                format!("{path}.holdout"),
-                format!("must be between 0.0 and 0.5, got {holdout}"),
-            );
-            return Self::default();
-        }
-        Self { holdout }
+/// The arm of the session `key` under `experiment`.
+pub fn arm(experiment: &Experiment, key: &str) -> Arm {
+    if experiment.holdout <= 0.0 {
+        return Arm::Off;
     }
-
-    /// The arm of the session `key`.
-    pub fn arm(&self, key: &str) -> Arm {
-        if self.holdout <= 0.0 {
-            return Arm::Off;
-        }
-        if fraction(key) < self.holdout {
-            Arm::Holdout
-        } else {
-            Arm::Treatment
-        }
+    if fraction(key) < experiment.holdout {
+        Arm::Holdout
+    } else {
+        Arm::Treatment
     }
+}
 
-    /// In the holdout arm, warning-level verdicts become `observe`.
-    pub fn apply(arm: Arm, verdicts: &mut [Verdict]) {
-        if arm == Arm::Holdout {
-            for v in verdicts.iter_mut().filter(|v| v.level == Level::Warning) {
-                v.action = Action::Observe;
-            }
+/// In the holdout arm, warning-level verdicts become `observe`.
+pub fn apply(arm: Arm, verdicts: &mut [Verdict]) {
+    if arm == Arm::Holdout {
+        for v in verdicts.iter_mut().filter(|v| v.level == Level::Warning) {
+            v.action = Action::Observe;
         }
     }
 }
@@ -110,13 +80,13 @@ mod tests {
     fn the_holdout_arm_is_deterministic_and_near_its_share() {
         let e = Experiment { holdout: 0.1 };
         let keys: Vec<String> = (0..10_000).map(|i| format!("session-{i}")).collect();
-        let held = keys.iter().filter(|k| e.arm(k) == Arm::Holdout).count();
+        let held = keys.iter().filter(|k| arm(&e, k) == Arm::Holdout).count();
         assert!((850..=1150).contains(&held), "{held} of 10000 held out");
         for k in keys.iter().take(200) {
-            assert_eq!(e.arm(k), e.arm(k));
-            assert_eq!(e.arm(k), Experiment { holdout: 0.1 }.arm(k));
+            assert_eq!(arm(&e, k), arm(&e, k));
+            assert_eq!(arm(&e, k), arm(&Experiment { holdout: 0.1 }, k));
         }
-        assert_eq!(Experiment::default().arm("session-1"), Arm::Off);
+        assert_eq!(arm(&Experiment::default(), "session-1"), Arm::Off);
     }
 
     /// A larger holdout keeps every session held out at a smaller one.
@@ -126,8 +96,8 @@ mod tests {
         let large = Experiment { holdout: 0.2 };
         for i in 0..2000 {
             let k = format!("k{i}");
-            if small.arm(&k) == Arm::Holdout {
-                assert_eq!(large.arm(&k), Arm::Holdout);
+            if arm(&small, &k) == Arm::Holdout {
+                assert_eq!(arm(&large, &k), Arm::Holdout);
             }
         }
     }
@@ -151,11 +121,11 @@ mod tests {
     #[test]
     fn only_warnings_are_observed_in_the_holdout() {
         let mut v = verdicts();
-        Experiment::apply(Arm::Holdout, &mut v);
+        apply(Arm::Holdout, &mut v);
         assert_eq!(v[0].action, Action::Observe);
         assert_eq!(v[1].action, Action::Block);
         let mut w = verdicts();
-        Experiment::apply(Arm::Treatment, &mut w);
+        apply(Arm::Treatment, &mut w);
         assert_eq!(w[0].action, Action::Escalate);
     }
 }

@@ -1,9 +1,10 @@
 //! The `escalate` action (issue #17): a looping session lane is sent to the
 //! route's `escalate_model` for a few requests, then back.
 //!
-//! - [`EscalateSettings`] (`[loop_detection.escalate]`: `requests`,
-//!   `max_escalations_per_session`) and [`RouteEscalation`] (per route:
-//!   `escalate_model`, `escalate_upstream`, `escalate_credential_env`).
+//! - Settings: `[loop_detection.escalate]` (`requests`,
+//!   `max_escalations_per_session`, validated in [`crate::config::escalate`])
+//!   and per route [`RouteEscalation`] (`escalate_model`,
+//!   `escalate_upstream`, `escalate_credential_env`).
 //! - [`EscalationState`]: per session, a plain serde struct (shareable by a
 //!   store other than memory): the escalations started, the one in force and
 //!   which signed reasoning parts of the history each model produced.
@@ -20,164 +21,7 @@ pub mod outcome;
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::Problems;
-use crate::config::raw::RawRoute;
-
-/// Default `requests`: how many requests an escalation lasts.
-pub const DEFAULT_REQUESTS: u32 = 10;
-/// Default `max_escalations_per_session`.
-pub const DEFAULT_MAX_PER_SESSION: u32 = 1;
-
-/// Raw `[loop_detection.escalate]`.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RawEscalate {
-    /// Requests sent to the escalation model before going back (10).
-    pub requests: Option<u32>,
-    /// Escalations a session may have in its lifetime (1).
-    pub max_escalations_per_session: Option<u32>,
-}
-
-impl RawEscalate {
-    /// `over`'s keys over `base`'s.
-    pub fn merged(base: Option<&Self>, over: Option<&Self>) -> Option<Self> {
-        match (base, over) {
-            (Some(a), Some(b)) => Some(Self {
-                requests: b.requests.or(a.requests),
-                max_escalations_per_session: b.max_escalations_per_session.or(a.max_escalations_per_session),
-            }),
-            (a, b) => b.or(a).cloned(),
-        }
-    }
-}
-
-/// Validated `[loop_detection.escalate]`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct EscalateSettings {
-    /// Requests sent to the escalation model (counting the one that carries
-    /// the warning); the person speaking ends it sooner.
-    pub requests: u32,
-    /// Escalations a session may start; past it `escalate` acts as `warn`.
-    pub max_per_session: u32,
-}
-
-impl Default for EscalateSettings {
-    fn default() -> Self {
-        Self {
-            requests: DEFAULT_REQUESTS,
-            max_per_session: DEFAULT_MAX_PER_SESSION,
-        }
-    }
-}
-
-impl EscalateSettings {
-    /// Validates the raw table at `path`.
-    pub fn validate(raw: Option<&RawEscalate>, path: &str, problems: &mut Problems) -> Self {
-        let mut s = Self::default();
-        let Some(raw) = raw else { return s };
-        if let Some(n) = raw.requests {
-            if n == 0 {
-                problems.push(format!("{path}.requests"), "must be at least 1, got 0");
-            } else {
-                s.requests = n;
-            }
-        }
-        if let Some(n) = raw.max_escalations_per_session {
-            s.max_per_session = n;
-        }
-        s
-    }
-}
-
-/// A route's escalation target.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RouteEscalation {
-    /// The model a looping session is sent to.
-    pub model: String,
-    /// Prefix of the route whose upstream serves it (`None`: this route's).
-    pub upstream: Option<String>,
-    /// The environment variable holding that upstream's credential.
-    pub credential_env: Option<String>,
-}
-
-impl RouteEscalation {
-    /// Validates a route's `escalate_*` keys (`base` is its key path).
-    pub fn validate(raw: &RawRoute, base: &str, problems: &mut Problems) -> Option<Self> {
-        let Some(model) = raw.escalate_model.as_ref() else {
-            for (key, set) in [
-                ("escalate_upstream", raw.escalate_upstream.is_some()),
-                ("escalate_credential_env", raw.escalate_credential_env.is_some()),
-            ] {
-                if set {
-                    problems.push(format!("{base}.{key}"), "needs escalate_model");
-                }
-            }
-            return None;
-        };
-        if model.trim().is_empty() || model.contains(['/', ':', '?', '#']) {
-            problems.push(
-                format!("{base}.escalate_model"),
-                format!("{model:?} is not a model name"),
-            );
-        }
-        match (&raw.escalate_upstream, &raw.escalate_credential_env) {
-            (Some(_), None) => problems.push(
-                format!("{base}.escalate_credential_env"),
-                "escalate_upstream needs its own credential: name the environment variable holding it",
-            ),
-            (None, Some(_)) => problems.push(
-                format!("{base}.escalate_credential_env"),
-                "only with escalate_upstream (on the same route the client's credential is used)",
-            ),
-            _ => {}
-        }
-        Some(Self {
-            model: model.clone(),
-            upstream: raw
-                .escalate_upstream
-                .as_ref()
-                .map(|p| p.trim_end_matches('/').to_owned()),
-            credential_env: raw.escalate_credential_env.clone(),
-        })
-    }
-}
-
-/// Checks that every `escalate_upstream` names another route of the same
-/// provider; an unset credential variable is a notice (escalation then acts
-/// as `warn` until it is set).
-pub fn check_targets(routes: &[crate::config::Route], raw: &[RawRoute], problems: &mut Problems) {
-    for (i, r) in raw.iter().enumerate() {
-        let Some(prefix) = r.escalate_upstream.as_deref().map(|p| p.trim_end_matches('/')) else {
-            continue;
-        };
-        let own = r.prefix.trim_end_matches('/');
-        let path = format!("routes[{i}].escalate_upstream");
-        match routes.iter().find(|t| t.prefix == prefix) {
-            None => problems.push(path, format!("{prefix:?} is not the prefix of a route")),
-            Some(_) if prefix == own => problems.push(path, "names this route itself; leave it out"),
-            Some(t) if Some(t.provider) != routes.iter().find(|x| x.prefix == own).map(|x| x.provider) => {
-                problems.push(
-                    path,
-                    format!(
-                        "{prefix:?} is a route of another provider ({})",
-                        t.provider.name()
-                    ),
-                );
-            }
-            Some(_) => {}
-        }
-        if let Some(var) = &r.escalate_credential_env {
-            if std::env::var_os(var).is_none() {
-                problems.notice(
-                    format!("routes[{i}].escalate_credential_env"),
-                    format!(
-                        "the environment variable {var} is not set: escalation on this route acts as warn"
-                    ),
-                );
-            }
-        }
-    }
-}
+pub use crate::config::escalate::RouteEscalation;
 
 /// What the forward stage changes for an escalated request (the body is
 /// already rewritten).
@@ -279,7 +123,12 @@ pub struct Request<'a> {
 impl EscalationState {
     /// Advances the state for one request and says what it is; `target` is
     /// the escalation model, `None` when the route cannot escalate.
-    pub fn step(&mut self, request: &Request<'_>, target: Option<&str>, settings: &EscalateSettings) -> Step {
+    pub fn step(
+        &mut self,
+        request: &Request<'_>,
+        target: Option<&str>,
+        settings: &crate::detect::settings::EscalateSettings,
+    ) -> Step {
         let mut ended = false;
         if let Some(active) = self.active.as_ref().filter(|a| a.lane == request.lane) {
             if request.person_spoke || active.remaining == 0 {

@@ -1,6 +1,7 @@
 //! The escalation state over a lane's requests.
 
 use super::*;
+use crate::detect::settings::EscalateSettings;
 
 fn req(model: &str, wants: bool, person_spoke: bool, signed: usize) -> Request<'_> {
     Request {

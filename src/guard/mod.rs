@@ -95,7 +95,7 @@ struct Detected {
     /// The verdicts, decisive or not.
     verdicts: Vec<Verdict>,
     /// The semantic check to run in the background, if one is due.
-    ticket: Option<crate::judge::Ticket>,
+    ticket: Option<crate::semantic::Ticket>,
     /// The person spoke in what is new in the request.
     person_spoke: bool,
 }
@@ -105,7 +105,7 @@ struct Detected {
 pub struct Guard {
     store: Arc<Store>,
     chains: ChainStore,
-    judge: crate::judge::Judge,
+    judge: crate::semantic::Checker,
     fault_injection: bool,
 }
 
@@ -150,7 +150,7 @@ impl Guard {
         Self {
             store: Arc::new(Store::new(config.sessions.max_sessions, config.sessions.idle_ttl)),
             chains: ChainStore::new(config.sessions.idle_ttl),
-            judge: crate::judge::Judge::new(config),
+            judge: crate::semantic::Checker::new(config),
             fault_injection: std::env::var("LOOPGUARD_FAULT_INJECTION").is_ok_and(|v| v == "1"),
         }
     }
@@ -370,15 +370,15 @@ impl Guard {
         if located.stateful {
             abort_instead_of_block(&mut verdicts);
         }
-        let ticket = crate::judge::on_request(
+        let ticket = crate::semantic::on_request(
             &self.judge,
             lane_state,
             absorbed.person_spoke,
             settings,
             &mut verdicts,
         );
-        let arm = settings.experiment.arm(&session_key);
-        crate::escalate::experiment::Experiment::apply(arm, &mut verdicts);
+        let arm = crate::escalate::experiment::arm(&settings.experiment, &session_key);
+        crate::escalate::experiment::apply(arm, &mut verdicts);
         for v in &verdicts {
             lane_state.remember(v);
         }
@@ -404,7 +404,7 @@ impl Guard {
     fn follow_up(
         &self,
         located: &Located<'_>,
-        ticket: Option<crate::judge::Ticket>,
+        ticket: Option<crate::semantic::Ticket>,
         verdicts: &[Verdict],
         session_key: &str,
         settings: &Arc<Settings>,

@@ -107,7 +107,7 @@ impl StreamReviewer {
     /// A stream-time block or abort ends the lane's loop stretch.
     fn follow_outcome(&self, verdict: Option<&crate::detect::Verdict>) {
         let Some(verdict) = verdict else { return };
-        let arm = self.settings.experiment.arm(&self.key);
+        let arm = crate::escalate::experiment::arm(&self.settings.experiment, &self.key);
         let ended = {
             let mut session = self.session.lock().unwrap_or_else(PoisonError::into_inner);
             crate::escalate::outcome::follow(&mut session.lane(self.lane).stretch, Some(verdict), arm, true)

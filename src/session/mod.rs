@@ -13,6 +13,7 @@
 
 pub mod chain;
 pub mod key;
+pub mod semantic_schedule;
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
@@ -39,8 +40,8 @@ pub struct Lane {
     pub recent: VecDeque<Verdict>,
     /// When the lane last saw a request.
     pub last_seen: Instant,
-    /// The LLM judge's schedule and pending result (see [`crate::judge`]).
-    pub judge: crate::judge::JudgeState,
+    /// The LLM judge's schedule and pending result (see [`semantic_schedule`]).
+    pub judge: semantic_schedule::CheckState,
     /// The loop stretch in progress, for the outcome counters.
     pub stretch: Option<crate::escalate::outcome::Stretch>,
 }
@@ -89,7 +90,7 @@ impl Session {
                     prev: None,
                     recent: VecDeque::new(),
                     last_seen: now,
-                    judge: crate::judge::JudgeState::default(),
+                    judge: semantic_schedule::CheckState::default(),
                     stretch: None,
                 });
                 self.lanes.len() - 1
