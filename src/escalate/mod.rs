@@ -184,6 +184,7 @@ impl EscalationState {
 }
 
 #[cfg(test)]
+#[path = "escalate_tests.rs"]
 mod tests;
 
 /// Points the upstream request of an escalated request at its target: the

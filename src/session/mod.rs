@@ -267,6 +267,31 @@ fn went_idle(session: &SharedSession, tally: &crate::escalate::outcome::Tally) {
 mod tests {
     use super::*;
 
+    /// A session forgotten with a loop stretch open counts it `idle`.
+    #[test]
+    fn a_forgotten_session_ends_its_stretch_idle() {
+        let store = Store::new(10, Duration::from_millis(50));
+        let (session, _) = store.get_or_create("k");
+        {
+            let mut s = session.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            s.lane(1).stretch = Some(crate::escalate::outcome::Stretch {
+                detector: "identical_call".to_owned(),
+                arm: crate::escalate::experiment::Arm::Holdout,
+            });
+        }
+        drop(session);
+        std::thread::sleep(Duration::from_millis(120));
+        assert!(store.get("k").is_none());
+        let _ = store.len();
+        let rows = store.outcomes().rows();
+        assert_eq!(
+            rows,
+            vec![
+                serde_json::json!({"arm": "holdout", "detector": "identical_call", "outcome": "idle", "count": 1})
+            ]
+        );
+    }
+
     #[test]
     fn the_store_stays_within_its_capacity() {
         let store = Store::new(100, Duration::from_secs(60));
