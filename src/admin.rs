@@ -45,6 +45,7 @@ pub fn app(state: AdminState) -> Router {
         .route("/admin/sessions/{key}", get(session).delete(forget))
         .route("/admin/reload", post(reload))
         .route("/admin/experiment", get(experiment))
+        .merge(crate::ui::routes())
         .with_state(state)
 }
 

@@ -36,10 +36,19 @@ pub enum Command {
     ///
     /// A .json file is one request body, a .jsonl file is a session's successive request bodies;
     /// a last .sse file (or response-shaped .json) is the response to the last request.
+    /// With --summary each file is replayed as a session of its own and summarised instead.
     Replay {
-        /// Config file whose [loop_detection] to use (default: the built-in defaults).
+        /// Config file whose [loop_detection] and [[agents]] to use (default: the built-in
+        /// defaults); it needs no [[routes]].
         #[arg(long)]
         config: Option<PathBuf>,
+        /// Per file (each its own session): requests, verdicts per level, first warning /
+        /// critical / stop with request index and detector; then the totals. A table.
+        #[arg(long)]
+        summary: bool,
+        /// With --summary: print it as one JSON document instead of a table.
+        #[arg(long, requires = "summary")]
+        json: bool,
         /// Dialect of the bodies (default: guessed from their shape).
         #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(crate::dialect::Dialect::ALL.map(crate::dialect::Dialect::name)))]
         dialect: Option<String>,

@@ -38,11 +38,12 @@
 //!   (`semantic_loop`), run in the background on a schedule, never delaying
 //!   a request.
 //! - [`admin`]: health, metrics and the session API on the admin listener.
+//! - [`ui`]: the live page (`/ui`) on the admin listener.
 //! - [`reload`]: hot reload of the config file (SIGHUP, `POST /admin/reload`).
 //! - [`telemetry`]: logging setup and the fail-open counter.
 //! - [`task`]: the one way to start a background task (counted).
 //! - [`tools`]: apart from the product — `loopguard demo`, the scripted mock
-//!   upstream, `loopguard replay`.
+//!   upstream, `loopguard replay` (and its `--summary`).
 
 pub mod admin;
 pub mod cli;
@@ -65,3 +66,4 @@ pub mod task;
 pub mod telemetry;
 pub mod tools;
 pub mod transcript;
+pub mod ui;

@@ -12,6 +12,7 @@ pub mod escalate;
 mod ladder;
 pub mod raw;
 pub mod semantic;
+mod shape;
 
 use std::fmt;
 use std::net::SocketAddr;
@@ -219,25 +220,63 @@ pub fn load_file(path: &Path) -> Result<Loaded, ConfigError> {
     load_str(&text, &source_name)
 }
 
+/// Reads and validates a config file for the offline tools (`replay`):
+/// only `[loop_detection]` and `[[agents]]` matter there, so a file without
+/// `[[routes]]` is accepted (every other problem is still an error).
+///
+/// # Errors
+/// As [`load_file`].
+pub fn load_detection_file(path: &Path) -> Result<Loaded, ConfigError> {
+    let source_name = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
+        source_name: source_name.clone(),
+        errors: vec![Problem {
+            path: String::new(),
+            message: format!("cannot read file: {e}"),
+        }],
+    })?;
+    load_text(&text, &source_name, false)
+}
+
 /// Validates config text.
 ///
 /// # Errors
 /// [`ConfigError`] with every problem found. A TOML syntax error or an
 /// unknown key is reported with the parser's own line and column.
 pub fn load_str(text: &str, source_name: &str) -> Result<Loaded, ConfigError> {
-    let raw: RawConfig = toml::from_str(text).map_err(|e| ConfigError {
-        source_name: source_name.to_owned(),
-        // One problem: the parser's own message, with line and column.
-        // Several: one per section, each with its key path.
-        errors: shape_problems(text).filter(|p| p.len() > 1).unwrap_or_else(|| {
-            vec![Problem {
-                path: String::new(),
-                message: e.to_string().trim_end().to_owned(),
-            }]
-        }),
-    })?;
+    load_text(text, source_name, true)
+}
+
+fn load_text(text: &str, source_name: &str, need_routes: bool) -> Result<Loaded, ConfigError> {
     let mut problems = Problems::default();
+    let raw: RawConfig = match toml::from_str(text) {
+        Ok(raw) => raw,
+        Err(e) => {
+            // A syntax error: the parser's own message, with line and column.
+            let table: toml::Table = toml::from_str(text).map_err(|_| ConfigError {
+                source_name: source_name.to_owned(),
+                errors: vec![Problem {
+                    path: String::new(),
+                    message: e.to_string().trim_end().to_owned(),
+                }],
+            })?;
+            // Shape problems: each with its key path, then the value
+            // problems of what remains.
+            let (shape, rest) = shape::problems(text, table);
+            let Some(rest) = rest else {
+                return Err(ConfigError {
+                    source_name: source_name.to_owned(),
+                    errors: shape,
+                });
+            };
+            problems.errors = shape;
+            rest
+        }
+    };
     let config = validate(&raw, &mut problems);
+    if !need_routes && raw.routes.is_empty() {
+        problems.errors.retain(|p| p.path != "routes");
+    }
     if problems.errors.is_empty() {
         Ok(Loaded {
             config,
@@ -249,50 +288,6 @@ pub fn load_str(text: &str, source_name: &str) -> Result<Loaded, ConfigError> {
             errors: problems.errors,
         })
     }
-}
-
-/// Every shape problem (unknown key, wrong type) at once: serde stops at the
-/// first, so each section (each route, each agent, each `loop_detection`
-/// table) is deserialized on its own, and its error carries its key path.
-/// `None` for a TOML syntax error (then the parser's own message, with line
-/// and column, is the answer) or when no section alone shows the problem.
-fn shape_problems(text: &str) -> Option<Vec<Problem>> {
-    let table: toml::Table = toml::from_str(text).ok()?;
-    let mut problems = Vec::new();
-    let mut check = |path: String, alone: toml::Table| {
-        if let Err(e) = toml::Value::Table(alone).try_into::<RawConfig>() {
-            // serde adds "in `section`" lines; the path says it already.
-            let text = e.to_string();
-            let message = text.lines().next().unwrap_or_default().trim_end().to_owned();
-            problems.push(Problem { path, message });
-        }
-    };
-    for (key, value) in &table {
-        match (key.as_str(), value) {
-            ("routes" | "agents", toml::Value::Array(items)) => {
-                for (i, item) in items.iter().enumerate() {
-                    let mut alone = toml::Table::new();
-                    alone.insert(key.clone(), toml::Value::Array(vec![item.clone()]));
-                    check(format!("{key}[{i}]"), alone);
-                }
-            }
-            ("loop_detection", toml::Value::Table(sections)) => {
-                for (sub, v) in sections {
-                    let mut inner = toml::Table::new();
-                    inner.insert(sub.clone(), v.clone());
-                    let mut alone = toml::Table::new();
-                    alone.insert(key.clone(), toml::Value::Table(inner));
-                    check(format!("{key}.{sub}"), alone);
-                }
-            }
-            _ => {
-                let mut alone = toml::Table::new();
-                alone.insert(key.clone(), value.clone());
-                check(key.clone(), alone);
-            }
-        }
-    }
-    (!problems.is_empty()).then_some(problems)
 }
 
 fn validate(raw: &RawConfig, problems: &mut Problems) -> Config {

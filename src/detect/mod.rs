@@ -64,7 +64,7 @@ pub use compaction::{Classification, RequestSummary, classify, classify_summariz
 pub use content_chanting::{Channel, ContentScanner};
 pub use outcome::{Outcome, outcome_of};
 pub use rerun::{ReplayLine, replay};
-pub use session::{Absorbed, SessionState};
+pub use session::{Absorbed, CallView, SessionState};
 pub use settings::{Settings, Thresholds, ToolMatcher};
 pub use verdict::{Action, DetectorKind, Level, Verdict, decisive, rank};
 #[cfg(test)]

@@ -42,6 +42,24 @@ pub struct Absorbed {
     pub person_spoke: bool,
 }
 
+/// One held tool cycle, as the live page shows it (see [`SessionState::calls`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CallView {
+    /// Position in the session (monotonic; see [`SessionState::next_seq`]).
+    pub seq: u64,
+    /// The tool's name.
+    pub tool: String,
+    /// The arguments as canonical JSON, at most 120 characters.
+    pub arguments: String,
+    /// When loopguard first saw the cycle (session clock).
+    pub at: Duration,
+    /// The result was an error, or the arguments did not parse.
+    pub failed: bool,
+    /// An earlier held cycle had the same call (tool and arguments) and the
+    /// same result (outcome hash): the agent learned nothing new.
+    pub repeat: bool,
+}
+
 /// Detector state of one session lane.
 #[derive(Debug, Clone, Default)]
 pub struct SessionState {
@@ -273,6 +291,33 @@ impl SessionState {
     /// Tool cycles held (at most `history_size`).
     pub fn cycles(&self) -> usize {
         self.cycles
+    }
+
+    /// The held tool cycles, oldest first (at most `history_size`), each
+    /// marked whether its result repeated an earlier identical call's.
+    pub fn calls(&self) -> Vec<CallView> {
+        let mut seen = HashSet::new();
+        self.steps
+            .iter()
+            .filter_map(|s| s.cycle().map(|c| (s, c)))
+            .map(|(step, c)| {
+                let repeat = c.outcome.is_some_and(|o| !seen.insert((c.signature, o.hash)));
+                CallView {
+                    seq: step.seq,
+                    tool: c.name.clone(),
+                    arguments: c.args.clone(),
+                    at: step.at,
+                    failed: c.failed(),
+                    repeat,
+                }
+            })
+            .collect()
+    }
+
+    /// The position the next absorbed step will get: a verdict noted now
+    /// followed the steps before it.
+    pub fn next_seq(&self) -> u64 {
+        self.next_seq
     }
 
     /// An estimate of the heap bytes this state holds (for memory budgets and benchmarks).

@@ -130,6 +130,7 @@ pub fn record(verdict: &Verdict, session: &str, agent: Option<&str>, at: &'stati
         "action" => verdict.action.name()
     )
     .increment(1);
+    crate::ui::activity::note(verdict.detector.name());
 }
 
 /// A lane: one route, system text and tool set.

@@ -38,6 +38,8 @@ pub struct Lane {
     pub prev: Option<RequestSummary>,
     /// The last verdicts, newest last.
     pub recent: VecDeque<Verdict>,
+    /// When each of `recent` was noted, in the same order (the live page's timeline).
+    pub noted: VecDeque<Noted>,
     /// When the lane last saw a request.
     pub last_seen: Instant,
     /// The LLM judge's schedule and pending result (see [`semantic_schedule`]).
@@ -62,7 +64,7 @@ pub struct Session {
 }
 
 impl Session {
-    fn new(key: &str) -> Self {
+    pub(crate) fn new(key: &str) -> Self {
         Self {
             key: key.to_owned(),
             agent: None,
@@ -89,6 +91,7 @@ impl Session {
                     state: SessionState::new(),
                     prev: None,
                     recent: VecDeque::new(),
+                    noted: VecDeque::new(),
                     last_seen: now,
                     judge: semantic_schedule::CheckState::default(),
                     stretch: None,
@@ -112,9 +115,27 @@ impl Lane {
     pub fn remember(&mut self, verdict: &Verdict) {
         if self.recent.len() >= RECENT_VERDICTS {
             self.recent.pop_front();
+            self.noted.pop_front();
         }
         self.recent.push_back(verdict.clone());
+        self.noted.push_back(Noted {
+            unix_ms: SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+            after_seq: self.state.next_seq(),
+        });
     }
+}
+
+/// When a verdict of [`Lane::recent`] was noted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Noted {
+    /// Wall clock, milliseconds since the Unix epoch.
+    pub unix_ms: u64,
+    /// [`SessionState::next_seq`] at the time: the verdict followed the
+    /// steps before this position (the calls it judged, or the ones before
+    /// the call it withheld at stream time).
+    pub after_seq: u64,
 }
 
 /// A shared, lockable session.

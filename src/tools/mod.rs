@@ -1,7 +1,8 @@
 //! Tools around the product, not on its request path: the `loopguard demo`
 //! run, the scripted mock upstream (tests, benchmarks, the demo) and the
-//! `loopguard replay` command.
+//! `loopguard replay` command and its `--summary`.
 
 pub mod demo;
 pub mod mock;
 pub mod replay;
+pub mod replay_summary;

@@ -119,6 +119,28 @@ pub fn run(
     dialect: Option<Dialect>,
     interval: Duration,
 ) -> Result<Vec<ReplayLine>, ReplayError> {
+    replay_files(settings, files, dialect, interval).map(|r| r.lines)
+}
+
+/// A replay's result: how many requests it judged and the verdict lines.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Replayed {
+    /// Request bodies replayed.
+    pub requests: usize,
+    /// The verdict lines, in request order.
+    pub lines: Vec<ReplayLine>,
+}
+
+/// As [`run`], with the number of requests replayed.
+///
+/// # Errors
+/// As [`run`].
+pub fn replay_files(
+    settings: &Settings,
+    files: &[PathBuf],
+    dialect: Option<Dialect>,
+    interval: Duration,
+) -> Result<Replayed, ReplayError> {
     let mut requests = Vec::new();
     let mut flags: Vec<Flags> = Vec::new();
     let mut seen_dialect = dialect;
@@ -184,7 +206,10 @@ pub fn run(
         lines.extend(judged);
         lines.sort_by_key(|l| l.request);
     }
-    Ok(lines)
+    Ok(Replayed {
+        requests: requests.len(),
+        lines,
+    })
 }
 
 /// Whether any line reaches `level`.
