@@ -384,7 +384,11 @@ impl Guard {
             Classification::Continuation => {}
         }
         lane_state.prev = Some(summary);
-        let absorbed = lane_state.state.absorb(transcript, now, settings);
+        let absorbed = if carries_only_new(request) {
+            lane_state.state.absorb_new(transcript, now, settings)
+        } else {
+            lane_state.state.absorb(transcript, now, settings)
+        };
         let mut verdicts = lane_state.state.judge_request(settings);
         if located.stateful {
             abort_instead_of_block(&mut verdicts);
@@ -589,6 +593,16 @@ fn start_recorder(config: &Config) -> Option<crate::recording::Recorder> {
             None
         }
     }
+}
+
+/// A Responses request chained with `previous_response_id` carries only
+/// the items new since that response (the server holds the rest).
+fn carries_only_new(request: &RequestView<'_>) -> bool {
+    request
+        .parsed
+        .responses
+        .as_ref()
+        .is_some_and(|r| r.previous_response_id.is_some())
 }
 
 fn pass() -> RequestDecision {
