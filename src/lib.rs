@@ -74,3 +74,4 @@ pub mod telemetry;
 pub mod tools;
 pub mod transcript;
 pub mod ui;
+pub mod workers;
