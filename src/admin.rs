@@ -48,9 +48,21 @@ pub fn app(state: AdminState) -> Router {
         .route("/admin/sessions", get(sessions))
         .route("/admin/sessions/{key}", get(session).delete(forget))
         .route("/admin/reload", post(reload))
+        .route("/admin/experiment", get(experiment))
         .merge(crate::ui::routes())
         .layer(axum::middleware::from_fn_with_state(state.clone(), host::check))
         .with_state(state)
+}
+
+/// `GET /admin/experiment`: the holdout share in force and how loop
+/// stretches ended, per arm and detector (see [`crate::escalate::outcome`]).
+async fn experiment(State(state): State<AdminState>) -> Response {
+    let holdout = state.config.load().loop_detection.defaults.experiment.holdout;
+    axum::Json(json!({
+        "holdout": holdout,
+        "outcomes": state.store.outcomes().rows(),
+    }))
+    .into_response()
 }
 
 async fn readyz(State(state): State<AdminState>) -> impl IntoResponse {

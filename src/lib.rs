@@ -32,6 +32,8 @@
 //!   (request-time decision, stream-time decision), in one pure place.
 //! - [`guard`]: connects sessions and detectors to the proxy (request-time
 //!   verdicts; the stream-time [`guard::stream::StreamReviewer`]).
+//! - [`escalate`]: the `escalate` action's per-session state and
+//!   retargeting, the experiment's arms and the loop outcome counters.
 //! - [`semantic`]: the semantic check, the optional LLM judge
 //!   (`semantic_loop`), run in the background on a schedule, never delaying
 //!   a request.
@@ -52,6 +54,7 @@ pub mod cli;
 pub mod config;
 pub mod detect;
 pub mod dialect;
+pub mod escalate;
 pub mod guard;
 pub mod http_client;
 pub mod json_array;

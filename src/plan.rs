@@ -73,6 +73,8 @@ pub enum RequestDecision {
         /// The decisive verdict that let it go (observe, warn) as its
         /// `x-loopguard-verdict` value, for the request log.
         verdict: Option<String>,
+        /// Escalated: another model (and maybe upstream) than the agent's.
+        retarget: Option<crate::escalate::Retarget>,
     },
     /// Answer in the upstream's place.
     Answer {
@@ -125,6 +127,7 @@ pub fn request(
             body: None,
             judge,
             verdict: None,
+            retarget: None,
         };
     };
     match verdict.action {
@@ -132,11 +135,15 @@ pub fn request(
             body: None,
             judge,
             verdict: Some(verdict.header_value()),
+            retarget: None,
         },
-        Action::Warn => RequestDecision::Forward {
+        // An escalation is a warning sent to another model: the guard
+        // retargets the request afterwards.
+        Action::Warn | Action::Escalate => RequestDecision::Forward {
             body: inject(&verdict.message),
             judge,
             verdict: Some(verdict.header_value()),
+            retarget: None,
         },
         Action::Block => {
             metrics::counter!("loopguard_upstream_requests_avoided_total").increment(1);
@@ -168,7 +175,8 @@ pub fn request(
 /// The stream-time decision for a decisive verdict.
 pub fn stream(verdict: &Verdict) -> Decision {
     match verdict.action {
-        Action::Observe | Action::Warn => Decision::Pass,
+        // A stream-time warning is carried by the next request.
+        Action::Observe | Action::Warn | Action::Escalate => Decision::Pass,
         Action::Block => Decision::Block(Cut {
             message: verdict.message.clone(),
             header: verdict.header_value(),

@@ -247,6 +247,8 @@ fn merge(base: &RawLoopDetection, over: &RawLoopDetection) -> RawLoopDetection {
             (a, b) => b.clone().or_else(|| a.clone()),
         },
         semantic_check: super::semantic::merged(base.semantic_check.as_ref(), over.semantic_check.as_ref()),
+        escalate: super::escalate::RawEscalate::merged(base.escalate.as_ref(), over.escalate.as_ref()),
+        experiment: over.experiment.clone().or_else(|| base.experiment.clone()),
         detectors: base.detectors.merged(&over.detectors),
     }
 }
@@ -316,10 +318,7 @@ const DEFAULT_POLL_TOOLS: &[DefaultMatcher] = &[
 fn action(text: Option<&String>, default: Action, path: &str, problems: &mut Problems) -> Option<Action> {
     let text = text?;
     Some(Action::parse(text).unwrap_or_else(|| {
-        problems.push(
-            path,
-            format!("{text:?} is not one of \"observe\", \"warn\", \"block\", \"abort\""),
-        );
+        problems.push(path, format!("{text:?} is not one of {}", Action::NAMES));
         default
     }))
 }
@@ -429,6 +428,16 @@ fn build(raw: &RawLoopDetection, path: &str, problems: &mut Problems) -> Setting
             ),
         },
         semantic_check: crate::config::semantic::SemanticCheck::default(),
+        escalate: super::escalate::escalate_settings(
+            raw.escalate.as_ref(),
+            &format!("{path}.escalate"),
+            problems,
+        ),
+        experiment: super::escalate::experiment(
+            raw.experiment.as_ref(),
+            &format!("{path}.experiment"),
+            problems,
+        ),
     };
     if raw.history_size == Some(0) {
         problems.push(format!("{path}.history_size"), "must be at least 1, got 0");

@@ -40,6 +40,10 @@ pub struct RawLoopDetection {
     pub compaction: Option<RawCompaction>,
     /// `[loop_detection.semantic_check]`: the LLM judge.
     pub semantic_check: Option<super::semantic::RawSemanticCheck>,
+    /// `[loop_detection.escalate]`: how long the `escalate` action lasts.
+    pub escalate: Option<super::escalate::RawEscalate>,
+    /// `[loop_detection.experiment]`: the holdout arm.
+    pub experiment: Option<super::escalate::RawExperiment>,
     /// Per-detector tables.
     #[serde(flatten)]
     pub detectors: RawDetectors,

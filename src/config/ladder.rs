@@ -56,10 +56,7 @@ pub(crate) fn thresholds(
         }
         match Action::parse(text) {
             Some(a) => actions[level.index()] = Some(a),
-            None => problems.push(
-                key,
-                format!("{text:?} is not one of \"observe\", \"warn\", \"block\", \"abort\""),
-            ),
+            None => problems.push(key, format!("{text:?} is not one of {}", Action::NAMES)),
         }
     }
     let _ = defaults;

@@ -8,6 +8,7 @@
 
 pub mod detection;
 pub mod detection_raw;
+pub mod escalate;
 mod ladder;
 pub mod raw;
 pub mod recording;
@@ -130,6 +131,9 @@ pub struct Route {
     pub upstream: Url,
     /// Remove the prefix before forwarding.
     pub strip_prefix: bool,
+    /// Where the `escalate` action sends a looping session (`None`: the
+    /// route has no escalation; the action then acts as `warn`).
+    pub escalation: Option<escalate::RouteEscalation>,
 }
 
 /// Validated `[sessions]`.
@@ -538,9 +542,11 @@ fn validate_routes(raw: &RawConfig, problems: &mut Problems) -> Vec<Route> {
                 provider,
                 upstream,
                 strip_prefix: r.strip_prefix,
+                escalation: escalate::RouteEscalation::validate(r, &base, problems),
             });
         }
     }
+    escalate::check_targets(&routes, &raw.routes, problems);
     routes.sort_by_key(|r| std::cmp::Reverse(r.prefix.len()));
     routes
 }

@@ -137,6 +137,17 @@ pub struct RawRoute {
     /// Remove the prefix before appending the path to `upstream`.
     #[serde(default)]
     pub strip_prefix: bool,
+    /// The model a looping session is sent to by the `escalate` action.
+    #[serde(default)]
+    pub escalate_model: Option<String>,
+    /// The prefix of another route of the same provider that serves
+    /// `escalate_model` (default: this route).
+    #[serde(default)]
+    pub escalate_upstream: Option<String>,
+    /// With `escalate_upstream`: the environment variable holding that
+    /// upstream's credential (the client's is never sent there).
+    #[serde(default)]
+    pub escalate_credential_env: Option<String>,
 }
 
 /// `[sessions]`.

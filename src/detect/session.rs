@@ -43,6 +43,16 @@ const ANCHORS: usize = 16;
 /// User-text hashes remembered per session (canned-message recognition).
 const USER_TEXTS: usize = 512;
 
+/// How much of the history a request carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Carries {
+    /// The whole history (or a compacted / pruned form of it): aligned
+    /// against the previous request to find what is new.
+    Whole,
+    /// Only what is new since the previous request.
+    New,
+}
+
 /// What absorbing a request changed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Absorbed {
@@ -116,8 +126,30 @@ impl SessionState {
 
     /// Merges a request's history into the session (see the module doc).
     pub fn absorb(&mut self, transcript: &Transcript, now: Duration, settings: &Settings) -> Absorbed {
+        self.absorb_from(transcript, now, settings, Carries::Whole)
+    }
+
+    /// Merges a request that carries only what is new since the previous
+    /// one: an OpenAI Responses request chained with `previous_response_id`
+    /// (the server holds the rest). Nothing in it is aligned against the
+    /// previous request, so an identical cycle counts again rather than
+    /// reading as the previous request's tail resent.
+    pub fn absorb_new(&mut self, transcript: &Transcript, now: Duration, settings: &Settings) -> Absorbed {
+        self.absorb_from(transcript, now, settings, Carries::New)
+    }
+
+    fn absorb_from(
+        &mut self,
+        transcript: &Transcript,
+        now: Duration,
+        settings: &Settings,
+        carries: Carries,
+    ) -> Absorbed {
         self.declared.clone_from(&transcript.tools);
-        let (items, start) = extract(transcript, settings, |keys| self.align(keys));
+        let (items, start) = extract(transcript, settings, |keys| match carries {
+            Carries::Whole => self.align(keys),
+            Carries::New => 0,
+        });
         let n = items.len();
         let mut absorbed = Absorbed::default();
         let mut prev_canned = false;

@@ -146,3 +146,54 @@ fn a_huge_batch_is_judged_in_linear_time() {
     let took = started.elapsed();
     assert!(took < Duration::from_secs(30), "{took:?}");
 }
+
+/// A request that carries one call and its result, and nothing else (what
+/// a Responses request chained with `previous_response_id` holds once the
+/// call of the response it chains to is put first).
+fn delta(round: usize, result: &str) -> Transcript {
+    let mut b = Builder::new(Dialect::OpenAi, &["list_directory"]);
+    b.t.messages.clear();
+    b.next_id = round * 10;
+    b.call("list_directory", json!({"path": "."}), result, false);
+    b.request()
+}
+
+/// Chained requests each carrying the same call and result: the fifth is
+/// critical, as in a resent history. Aligned as whole histories they would
+/// read as the previous request resent, and nothing would count.
+#[test]
+fn chained_requests_count_each_identical_cycle() {
+    let settings = Settings::default();
+    let mut session = SessionState::new();
+    let mut levels = Vec::new();
+    for round in 0..5 {
+        session.absorb_new(
+            &delta(round, "a.txt"),
+            Duration::from_secs(round as u64),
+            &settings,
+        );
+        levels.push(session.judge_request(&settings).first().map(|v| v.level));
+    }
+    assert_eq!(session.cycles(), 5);
+    assert_eq!(levels[4], Some(crate::detect::Level::Critical), "{levels:?}");
+}
+
+/// The legitimate twin: chained requests whose results change (the agent
+/// learns something each time) reach no critical.
+#[test]
+fn chained_requests_with_changing_results_are_left_alone() {
+    let settings = Settings::default();
+    let mut session = SessionState::new();
+    for round in 0..6 {
+        session.absorb_new(
+            &delta(round, &format!("{round}.txt")),
+            Duration::from_secs(round as u64),
+            &settings,
+        );
+        let verdicts = session.judge_request(&settings);
+        assert!(
+            verdicts.iter().all(|v| v.level != crate::detect::Level::Critical),
+            "round {round}: {verdicts:?}"
+        );
+    }
+}

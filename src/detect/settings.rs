@@ -251,6 +251,10 @@ pub struct Settings {
     pub compaction: CompactionPatterns,
     /// `[loop_detection.semantic_check]`: the LLM judge (off by default).
     pub semantic_check: SemanticCheck,
+    /// `[loop_detection.escalate]`: how long an escalation lasts.
+    pub escalate: EscalateSettings,
+    /// `[loop_detection.experiment]`: the holdout arm (off by default).
+    pub experiment: Experiment,
 }
 
 impl Settings {
@@ -358,4 +362,35 @@ impl Default for SemanticCheck {
             max_concurrent: 4,
         }
     }
+}
+
+/// Default `[loop_detection.escalate] requests`: how many requests an escalation lasts.
+pub const DEFAULT_ESCALATE_REQUESTS: u32 = 10;
+/// Default `max_escalations_per_session`.
+pub const DEFAULT_MAX_ESCALATIONS: u32 = 1;
+
+/// Validated `[loop_detection.escalate]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EscalateSettings {
+    /// Requests sent to the escalation model (counting the one that carries
+    /// the warning); the person speaking ends it sooner.
+    pub requests: u32,
+    /// Escalations a session may start; past it `escalate` acts as `warn`.
+    pub max_per_session: u32,
+}
+
+impl Default for EscalateSettings {
+    fn default() -> Self {
+        Self {
+            requests: DEFAULT_ESCALATE_REQUESTS,
+            max_per_session: DEFAULT_MAX_ESCALATIONS,
+        }
+    }
+}
+
+/// Validated `[loop_detection.experiment]`.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Experiment {
+    /// Share of sessions held out (0: no experiment).
+    pub holdout: f64,
 }

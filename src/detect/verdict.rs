@@ -52,11 +52,21 @@ pub enum Action {
     Block,
     /// Answer with an HTTP 400 in the dialect's error shape.
     Abort,
+    /// Forward to the route's `escalate_model` for a few requests, with the
+    /// warning added as for [`Action::Warn`] (see [`crate::escalate`]).
+    /// Where no escalation is possible it acts as `Warn`.
+    Escalate,
 }
 
 impl Action {
     /// Every action, mildest first.
-    pub const ALL: [Self; 4] = [Self::Observe, Self::Warn, Self::Block, Self::Abort];
+    pub const ALL: [Self; 5] = [
+        Self::Observe,
+        Self::Warn,
+        Self::Block,
+        Self::Abort,
+        Self::Escalate,
+    ];
 
     /// The name used in config and headers.
     pub fn name(self) -> &'static str {
@@ -65,8 +75,12 @@ impl Action {
             Self::Warn => "warn",
             Self::Block => "block",
             Self::Abort => "abort",
+            Self::Escalate => "escalate",
         }
     }
+
+    /// The accepted names, quoted, for error messages.
+    pub const NAMES: &'static str = "\"observe\", \"warn\", \"block\", \"abort\", \"escalate\"";
 
     /// Parses an action name.
     pub fn parse(text: &str) -> Option<Self> {

@@ -8,6 +8,7 @@
 //! for chanting. Every verdict is one structured log event and a metric.
 //! Detector faults fail open: logged, counted, traffic passes.
 
+mod escalation;
 pub mod stream;
 
 use std::borrow::Cow;
@@ -95,6 +96,8 @@ struct Detected {
     verdicts: Vec<Verdict>,
     /// The semantic check to run in the background, if one is due.
     ticket: Option<crate::semantic::Ticket>,
+    /// The person spoke in what is new in the request.
+    person_spoke: bool,
 }
 
 /// Sessions plus the detectors.
@@ -212,7 +215,7 @@ impl Guard {
         }
         let header = config.sessions.header.as_str();
         let result = catch_unwind(AssertUnwindSafe(|| {
-            self.judge_request(request, header, &settings, agent.as_deref())
+            self.judge_request(config, request, header, &settings, agent.as_deref())
         }));
         match result {
             Ok((decision, key)) => (decision, Some(key)),
@@ -229,6 +232,7 @@ impl Guard {
     /// the decision ([`crate::plan::request`]).
     fn judge_request(
         &self,
+        config: &Config,
         request: &RequestView<'_>,
         session_header: &str,
         settings: &Arc<Settings>,
@@ -240,23 +244,30 @@ impl Guard {
         }
         let now = self.store.now();
         let (detected, session_key) = self.detect(request, &located, summary, now, settings, agent);
-        let lane = crate::recording::LaneId {
+        let recording_lane = crate::recording::LaneId {
             session: session_key.clone(),
             lane: located.lane,
         };
         self.record_request(
             request,
-            &lane,
+            &recording_lane,
             now,
             detected.as_ref().map(|d| d.verdicts.as_slice()),
         );
-        let Some(Detected { verdicts, ticket }) = detected else {
+        let Some(Detected {
+            verdicts,
+            ticket,
+            person_spoke,
+        }) = detected
+        else {
             return (pass(), session_key);
         };
         self.follow_up(&located, ticket, &verdicts, &session_key, settings, agent);
+        let session = Arc::clone(&located.session);
+        let lane = located.lane;
         let mut judge = self.stream_reviewer(request, located, &session_key, settings, agent);
         if let Some(recorder) = &self.recorder {
-            judge.record_into(recorder.clone(), lane);
+            judge.record_into(recorder.clone(), recording_lane);
         }
         let model = request.model();
         let target = Target {
@@ -265,9 +276,16 @@ impl Guard {
             model: &model,
             include_usage: request.parsed.include_usage,
         };
-        let decision = crate::plan::request(decisive(&verdicts), &target, judge, |warning| {
-            inject(request, warning)
-        });
+        let decisive = decisive(&verdicts);
+        let decision = crate::plan::request(decisive, &target, judge, |warning| inject(request, warning));
+        let seen = escalation::Seen {
+            session: &session,
+            lane,
+            key: &session_key,
+            wants: decisive.is_some_and(|v| v.action == crate::detect::Action::Escalate),
+            person_spoke,
+        };
+        let decision = escalation::apply(config, request, &seen, settings, &model, decision);
         (decision, session_key)
     }
 
@@ -366,7 +384,11 @@ impl Guard {
             Classification::Continuation => {}
         }
         lane_state.prev = Some(summary);
-        let absorbed = lane_state.state.absorb(transcript, now, settings);
+        let absorbed = if carries_only_new(request) {
+            lane_state.state.absorb_new(transcript, now, settings)
+        } else {
+            lane_state.state.absorb(transcript, now, settings)
+        };
         let mut verdicts = lane_state.state.judge_request(settings);
         if located.stateful {
             abort_instead_of_block(&mut verdicts);
@@ -378,11 +400,26 @@ impl Guard {
             settings,
             &mut verdicts,
         );
+        let arm = crate::escalate::experiment::arm(&settings.experiment, &session_key);
+        crate::escalate::experiment::apply(arm, &mut verdicts);
         for v in &verdicts {
             lane_state.remember(v);
         }
+        let ended =
+            crate::escalate::outcome::follow(&mut lane_state.stretch, decisive(&verdicts), arm, false);
         drop(guard);
-        (Some(Detected { verdicts, ticket }), session_key)
+        if let Some((stretch, outcome)) = ended {
+            self.store.outcomes().count(&session_key, &stretch, outcome);
+        }
+        let person_spoke = absorbed.person_spoke;
+        (
+            Some(Detected {
+                verdicts,
+                ticket,
+                person_spoke,
+            }),
+            session_key,
+        )
     }
 
     /// Hands the request to the recorder, when recording is on: its body as
@@ -558,11 +595,22 @@ fn start_recorder(config: &Config) -> Option<crate::recording::Recorder> {
     }
 }
 
+/// A Responses request chained with `previous_response_id` carries only
+/// the items new since that response (the server holds the rest).
+fn carries_only_new(request: &RequestView<'_>) -> bool {
+    request
+        .parsed
+        .responses
+        .as_ref()
+        .is_some_and(|r| r.previous_response_id.is_some())
+}
+
 fn pass() -> RequestDecision {
     RequestDecision::Forward {
         body: None,
         judge: Box::new(PassJudge),
         verdict: None,
+        retarget: None,
     }
 }
 

@@ -123,6 +123,21 @@ impl StreamReviewer {
     }
 }
 
+impl StreamReviewer {
+    /// A stream-time block or abort ends the lane's loop stretch.
+    fn follow_outcome(&self, verdict: Option<&crate::detect::Verdict>) {
+        let Some(verdict) = verdict else { return };
+        let arm = crate::escalate::experiment::arm(&self.settings.experiment, &self.key);
+        let ended = {
+            let mut session = self.session.lock().unwrap_or_else(PoisonError::into_inner);
+            crate::escalate::outcome::follow(&mut session.lane(self.lane).stretch, Some(verdict), arm, true)
+        };
+        if let Some((stretch, outcome)) = ended {
+            self.store.outcomes().count(&self.key, &stretch, outcome);
+        }
+    }
+}
+
 impl StreamJudge for StreamReviewer {
     fn recording(&mut self) -> Option<crate::recording::ResponseCopy> {
         let (recorder, lane) = self.recording.as_ref()?;
@@ -162,6 +177,7 @@ impl StreamJudge for StreamReviewer {
             record(v, &self.key, self.agent.as_deref(), "stream");
             self.record_verdict(v);
         }
+        self.follow_outcome(decisive(&verdicts));
         decisive(&verdicts).map_or(Decision::Pass, crate::plan::stream)
     }
 
@@ -182,6 +198,7 @@ impl StreamJudge for StreamReviewer {
         if let Ok(mut session) = self.session.lock() {
             session.lane(self.lane).remember(&verdict);
         }
+        self.follow_outcome(Some(&verdict));
         crate::plan::stream(&verdict)
     }
 }

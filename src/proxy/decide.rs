@@ -24,6 +24,8 @@ pub(super) struct Decided {
     pub(super) session: Option<String>,
     /// The request-time verdict that let it go (observe, warn), for the log.
     pub(super) verdict: Option<String>,
+    /// Escalated: the model and upstream it goes to instead.
+    pub(super) retarget: Option<crate::escalate::Retarget>,
 }
 
 /// Decides what becomes of an admitted request: sent upstream, or answered
@@ -35,6 +37,7 @@ pub(super) fn decide(guard: &Guard, config: &Config, admitted: &Admitted<'_>) ->
         judge: Box::new(PassJudge),
         session: None,
         verdict: None,
+        retarget: None,
     };
     let (Some(d), Some((decoded, parsed))) = (admitted.matched.dialect, &admitted.side) else {
         return Ok(decided);
@@ -52,22 +55,18 @@ pub(super) fn decide(guard: &Guard, config: &Config, admitted: &Admitted<'_>) ->
     decided.session = key;
     match decision {
         RequestDecision::Forward {
-            body: Some(replaced),
+            body,
             judge,
             verdict,
+            retarget,
         } => {
-            decided.forward = replaced;
-            decided.body_replaced = true;
+            if let Some(replaced) = body {
+                decided.forward = replaced;
+                decided.body_replaced = true;
+            }
             decided.judge = judge;
             decided.verdict = verdict;
-        }
-        RequestDecision::Forward {
-            body: None,
-            judge,
-            verdict,
-        } => {
-            decided.judge = judge;
-            decided.verdict = verdict;
+            decided.retarget = retarget;
         }
         RequestDecision::Answer {
             status,

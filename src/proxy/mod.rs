@@ -70,11 +70,15 @@ pub async fn handle(State(state): State<Arc<ProxyState>>, request: Request) -> R
         Err(answered) => return logged(*answered, started),
     };
     let body = decided.forward.clone();
-    let upstream =
-        match forward::forward(&state.client, &config, &admitted, body, decided.body_replaced).await {
-            Ok(upstream) => upstream,
-            Err(response) => return logged(*response, started),
-        };
+    let sending = forward::Sending {
+        body,
+        body_replaced: decided.body_replaced,
+        retarget: decided.retarget.as_ref(),
+    };
+    let upstream = match forward::forward(&state.client, &config, &admitted, sending).await {
+        Ok(upstream) => upstream,
+        Err(response) => return logged(*response, started),
+    };
     reply::reply(&config, &admitted, upstream, decided, started).await
 }
 

@@ -44,6 +44,8 @@ pub struct Lane {
     pub last_seen: Instant,
     /// The LLM judge's schedule and pending result (see [`semantic_schedule`]).
     pub judge: semantic_schedule::CheckState,
+    /// The loop stretch in progress, for the outcome counters.
+    pub stretch: Option<crate::escalate::outcome::Stretch>,
 }
 
 /// One conversation.
@@ -57,6 +59,8 @@ pub struct Session {
     pub last_seen: SystemTime,
     /// The lanes, most recently used last.
     pub lanes: Vec<Lane>,
+    /// The `escalate` action's state (see [`crate::escalate`]).
+    pub escalation: crate::escalate::EscalationState,
 }
 
 impl Session {
@@ -66,6 +70,7 @@ impl Session {
             agent: None,
             last_seen: SystemTime::now(),
             lanes: Vec::new(),
+            escalation: crate::escalate::EscalationState::default(),
         }
     }
 
@@ -89,6 +94,7 @@ impl Session {
                     noted: VecDeque::new(),
                     last_seen: now,
                     judge: semantic_schedule::CheckState::default(),
+                    stretch: None,
                 });
                 self.lanes.len() - 1
             }
@@ -147,6 +153,8 @@ pub struct Store {
     /// items new since) finds its session and the calls it answers.
     responses: moka::sync::Cache<String, Arc<StoredResponse>>,
     epoch: Instant,
+    /// How loop stretches ended (see [`crate::escalate::outcome`]).
+    outcomes: Arc<crate::escalate::outcome::Tally>,
 }
 
 /// A Responses response a later request may chain to.
@@ -172,10 +180,17 @@ impl std::fmt::Debug for Store {
 impl Store {
     /// A store keeping at most `max_sessions`, forgetting a session idle for `idle_ttl`.
     pub fn new(max_sessions: u64, idle_ttl: Duration) -> Self {
+        let outcomes = Arc::new(crate::escalate::outcome::Tally::default());
+        let tally = Arc::clone(&outcomes);
         Self {
             sessions: moka::sync::Cache::builder()
                 .max_capacity(max_sessions)
                 .time_to_idle(idle_ttl)
+                .eviction_listener(move |_key, session: SharedSession, cause| {
+                    if cause.was_evicted() {
+                        went_idle(&session, &tally);
+                    }
+                })
                 .build(),
             lanes: moka::sync::Cache::builder()
                 .max_capacity(max_sessions)
@@ -186,7 +201,13 @@ impl Store {
                 .time_to_idle(idle_ttl)
                 .build(),
             epoch: Instant::now(),
+            outcomes,
         }
+    }
+
+    /// How loop stretches ended so far.
+    pub fn outcomes(&self) -> &crate::escalate::outcome::Tally {
+        &self.outcomes
     }
 
     /// The detectors' clock: time since the store was created.
@@ -252,9 +273,45 @@ impl Store {
     }
 }
 
+/// A forgotten session's open stretches ended `idle`.
+fn went_idle(session: &SharedSession, tally: &crate::escalate::outcome::Tally) {
+    let mut s = session.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let key = s.key.clone();
+    for lane in &mut s.lanes {
+        if let Some(stretch) = lane.stretch.take() {
+            tally.count(&key, &stretch, crate::escalate::outcome::Outcome::Idle);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A session forgotten with a loop stretch open counts it `idle`.
+    #[test]
+    fn a_forgotten_session_ends_its_stretch_idle() {
+        let store = Store::new(10, Duration::from_millis(50));
+        let (session, _) = store.get_or_create("k");
+        {
+            let mut s = session.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            s.lane(1).stretch = Some(crate::escalate::outcome::Stretch {
+                detector: "identical_call".to_owned(),
+                arm: crate::escalate::experiment::Arm::Holdout,
+            });
+        }
+        drop(session);
+        std::thread::sleep(Duration::from_millis(120));
+        assert!(store.get("k").is_none());
+        let _ = store.len();
+        let rows = store.outcomes().rows();
+        assert_eq!(
+            rows,
+            vec![
+                serde_json::json!({"arm": "holdout", "detector": "identical_call", "outcome": "idle", "count": 1})
+            ]
+        );
+    }
 
     #[test]
     fn the_store_stays_within_its_capacity() {

@@ -137,7 +137,11 @@ pub fn judge(parsed: &Parsed, settings: &Settings) -> Vec<ReplayLine> {
                     Classification::Continuation => {}
                 }
                 previous = Some(summary);
-                state.absorb(transcript, *t, settings);
+                if chained {
+                    state.absorb_new(transcript, *t, settings);
+                } else {
+                    state.absorb(transcript, *t, settings);
+                }
                 let mut verdicts = state.judge_request(settings);
                 if stateful {
                     crate::plan::abort_instead_of_block(&mut verdicts);

@@ -20,7 +20,7 @@ fn unix_ms(t: SystemTime) -> u64 {
 pub fn delivered(v: &Verdict) -> Option<String> {
     match v.action {
         Action::Observe => None,
-        Action::Warn | Action::Block => Some(v.message.clone()),
+        Action::Warn | Action::Block | Action::Escalate => Some(v.message.clone()),
         Action::Abort => Some(crate::plan::abort_message(v)),
     }
 }

@@ -180,11 +180,6 @@ def test_responses_abort_after_text_is_an_error_event(mock, loopguard_abort):
     pytest.fail("no error event")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known regression from detection v2 (#12, open): a previous_response_id chain without a session "
-    "header is no longer stopped; strict, so this fails the suite once it is fixed and the mark must go",
-)
 def test_stateful_responses_chain_is_aborted_not_blocked(mock, loopguard):
     """Requests chained with previous_response_id carry only the new call
     output; loopguard finds the session (no session header) and the call
