@@ -150,87 +150,122 @@ impl SessionState {
             Carries::Whole => self.align(keys),
             Carries::New => 0,
         });
-        let n = items.len();
         let mut absorbed = Absorbed::default();
         let mut prev_canned = false;
         for (i, item) in items.iter().enumerate() {
-            let mut next_canned = false;
             if i < start {
-                if let Item::User {
-                    key,
-                    text: UserText::Own,
-                } = item
-                {
-                    self.remember_user(*key);
-                }
-                prev_canned = matches!(
-                    item,
-                    Item::User {
-                        text: UserText::Canned,
-                        ..
-                    }
-                );
+                prev_canned = self.resent(item);
                 continue;
             }
             // A canned reply answers a model turn: right after the assistant,
             // or right after another canned reply (recordings and some agents
             // drop the empty model turns between a run of format reminders).
             let after_assistant = (i > 0 && !matches!(items[i - 1], Item::User { .. })) || prev_canned;
-            let kind = match item {
-                Item::User {
-                    text: UserText::Synthetic,
-                    ..
-                } => None,
-                Item::User { key, text } => {
-                    let repeated = *text == UserText::Canned || self.user_texts.contains(key);
-                    if !repeated {
-                        self.epoch += 1;
-                        self.in_epoch = 0;
-                        self.epoch_turns = 0;
-                        absorbed.person_spoke = true;
-                    }
-                    self.remember_user(*key);
-                    // Only a text that matches `canned_patterns` is a canned
-                    // reminder (a failure); any other repeated text is a
-                    // repeated screen (issue #12 point 7).
-                    let canned = *text == UserText::Canned && after_assistant;
-                    next_canned = canned;
-                    if canned {
-                        Some(StepKind::Canned)
-                    } else if repeated {
-                        Some(StepKind::Screen(*key))
-                    } else {
-                        None
-                    }
-                }
-                Item::Said { key } => {
-                    self.turn += 1;
-                    self.epoch_turns += 1;
-                    Some(StepKind::Said(*key))
-                }
-                // Cycles from the alignment point on are always materialised.
-                Item::Cycle { cycle: None, .. } => None,
-                Item::Cycle {
-                    cycle: Some(cycle),
-                    turn_start,
-                    ..
-                } => {
-                    if *turn_start {
-                        self.turn += 1;
-                        self.epoch_turns += 1;
-                    }
-                    self.in_epoch += 1;
-                    self.compactions_in_row = 0;
-                    Some(StepKind::Cycle(self.resolve_dedup(cycle.clone())))
-                }
-            };
+            let (kind, canned) = self.step_of(item, after_assistant, &mut absorbed);
             if let Some(kind) = kind {
                 self.push(kind, item.key(), now, settings);
                 absorbed.new_steps += 1;
             }
-            prev_canned = next_canned;
+            prev_canned = canned;
         }
-        self.seen_items = items.len();
+        self.remember_items(&items);
+        absorbed
+    }
+
+    /// An item before the alignment point (already absorbed): only the
+    /// person's own text is remembered again. Returns whether it is a
+    /// canned reply.
+    fn resent(&mut self, item: &Item) -> bool {
+        if let Item::User {
+            key,
+            text: UserText::Own,
+        } = item
+        {
+            self.remember_user(*key);
+        }
+        matches!(
+            item,
+            Item::User {
+                text: UserText::Canned,
+                ..
+            }
+        )
+    }
+
+    /// The step a new item makes, if any, and whether it is a canned reply.
+    fn step_of(
+        &mut self,
+        item: &Item,
+        after_assistant: bool,
+        absorbed: &mut Absorbed,
+    ) -> (Option<StepKind>, bool) {
+        match item {
+            Item::User {
+                text: UserText::Synthetic,
+                ..
+            } => (None, false),
+            Item::User { key, text } => self.user_step(*key, *text, after_assistant, absorbed),
+            Item::Said { key } => {
+                self.turn += 1;
+                self.epoch_turns += 1;
+                (Some(StepKind::Said(*key)), false)
+            }
+            // Cycles from the alignment point on are always materialised.
+            Item::Cycle { cycle: None, .. } => (None, false),
+            Item::Cycle {
+                cycle: Some(cycle),
+                turn_start,
+                ..
+            } => {
+                if *turn_start {
+                    self.turn += 1;
+                    self.epoch_turns += 1;
+                }
+                self.in_epoch += 1;
+                self.compactions_in_row = 0;
+                (Some(StepKind::Cycle(self.resolve_dedup(cycle.clone()))), false)
+            }
+        }
+    }
+
+    /// A user text: a new one is the person speaking (a new epoch); a
+    /// canned one after a model turn is a canned reminder; any other
+    /// repeated text a repeated screen. Returns the step and whether it is
+    /// a canned reply.
+    fn user_step(
+        &mut self,
+        key: u64,
+        text: UserText,
+        after_assistant: bool,
+        absorbed: &mut Absorbed,
+    ) -> (Option<StepKind>, bool) {
+        let repeated = text == UserText::Canned || self.user_texts.contains(&key);
+        if !repeated {
+            self.epoch += 1;
+            self.in_epoch = 0;
+            self.epoch_turns = 0;
+            absorbed.person_spoke = true;
+        }
+        self.remember_user(key);
+        // Only a text that matches `canned_patterns` is a canned
+        // reminder (a failure); any other repeated text is a
+        // repeated screen (issue #12 point 7).
+        let canned = text == UserText::Canned && after_assistant;
+        let kind = if canned {
+            Some(StepKind::Canned)
+        } else if repeated {
+            Some(StepKind::Screen(key))
+        } else {
+            None
+        };
+        (kind, canned)
+    }
+
+    /// Remembers the request's items for aligning the next one: their
+    /// count, tail keys, anchors and shapes.
+    fn remember_items(&mut self, items: &[Item]) {
+        let n = items.len();
+        self.seen_items = n;
         self.tail = items.iter().rev().take(TAIL_KEYS).rev().map(Item::key).collect();
         self.anchors = items
             .iter()
@@ -241,7 +276,6 @@ impl SessionState {
             .collect();
         self.shapes = items.iter().map(Item::shape).collect();
         self.realign = false;
-        absorbed
     }
 
     /// The request-time verdicts for the current state, ranked. While a
