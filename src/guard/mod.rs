@@ -466,7 +466,8 @@ impl Guard {
                     .is_some_and(|v| v == "stream"),
         );
         Box::new(if request.dialect.chains_responses() {
-            judge.for_responses(located.tenant, located.stateful)
+            let root = !request.carries_only_new() && located.key.source == key::KeySource::Fingerprint;
+            judge.for_responses(located.tenant, located.stateful, root)
         } else {
             judge
         })
