@@ -6,6 +6,7 @@
 #   benches/e2e.sh                        # builds the release binary
 #   BIN=path/to/loopguard benches/e2e.sh
 #   RATES="100 1000" HISTORIES="0 500000 2000000" ROUNDS=3 DURATION=10 benches/e2e.sh
+#   BASE_BIN=path/to/older/loopguard benches/e2e.sh   # a 4th path: before/after in one run
 #
 # Needs `oha` (cargo install oha --locked), curl, python3 and nginx (installed
 # with apt-get when missing and run as root). For each load (one tool cycle
@@ -48,11 +49,22 @@ upstream = "$CANNED"
 prefix = "/stream"
 provider = "openai"
 upstream = "$CANNED"
+# oha -Z cycles through its bodies, so each history body is resent every
+# few seconds: the replay-storm breaker would answer in the upstream's place.
+[loop_detection.replay_storm]
+enabled = false
 TOML
 LOOPGUARD_LOG=warn "$BIN" serve --config "$WORK/lg.toml" >"$WORK/lg.out" 2>"$WORK/lg.err" &
 LG_PID=$!
 sleep 0.5
 LG="http://$(sed -n 's/.*proxy=\([^ ]*\).*/\1/p' "$WORK/lg.out")"
+PATHS=("direct $CANNED" "nginx $NGINX_PROXY" "loopguard $LG")
+if [ -n "${BASE_BIN:-}" ]; then
+  LOOPGUARD_LOG=warn "$BASE_BIN" serve --config "$WORK/lg.toml" >"$WORK/base.out" 2>"$WORK/base.err" &
+  sleep 0.5
+  BASE="http://$(sed -n 's/.*proxy=\([^ ]*\).*/\1/p' "$WORK/base.out")"
+  PATHS+=("base $BASE")
+fi
 rss() { awk '/VmRSS/ {print $2}' "/proc/$LG_PID/status"; }
 RSS_IDLE=$(rss)
 
@@ -100,8 +112,8 @@ RESULTS="$WORK/results.txt"
 measure() { # label rate bodies_file path
   local label="$1" rate="$2" file="$3" path="$4"
   for r in $(seq 1 "$ROUNDS"); do
-    local order=("direct $CANNED" "nginx $NGINX_PROXY" "loopguard $LG")
-    local k=$(( (r - 1) % 3 ))
+    local order=("${PATHS[@]}")
+    local k=$(( (r - 1) % ${#order[@]} ))
     order=("${order[@]:$k}" "${order[@]:0:$k}")
     for entry in "${order[@]}"; do
       set -- $entry
@@ -142,13 +154,21 @@ for line in open(sys.argv[1]):
     label, path, p50, p99, ok = line.split()
     rows[label][path].append((float(p50), float(p99), float(ok)))
 print()
-print("| load | direct p50 / p99 | nginx added p50 / p99 | loopguard added p50 / p99 | ratio (p50 added) | success |")
-print("|---|---|---|---|---|---|")
+base = any("base" in paths for paths in rows.values())
+extra = " base added p50 / p99 | base ratio |" if base else ""
+print("| load | direct p50 / p99 | nginx added p50 / p99 | loopguard added p50 / p99 | ratio (p50 added) |" + extra + " success |")
+print("|---|---|---|---|---|" + ("---|---|" if base else "") + "---|")
 for label, paths in rows.items():
     med = {p: (s.median(x[0] for x in v), s.median(x[1] for x in v), min(x[2] for x in v)) for p, v in paths.items()}
     d, n, l = med["direct"], med["nginx"], med["loopguard"]
     na, la = n[0] - d[0], l[0] - d[0]
     ratio = f"{la / na:.2f}x" if na > 0 else "n/a"
-    print(f"| {label} | {d[0]:.3f} / {d[1]:.3f} ms | {na:+.3f} / {n[1]-d[1]:+.3f} ms | {la:+.3f} / {l[1]-d[1]:+.3f} ms | {ratio} | {min(d[2], n[2], l[2]):.4f} |")
+    cols = ""
+    if base:
+        b = med["base"]
+        ba = b[0] - d[0]
+        cols = f" {ba:+.3f} / {b[1]-d[1]:+.3f} ms | {ba / na:.2f}x |" if na > 0 else " n/a | n/a |"
+    ok = min(x[2] for x in med.values())
+    print(f"| {label} | {d[0]:.3f} / {d[1]:.3f} ms | {na:+.3f} / {n[1]-d[1]:+.3f} ms | {la:+.3f} / {l[1]-d[1]:+.3f} ms | {ratio} |{cols} {ok:.4f} |")
 print(f"\nloopguard RSS: idle {int(sys.argv[2])/1024:.1f} MiB, after the load {int(sys.argv[3])/1024:.1f} MiB")
 PY

@@ -84,13 +84,13 @@ pub fn start(
         let (done_tx, done_rx) = oneshot::channel();
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
-            .thread_name(format!("loopguard-worker-{i}"))
+            .thread_name(format!("lg-worker-{i}"))
             .enable_all()
             .build()?;
         let shared = shared.clone();
         let slots = Arc::clone(&slots);
         std::thread::Builder::new()
-            .name(format!("loopguard-worker-{i}-main"))
+            .name(format!("lg-start-{i}"))
             .spawn(move || {
                 // The accept loop is a task, so it runs on the worker thread
                 // with the connections it spawns (block_on's future would

@@ -56,6 +56,11 @@ pub struct Proc {
 }
 
 impl Proc {
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// `http://ADDR`.
     pub fn url(&self) -> String {
         format!("http://{}", self.addr)
