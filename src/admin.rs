@@ -8,6 +8,7 @@
 //! answers only for an allowed `Host` ([`host`]).
 
 mod host;
+pub mod ui;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, PoisonError};
@@ -49,7 +50,7 @@ pub fn app(state: AdminState) -> Router {
         .route("/admin/sessions/{key}", get(session).delete(forget))
         .route("/admin/reload", post(reload))
         .route("/admin/experiment", get(experiment))
-        .merge(crate::ui::routes())
+        .merge(ui::routes())
         .layer(axum::middleware::from_fn_with_state(state.clone(), host::check))
         .with_state(state)
 }

@@ -38,7 +38,7 @@
 //!   (`semantic_loop`), run in the background on a schedule, never delaying
 //!   a request.
 //! - [`admin`]: health, metrics and the session API on the admin listener.
-//! - [`ui`]: the live page (`/ui`) on the admin listener.
+//! - [`admin::ui`]: the live page (`/ui`) on the admin listener.
 //! - [`recording`]: opt-in recording of sessions (`[recording]`) through a
 //!   bounded writer thread, in the form `replay` and `tune` read.
 //! - [`redact`]: credential redaction for everything loopguard writes
@@ -73,5 +73,4 @@ pub mod task;
 pub mod telemetry;
 pub mod tools;
 pub mod transcript;
-pub mod ui;
 pub mod workers;

@@ -12,7 +12,13 @@ use std::sync::LazyLock;
 
 use regex::{Regex, RegexSet};
 
-use crate::detect::truncate;
+/// Truncates to `max` characters, marking the cut with `…`.
+pub fn truncate(text: &str, max: usize) -> String {
+    match text.char_indices().nth(max) {
+        Some((i, _)) => format!("{}…", &text[..i]),
+        None => text.to_owned(),
+    }
+}
 
 /// Each pattern with its replacement.
 const PATTERNS: [(&str, &str); 12] = [

@@ -16,7 +16,7 @@ use arc_swap::ArcSwap;
 
 use crate::config::Config;
 use crate::guard::Guard;
-use crate::proxy::{self, ProxyState};
+use crate::proxy;
 use crate::reload::{Reloader, SharedConfig};
 
 /// Why the server could not start.
@@ -43,28 +43,11 @@ pub enum ServeError {
 /// # Errors
 /// When the upstream client cannot be built.
 pub fn proxy_app(config: SharedConfig, guard: Guard) -> Result<Router, reqwest::Error> {
-    proxy_app_shared(&crate::workers::Shared {
+    crate::workers::app(&crate::workers::Shared {
         config,
         guard: Arc::new(guard),
         offload: Arc::new(proxy::offload::Offload::for_this_machine()),
     })
-}
-
-/// The proxy app over shared sessions, configuration and offload pool,
-/// with an upstream client (and connection pool) of its own: one per
-/// proxy worker.
-///
-/// # Errors
-/// When the upstream client cannot be built.
-pub fn proxy_app_shared(shared: &crate::workers::Shared) -> Result<Router, reqwest::Error> {
-    let client = crate::http_client::client(shared.config.load().server.connect_timeout)?;
-    let state = Arc::new(ProxyState {
-        config: Arc::clone(&shared.config),
-        client,
-        guard: Arc::clone(&shared.guard),
-        offload: Arc::clone(&shared.offload),
-    });
-    Ok(Router::new().fallback(proxy::handle).with_state(state))
 }
 
 fn bind(addr: SocketAddr, backlog: u32) -> Result<TcpListener, ServeError> {
@@ -107,7 +90,7 @@ pub async fn serve(
         offload: Arc::new(proxy::offload::Offload::for_this_machine()),
     };
     // Fails here, before anything listens, when the client cannot be built.
-    drop(proxy_app_shared(&shared_state)?);
+    drop(crate::workers::app(&shared_state)?);
     let admin = admin::app(AdminState {
         metrics,
         ready: Arc::clone(&ready),

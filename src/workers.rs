@@ -121,7 +121,7 @@ async fn serve_one(
             return;
         }
     };
-    let app = match crate::server::proxy_app_shared(&shared) {
+    let app = match app(&shared) {
         Ok(app) => app,
         Err(e) => {
             tracing::error!(error = %e, "a proxy worker cannot build its upstream client");
@@ -129,6 +129,25 @@ async fn serve_one(
         }
     };
     crate::listen::serve_with_slots(listener, app, limits, slots, stop, drain).await;
+}
+
+/// The proxy app over shared sessions, configuration and offload pool,
+/// with an upstream client (and connection pool) of its own: one per
+/// proxy worker.
+///
+/// # Errors
+/// When the upstream client cannot be built.
+pub fn app(shared: &Shared) -> Result<axum::Router, reqwest::Error> {
+    let client = crate::http_client::client(shared.config.load().server.connect_timeout)?;
+    let state = Arc::new(crate::proxy::ProxyState {
+        config: Arc::clone(&shared.config),
+        client,
+        guard: Arc::clone(&shared.guard),
+        offload: Arc::clone(&shared.offload),
+    });
+    Ok(axum::Router::new()
+        .fallback(crate::proxy::handle)
+        .with_state(state))
 }
 
 impl Workers {

@@ -411,17 +411,20 @@ fn validate_server(raw: &RawConfig, problems: &mut Problems) -> ServerConfig {
         max_connections: to_usize(positive(s.max_connections, "server.max_connections", problems)),
         listen_backlog: u32::try_from(positive(s.listen_backlog, "server.listen_backlog", problems))
             .unwrap_or(u32::MAX),
-        workers: match s.workers {
-            0..=1024 => to_usize(s.workers),
-            n => {
-                problems.push(
-                    "server.workers",
-                    format!("must be between 0 (one per core) and 1024, got {n}"),
-                );
-                0
-            }
-        },
+        workers: workers(s.workers, problems),
     }
+}
+
+/// `server.workers`: 0 (one per core) to 1024.
+fn workers(n: u64, problems: &mut Problems) -> usize {
+    if n > 1024 {
+        problems.push(
+            "server.workers",
+            format!("must be between 0 (one per core) and 1024, got {n}"),
+        );
+        return 0;
+    }
+    usize::try_from(n).unwrap_or(usize::MAX)
 }
 
 /// The admin `Host` allow-list: the configured names, lowercased, or the

@@ -228,14 +228,6 @@ pub(crate) fn preview(arguments: &Arguments) -> String {
     crate::redact::clip(&full, ARGS_PREVIEW)
 }
 
-/// Truncates to `max` characters, marking the cut with `…`.
-pub(crate) fn truncate(text: &str, max: usize) -> String {
-    match text.char_indices().nth(max) {
-        Some((i, _)) => format!("{}…", &text[..i]),
-        None => text.to_owned(),
-    }
-}
-
 /// The merge key of a cycle: call id + signature, else signature + outcome
 /// (computed only then: a call with an id needs no outcome to be aligned).
 fn cycle_key(call: &ToolCall, outcome: impl FnOnce() -> Outcome) -> (u64, Option<Outcome>) {

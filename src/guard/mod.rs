@@ -96,7 +96,7 @@ pub fn record(verdict: &Verdict, session: &str, agent: Option<&str>, at: &'stati
         "at" => at
     )
     .increment(1);
-    crate::ui::activity::note(verdict.detector.name());
+    crate::admin::ui::activity::note(verdict.detector.name());
 }
 
 /// A lane: one route, system text and tool set.

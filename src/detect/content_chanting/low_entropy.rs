@@ -2,7 +2,7 @@
 //! back where windows have too few distinct bytes to be hashed.
 
 use super::window::Window;
-use crate::detect::step::truncate;
+use crate::redact::truncate;
 
 /// Low-entropy chanting (issue #12 point 6): a short unit repeated back to
 /// back where the window has too few distinct bytes for window hashing.

@@ -4,7 +4,7 @@
 use super::low_entropy::LowEntropy;
 use super::window::{Index, Map, Window, Winnow};
 use crate::detect::settings::ChantingParams;
-use crate::detect::step::truncate;
+use crate::redact::truncate;
 
 /// Longest line kept, bytes.
 const LINE_CAP: usize = 4096;

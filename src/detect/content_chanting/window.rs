@@ -7,7 +7,7 @@ use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
 
 use crate::detect::settings::ChantingParams;
-use crate::detect::step::truncate;
+use crate::redact::truncate;
 
 /// Windows per winnowing selection.
 const WINNOW: u64 = 16;
