@@ -51,5 +51,6 @@ pub mod route;
 pub mod server;
 pub mod session;
 pub mod sse;
+pub mod state;
 pub mod telemetry;
 pub mod transcript;

@@ -10,6 +10,7 @@ pub mod detection;
 pub mod detection_raw;
 pub mod raw;
 pub mod semantic;
+pub mod state;
 
 use std::fmt;
 use std::net::SocketAddr;
@@ -35,6 +36,8 @@ pub struct Config {
     pub sessions: SessionsConfig,
     /// `[loop_detection]` with `[[agents]]` overrides.
     pub loop_detection: LoopDetection,
+    /// `[state]`.
+    pub state: state::StateConfig,
 }
 
 /// Validated `[server]`.
@@ -308,11 +311,13 @@ fn validate(raw: &RawConfig, problems: &mut Problems) -> Config {
         );
     }
     let loop_detection = detection::validate(&raw.loop_detection, &raw.agents, problems);
+    let state = state::validate(&raw.state, problems);
     Config {
         server,
         routes,
         sessions,
         loop_detection,
+        state,
     }
 }
 
@@ -463,6 +468,12 @@ pub fn apply_env(config: &mut Config, get: impl Fn(&str) -> Option<String>) -> R
     }
     if let Some(v) = get("LOOPGUARD_ADMIN_TOKEN") {
         config.server.admin_token = Some(v).filter(|t| !t.is_empty());
+    }
+    if let Some(v) = get("LOOPGUARD_STATE_URL") {
+        match state::parse_url(&v) {
+            Ok(url) => config.state.url = Some(url),
+            Err(e) => problems.push("env LOOPGUARD_STATE_URL", e),
+        }
     }
     for provider in [Provider::Openai, Provider::Gemini, Provider::Anthropic] {
         let var = format!("LOOPGUARD_{}_UPSTREAM", provider.name().to_ascii_uppercase());

@@ -29,7 +29,7 @@ use super::settings::Settings;
 use crate::transcript::{ResultContent, ToolResult, canonical_json};
 
 /// A normalised tool result.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct Outcome {
     /// Hash of the normalised result.
     pub hash: u128,

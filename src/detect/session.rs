@@ -42,7 +42,7 @@ pub struct Absorbed {
 }
 
 /// Detector state of one session lane.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
 pub struct SessionState {
     steps: VecDeque<Step>,
     cycles: usize,

@@ -8,6 +8,7 @@
 //! for chanting. Every verdict is one structured log event and a metric.
 //! Detector faults fail open: logged, counted, traffic passes.
 
+mod shared;
 pub mod stream;
 
 use std::borrow::Cow;
@@ -104,6 +105,8 @@ pub struct Guard {
     chains: ChainStore,
     judge: crate::judge::Judge,
     fault_injection: bool,
+    /// The shared store (`[state] backend = "redis"`), see [`crate::state`].
+    shared: Option<Arc<crate::state::Shared>>,
 }
 
 /// Logs a verdict and counts it.
@@ -149,6 +152,12 @@ impl Guard {
             chains: ChainStore::new(config.sessions.idle_ttl),
             judge: crate::judge::Judge::new(config),
             fault_injection: std::env::var("LOOPGUARD_FAULT_INJECTION").is_ok_and(|v| v == "1"),
+            shared: match config.state.backend {
+                crate::config::state::Backend::Memory => None,
+                crate::config::state::Backend::Redis => {
+                    crate::state::Shared::start(&config.state, config.sessions.idle_ttl)
+                }
+            },
         }
     }
 
@@ -190,6 +199,17 @@ impl Guard {
         config: &Config,
         request: &RequestView<'_>,
     ) -> (RequestDecision, Option<String>) {
+        self.on_request_with(config, request, None)
+    }
+
+    /// [`Guard::on_request`], the response's additions to shared state also
+    /// noted in `outbox`.
+    fn on_request_with(
+        &self,
+        config: &Config,
+        request: &RequestView<'_>,
+        outbox: Option<Arc<crate::state::Outbox>>,
+    ) -> (RequestDecision, Option<String>) {
         let header_pairs = request
             .headers
             .iter()
@@ -207,7 +227,7 @@ impl Guard {
         }
         let header = config.sessions.header.as_str();
         let result = catch_unwind(AssertUnwindSafe(|| {
-            self.judge_request(request, header, &settings, agent.as_deref())
+            self.judge_request(request, header, &settings, agent.as_deref(), outbox)
         }));
         match result {
             Ok((decision, key)) => (decision, Some(key)),
@@ -228,6 +248,7 @@ impl Guard {
         session_header: &str,
         settings: &Arc<Settings>,
         agent: Option<&str>,
+        outbox: Option<Arc<crate::state::Outbox>>,
     ) -> (RequestDecision, String) {
         let (located, summary) = self.locate(request, session_header, settings);
         if self.wants_panic(request.headers, "request") {
@@ -238,7 +259,7 @@ impl Guard {
             return (pass(), session_key);
         };
         self.follow_up(&located, ticket, &verdicts, &session_key, settings, agent);
-        let judge = self.stream_reviewer(request, located, &session_key, settings, agent);
+        let judge = self.stream_reviewer(request, located, &session_key, settings, agent, outbox);
         let model = request.model();
         let target = Target {
             dialect: request.dialect,
@@ -407,6 +428,7 @@ impl Guard {
         session_key: &str,
         settings: &Arc<Settings>,
         agent: Option<&str>,
+        outbox: Option<Arc<crate::state::Outbox>>,
     ) -> Box<StreamReviewer> {
         let judge = StreamReviewer::new(
             Arc::clone(&located.session),
@@ -420,7 +442,8 @@ impl Guard {
                     .headers
                     .get(TEST_PANIC_HEADER)
                     .is_some_and(|v| v == "stream"),
-        );
+        )
+        .with_outbox(outbox);
         Box::new(if request.dialect.chains_responses() {
             judge.for_responses(located.tenant, located.stateful)
         } else {

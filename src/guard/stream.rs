@@ -29,6 +29,8 @@ pub struct StreamReviewer {
     /// Responses only: the tenant, to remember the response's id with its
     /// calls for a later `previous_response_id` request.
     chain: Option<Chain>,
+    /// Shared state: what the response adds, written before its end.
+    outbox: Option<Arc<crate::state::Outbox>>,
 }
 
 /// What a Responses response leaves for a request that chains to it.
@@ -71,7 +73,15 @@ impl StreamReviewer {
             panic_for_test,
             stateful: false,
             chain: None,
+            outbox: None,
         }
+    }
+
+    /// With shared state: the response's additions also go to `outbox`.
+    #[must_use]
+    pub fn with_outbox(mut self, outbox: Option<Arc<crate::state::Outbox>>) -> Self {
+        self.outbox = outbox;
+        self
     }
 
     /// For an `openai-responses` response: its id is remembered (with the
@@ -92,14 +102,15 @@ impl StreamReviewer {
     fn note_chain(&self) {
         let Some(chain) = &self.chain else { return };
         let Some(id) = &chain.id else { return };
-        self.store.note_response(
-            id,
-            crate::session::StoredResponse {
-                tenant: chain.tenant.clone(),
-                session: self.key.clone(),
-                calls: chain.calls.clone(),
-            },
-        );
+        let record = crate::session::StoredResponse {
+            tenant: chain.tenant.clone(),
+            session: self.key.clone(),
+            calls: chain.calls.clone(),
+        };
+        if let Some(outbox) = &self.outbox {
+            outbox.note_response(id, record.clone());
+        }
+        self.store.note_response(id, record);
     }
 }
 
@@ -135,6 +146,9 @@ impl StreamJudge for StreamReviewer {
         }
         for v in &verdicts {
             record(v, &self.key, self.agent.as_deref(), "stream");
+            if let Some(outbox) = &self.outbox {
+                outbox.note_verdict(self.lane, v);
+            }
         }
         decisive(&verdicts).map_or(Decision::Pass, crate::plan::stream)
     }
@@ -154,6 +168,9 @@ impl StreamJudge for StreamReviewer {
         record(&verdict, &self.key, self.agent.as_deref(), "stream");
         if let Ok(mut session) = self.session.lock() {
             session.lane(self.lane).remember(&verdict);
+        }
+        if let Some(outbox) = &self.outbox {
+            outbox.note_verdict(self.lane, &verdict);
         }
         crate::plan::stream(&verdict)
     }

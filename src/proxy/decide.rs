@@ -24,11 +24,13 @@ pub(super) struct Decided {
     pub(super) judge: Box<dyn StreamJudge>,
     /// The session key (a hash, for logs).
     pub(super) session: Option<String>,
+    /// Shared state: what the response adds, written before its end.
+    pub(super) outbox: Option<std::sync::Arc<crate::state::Outbox>>,
 }
 
 /// Decides what becomes of an admitted request: sent upstream, or answered
 /// by loopguard (a block or an abort).
-pub(super) fn decide(
+pub(super) async fn decide(
     guard: &Guard,
     config: &Config,
     admitted: &Admitted<'_>,
@@ -39,6 +41,7 @@ pub(super) fn decide(
         body_replaced: false,
         judge: Box::new(PassJudge),
         session: None,
+        outbox: None,
     };
     let (Some(d), Some((decoded, parsed))) = (admitted.matched.dialect, &admitted.side) else {
         return Ok(decided);
@@ -52,8 +55,9 @@ pub(super) fn decide(
         decoded,
         parsed,
     };
-    let (decision, key) = guard.on_request(config, &view);
+    let (decision, key, outbox) = guard.on_request_shared(config, &view).await;
     decided.session = key;
+    decided.outbox = outbox;
     match decision {
         RequestDecision::Forward {
             body: Some(replaced),
@@ -79,6 +83,9 @@ pub(super) fn decide(
                 outcome = "answered_by_loopguard",
                 "request"
             );
+            if let Some(outbox) = &decided.outbox {
+                outbox.flush().await;
+            }
             return Err(Box::new(counted(
                 route,
                 d.name(),

@@ -55,7 +55,7 @@ pub async fn handle(State(state): State<Arc<ProxyState>>, request: Request) -> R
         Ok(admitted) => admitted,
         Err(response) => return *response,
     };
-    let decided = match decide::decide(&state.guard, &config, &admitted, started) {
+    let decided = match decide::decide(&state.guard, &config, &admitted, started).await {
         Ok(decided) => decided,
         Err(answered) => return *answered,
     };

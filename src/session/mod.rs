@@ -27,7 +27,7 @@ pub const MAX_LANES: usize = 8;
 pub const RECENT_VERDICTS: usize = 10;
 
 /// One lane of a session: requests with one system text and tool set.
-#[derive(Debug)]
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
 pub struct Lane {
     /// Hash of the system text and tool set.
     pub id: u64,
@@ -37,14 +37,15 @@ pub struct Lane {
     pub prev: Option<RequestSummary>,
     /// The last verdicts, newest last.
     pub recent: VecDeque<Verdict>,
-    /// When the lane last saw a request.
+    /// When the lane last saw a request (this replica's clock; not stored).
+    #[serde(skip, default = "Instant::now")]
     pub last_seen: Instant,
     /// The LLM judge's schedule and pending result (see [`crate::judge`]).
     pub judge: crate::judge::JudgeState,
 }
 
 /// One conversation.
-#[derive(Debug)]
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
 pub struct Session {
     /// The session key (hashes only).
     pub key: String,
@@ -54,15 +55,25 @@ pub struct Session {
     pub last_seen: SystemTime,
     /// The lanes, most recently used last.
     pub lanes: Vec<Lane>,
+    /// The version of the shared copy this one was read from or last
+    /// written as (see [`crate::state`]); 0: never shared.
+    #[serde(skip)]
+    pub version: u64,
 }
 
 impl Session {
+    /// A session with no lanes yet.
+    pub fn empty(key: &str) -> Self {
+        Self::new(key)
+    }
+
     fn new(key: &str) -> Self {
         Self {
             key: key.to_owned(),
             agent: None,
             last_seen: SystemTime::now(),
             lanes: Vec::new(),
+            version: 0,
         }
     }
 
@@ -125,6 +136,7 @@ pub struct Store {
     /// items new since) finds its session and the calls it answers.
     responses: moka::sync::Cache<String, Arc<StoredResponse>>,
     epoch: Instant,
+    epoch_wall: Duration,
 }
 
 /// A Responses response a later request may chain to.
@@ -164,12 +176,18 @@ impl Store {
                 .time_to_idle(idle_ttl)
                 .build(),
             epoch: Instant::now(),
+            epoch_wall: SystemTime::now()
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .unwrap_or_default(),
         }
     }
 
-    /// The detectors' clock: time since the store was created.
+    /// The detectors' clock: wall-clock time since the Unix epoch, so that
+    /// replicas sharing sessions ([`crate::state`]) read one clock. Never
+    /// goes backwards within this process (a wall clock stepped back reads
+    /// as the last value plus the monotonic time since).
     pub fn now(&self) -> Duration {
-        self.epoch.elapsed()
+        self.epoch_wall + self.epoch.elapsed()
     }
 
     /// The session for `key`, and whether it was just created.

@@ -99,7 +99,7 @@ impl ToolCall {
 }
 
 /// A tool call's arguments.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(tag = "kind", content = "value", rename_all = "snake_case")]
 pub enum Arguments {
     /// Arguments that parsed as JSON (OpenAI's argument string after parsing,
