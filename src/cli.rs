@@ -41,7 +41,7 @@ pub enum Command {
         #[arg(long)]
         config: Option<PathBuf>,
         /// Dialect of the bodies (default: guessed from their shape).
-        #[arg(long, value_parser = ["openai-chat", "gemini", "openai-responses", "anthropic"])]
+        #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(crate::dialect::Dialect::ALL.map(crate::dialect::Dialect::name)))]
         dialect: Option<String>,
         /// Wall time between recorded requests, in seconds (recordings carry no clock).
         #[arg(long, default_value_t = 10.0)]
@@ -62,7 +62,7 @@ pub enum Command {
         url: String,
     },
     /// Run a scripted upstream that speaks every dialect (OpenAI chat and Responses, Gemini, Anthropic) (for tests, benchmarks and demos).
-    MockUpstream(crate::mock::MockArgs),
+    MockUpstream(crate::tools::mock::MockArgs),
 }
 
 /// The config path `serve` uses when none is given.

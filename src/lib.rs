@@ -1,56 +1,65 @@
 //! loopguard: a streaming reverse proxy between AI agents and LLM APIs that
 //! detects agents stuck in loops and acts on them.
 //!
-//! The request path, stage by stage (see `DESIGN.md` in the shared docs):
+//! The request path, stage by stage (see `DESIGN.md` in the shared docs:
+//! §2 architecture, data flow and the pure core — dialects, detectors,
+//! action planning —, §3 detectors, §4 actions, §5 sessions, §7 wire
+//! formats, §8 configuration):
 //!
 //! - [`cli`]: the command line (`serve`, `check-config`, `mock-upstream`, …).
-//! - [`config`]: the TOML file, raw form → validated [`config::Config`].
+//! - [`config`]: the TOML file, raw form → validated [`config::Config`]
+//!   (with the threshold ladder of the detectors).
 //! - [`server`]: binds the listener and builds the axum app.
 //! - [`route`]: matches a request path to a route and picks its dialect.
-//! - [`proxy`]: forwards to the upstream and streams the answer back, with a
-//!   side tap that parses what passes.
+//! - [`proxy`]: one request as stages, one file each: `admit` → `decide` →
+//!   `forward` → `reply`; the holder (`hold`) and the side tap (`tap`)
+//!   that parses what passes.
+//! - [`http_client`]: the upstream HTTP client (also the semantic check's).
 //! - [`sse`], [`json_array`]: framing — split a response body into events,
 //!   keeping each event's raw bytes.
-//! - [`dialect`]: one folder per wire protocol (`dialect/<name>/`):
-//!   request body → [`transcript`], response payloads →
-//!   [`dialect::StreamEvent`]s, and what loopguard writes in it (warnings,
-//!   block answers, aborts, stream endings). `dialect/list.rs` is the one
-//!   place that names the dialects.
+//! - [`dialect`]: one folder per wire protocol (`dialect/<name>/`: `parse`,
+//!   `write`, `ending`, `sample`): request body → [`transcript`], response
+//!   payloads → [`dialect::StreamEvent`]s, and what loopguard writes in it
+//!   (warnings, block answers, aborts, stream endings). `dialect/list.rs` is
+//!   the one place that names the dialects.
 //! - [`transcript`]: the dialect-neutral history and tool-call signatures.
-//! - [`detect`]: the loop detectors (pure, synchronous).
-//! - [`session`]: session keys, the bounded store of per-session state, and
-//!   the hash chains that let a request's parse follow what is new in it.
+//! - [`detect`]: the loop detectors (pure, synchronous), each over a
+//!   `detect::view::View` of the session's steps.
+//! - [`session`]: session keys, the bounded store of per-session state
+//!   (with the semantic check's schedule), and the hash chains that let a
+//!   request's parse follow what is new in it.
 //! - [`plan`]: action planning — a verdict becomes what loopguard does
 //!   (request-time decision, stream-time decision), in one pure place.
 //! - [`guard`]: connects sessions and detectors to the proxy (request-time
-//!   verdicts, the stream-time judge).
-//! - [`judge`]: the optional LLM judge (`semantic_loop`), run in the
-//!   background on a schedule, never delaying a request.
-//! - [`replay`]: `loopguard replay`, the detectors over recorded traffic.
-//! - [`demo`]: `loopguard demo`, a scripted loop stopped in ten seconds.
-//! - [`mock`]: a scripted upstream for tests, benchmarks and demos.
+//!   verdicts; the stream-time [`guard::stream::StreamReviewer`]).
+//! - [`semantic`]: the semantic check, the optional LLM judge
+//!   (`semantic_loop`), run in the background on a schedule, never delaying
+//!   a request.
 //! - [`admin`]: health, metrics and the session API on the admin listener.
 //! - [`reload`]: hot reload of the config file (SIGHUP, `POST /admin/reload`).
 //! - [`telemetry`]: logging setup and the fail-open counter.
+//! - [`task`]: the one way to start a background task (counted).
+//! - [`tools`]: apart from the product — `loopguard demo`, the scripted mock
+//!   upstream, `loopguard replay`.
 
 pub mod admin;
 pub mod cli;
 pub mod config;
-pub mod demo;
 pub mod detect;
 pub mod dialect;
 pub mod guard;
+pub mod http_client;
 pub mod json_array;
-pub mod judge;
-pub mod mock;
 pub mod plan;
 pub mod proxy;
 pub mod reload;
-pub mod replay;
 pub mod route;
+pub mod semantic;
 pub mod server;
 pub mod session;
 pub mod sse;
 pub mod state;
+pub mod task;
 pub mod telemetry;
+pub mod tools;
 pub mod transcript;

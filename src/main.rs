@@ -32,9 +32,9 @@ fn main() -> ExitCode {
             fail_on.as_deref(),
             &files,
         ),
-        Command::Demo => run(loopguard::demo::run()),
+        Command::Demo => run(loopguard::tools::demo::run()),
         Command::Healthcheck { url } => run(healthcheck(url)),
-        Command::MockUpstream(args) => run(loopguard::mock::run(args)),
+        Command::MockUpstream(args) => run(loopguard::tools::mock::run(args)),
     }
 }
 
@@ -122,7 +122,7 @@ fn check_config(path: &Path) -> ExitCode {
 }
 
 async fn healthcheck(url: String) -> Result<(), String> {
-    loopguard::proxy::upstream::install_crypto_provider();
+    loopguard::http_client::install_crypto_provider();
     let client = reqwest::Client::builder()
         .timeout(std::time::Duration::from_secs(3))
         .build()
@@ -172,7 +172,7 @@ fn replay(
         );
     }
     let interval = std::time::Duration::from_secs_f64(interval.max(0.0));
-    let lines = match loopguard::replay::run(settings, files, dialect, interval) {
+    let lines = match loopguard::tools::replay::run(settings, files, dialect, interval) {
         Ok(lines) => lines,
         Err(e) => {
             eprintln!("loopguard replay: {e}");
@@ -191,7 +191,7 @@ fn replay(
         Some("breaker") => Some(Level::Breaker),
         _ => None,
     };
-    if level.is_some_and(|l| loopguard::replay::reaches(&lines, l)) {
+    if level.is_some_and(|l| loopguard::tools::replay::reaches(&lines, l)) {
         ExitCode::from(3)
     } else {
         ExitCode::SUCCESS

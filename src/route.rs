@@ -41,7 +41,7 @@ pub fn resolve<'a>(routes: &'a [Route], path: &str, query: Option<&str>) -> Opti
     };
     url.set_path(&joined);
     url.set_query(query);
-    let dialect = Dialect::from_path(path).filter(|d| d.provider() == route.provider);
+    let dialect = Dialect::from_path(path).filter(|d| d.provider() == route.provider.name());
     Some(Matched {
         route,
         upstream_url: url,
@@ -75,7 +75,7 @@ pub fn misrouted(route: &Route, path: &str, query: Option<&str>, headers: &Heade
     }
     let gemini_key = headers.contains_key("x-goog-api-key")
         || query.is_some_and(|q| q.split('&').any(|kv| kv.starts_with("key=")));
-    if Dialect::from_path(path).is_some_and(|d| d.provider() == Provider::Gemini)
+    if Dialect::from_path(path).is_some_and(|d| d.provider() == Provider::Gemini.name())
         && gemini_key
         && route.provider != Provider::Gemini
     {

@@ -43,7 +43,7 @@ pub enum ServeError {
 /// # Errors
 /// When the upstream client cannot be built.
 pub fn proxy_app(config: SharedConfig, guard: Guard) -> Result<Router, reqwest::Error> {
-    let client = proxy::upstream::client(config.load().server.connect_timeout)?;
+    let client = crate::http_client::client(config.load().server.connect_timeout)?;
     let state = Arc::new(ProxyState {
         config,
         client,
@@ -88,7 +88,7 @@ pub async fn serve(
         config: Arc::clone(&shared),
         reloader: reloader.clone(),
     });
-    tokio::spawn(reload_on_sighup(reloader));
+    crate::task::spawn(reload_on_sighup(reloader));
 
     // The admin listener outlives the proxy's drain, so /readyz answers 503
     // (and /metrics stays readable) while in-flight streams finish.
@@ -102,12 +102,12 @@ pub async fn serve(
             let _ = tcp.set_nodelay(true);
         })
     };
-    let proxy_task = tokio::spawn(
+    let proxy_task = crate::task::spawn(
         axum::serve(nodelay(proxy_listener), app)
             .with_graceful_shutdown(wait_stop(stop_rx))
             .into_future(),
     );
-    let admin_task = tokio::spawn(
+    let admin_task = crate::task::spawn(
         axum::serve(admin_listener, admin)
             .with_graceful_shutdown(wait_stop(admin_stop_rx))
             .into_future(),

@@ -121,7 +121,7 @@ async fn the_session_store_stays_within_max_sessions() {
     for worker in 0..8 {
         let http = http.clone();
         let url = format!("{}{CHAT}", lg.url());
-        tasks.push(tokio::spawn(async move {
+        tasks.push(loopguard::task::spawn(async move {
             for i in 0..250 {
                 let body = json!({"model": "m", "messages": [{"role": "user", "content": format!("conversation {worker}-{i}")}]});
                 let r = http.post(&url).body(body.to_string()).send().await.unwrap_or_else(|e| panic!("{e}"));

@@ -139,7 +139,7 @@ async fn upstream_dying_mid_stream_aborts_the_client_after_forwarding_everything
     let (body, end) = read_body(response).await;
     assert!(end.is_err(), "truncation must not look like a clean end");
     let recording = std::fs::read(common::fixtures_dir().join(fixture)).unwrap_or_else(|e| panic!("{e}"));
-    let four_events: usize = loopguard::mock::fixture::sse_events(&recording)
+    let four_events: usize = loopguard::tools::mock::fixture::sse_events(&recording)
         .iter()
         .take(4)
         .map(Vec::len)
@@ -176,7 +176,7 @@ async fn normal_end_terminates_the_body_and_the_connection_is_reused() {
     let (mut sender, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
         .await
         .unwrap_or_else(|e| panic!("{e}"));
-    tokio::spawn(conn);
+    loopguard::task::spawn(conn);
     for i in 0..3 {
         let request = http::Request::post(CHAT)
             .header("host", "loopguard")

@@ -116,6 +116,13 @@ impl LoopDetection {
     }
 }
 
+impl Default for Settings {
+    /// The built-in defaults (the same as the shipped `config/loopguard.toml`).
+    fn default() -> Self {
+        default_settings()
+    }
+}
+
 /// The built-in default settings.
 pub fn default_settings() -> Settings {
     build(
@@ -409,16 +416,11 @@ fn build(raw: &RawLoopDetection, path: &str, problems: &mut Problems) -> Setting
     }
     for kind in DetectorKind::ALL {
         let d = raw.detectors.get(kind).cloned().unwrap_or_default();
-        s.detectors[kind.index()] = crate::detect::ladder::thresholds(
-            kind,
-            &d,
-            &format!("{path}.{}", kind.name()),
-            &actions,
-            problems,
-        );
-        crate::detect::ladder::extras(kind, &d, &mut s, &format!("{path}.{}", kind.name()), problems);
+        s.detectors[kind.index()] =
+            super::ladder::thresholds(kind, &d, &format!("{path}.{}", kind.name()), &actions, problems);
+        super::ladder::extras(kind, &d, &mut s, &format!("{path}.{}", kind.name()), problems);
     }
-    crate::detect::ladder::raise_history(&mut s, path, problems);
+    super::ladder::raise_history(&mut s, path, problems);
     s.semantic_check = super::semantic::validate(
         raw.semantic_check.as_ref(),
         &format!("{path}.semantic_check"),

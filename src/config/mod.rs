@@ -8,6 +8,7 @@
 
 pub mod detection;
 pub mod detection_raw;
+mod ladder;
 pub mod raw;
 pub mod semantic;
 pub mod state;
@@ -499,5 +500,5 @@ pub fn apply_env(config: &mut Config, get: impl Fn(&str) -> Option<String>) -> R
 }
 
 #[cfg(test)]
-#[path = "tests.rs"]
+#[path = "config_tests.rs"]
 mod tests;

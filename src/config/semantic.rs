@@ -1,7 +1,7 @@
 //! `[loop_detection.semantic_check]`: the LLM judge's settings, raw and validated.
 //!
 //! The judge is Gemini CLI's LLM loop check made a loopguard feature (see
-//! [`crate::judge`]): off by default; when on, a second, OpenAI-compatible
+//! [`crate::semantic`]): off by default; when on, a second, OpenAI-compatible
 //! endpoint is asked now and then whether the session's recent turns are a
 //! loop. Every key, with its default:
 //!
@@ -29,6 +29,7 @@ use serde::Deserialize;
 use url::Url;
 
 use super::Problems;
+pub use crate::detect::settings::SemanticCheck;
 
 /// Raw `[loop_detection.semantic_check]` (also in an agent's `loop_detection`;
 /// every key optional, `None` = inherit).
@@ -63,60 +64,6 @@ pub struct RawSemanticCheck {
     pub timeout_secs: Option<u64>,
     /// Judge calls in flight, process-wide.
     pub max_concurrent: Option<usize>,
-}
-
-/// Validated `[loop_detection.semantic_check]`.
-#[derive(Debug, Clone, PartialEq)]
-pub struct SemanticCheck {
-    /// The judge runs.
-    pub enabled: bool,
-    /// Base URL; the call goes to `{upstream}/chat/completions`. `None` only when disabled.
-    pub upstream: Option<Url>,
-    /// Judge model.
-    pub model: String,
-    /// Environment variable holding the key (sent as `Authorization: Bearer`); `None`: no key.
-    pub api_key_env: Option<String>,
-    /// A second model that must reach `confidence` too.
-    pub double_check_model: Option<String>,
-    /// First check once this many model turns passed since the person spoke (30).
-    pub after_turns: u64,
-    /// Turns between checks before an answer adapts it, and after a failed call (10).
-    pub interval: u64,
-    /// Adapted interval at confidence 1 (5).
-    pub min_interval: u64,
-    /// Adapted interval at confidence 0 (15).
-    pub max_interval: u64,
-    /// An answer at or above this confidence is a verdict (0.9).
-    pub confidence: f64,
-    /// Transcript entries in the judge's window (20).
-    pub history: usize,
-    /// Longest result / argument / text sent per entry, characters (1000).
-    pub max_result_chars: usize,
-    /// Timeout of one judge call, the double check included (30 s).
-    pub timeout: Duration,
-    /// Judge calls in flight, process-wide (4); read from the defaults only.
-    pub max_concurrent: usize,
-}
-
-impl Default for SemanticCheck {
-    fn default() -> Self {
-        Self {
-            enabled: false,
-            upstream: None,
-            model: String::new(),
-            api_key_env: None,
-            double_check_model: None,
-            after_turns: 30,
-            interval: 10,
-            min_interval: 5,
-            max_interval: 15,
-            confidence: 0.9,
-            history: 20,
-            max_result_chars: 1000,
-            timeout: Duration::from_secs(30),
-            max_concurrent: 4,
-        }
-    }
 }
 
 /// Key-wise merge: `over`'s keys win.

@@ -6,8 +6,8 @@
 //! `poll_no_progress` only), ping-pong patterns (that is `cycle`'s).
 //! Cost: O(streak length) per judged call.
 
-use super::engine::{View, no_progress_run};
 use super::verdict::{DetectorKind, Finding, Level};
+use super::view::{View, no_progress_run};
 
 const ADVICE: &str =
     "Stop this run and report what blocks you; repeating the same call will not change its result.";

@@ -9,9 +9,9 @@
 //! pending call counts only when its arguments do not parse. Does not flag:
 //! poll tools (skipped). Cost: O(run length) per judged step.
 
-use super::engine::View;
 use super::step::StepKind;
 use super::verdict::{DetectorKind, Finding, Level};
+use super::view::View;
 
 const ADVICE: &str =
     "Every recent step failed; stop and re-read the last error, then change approach or ask the user.";

@@ -9,9 +9,9 @@
 //! tools (skipped), blocks broken by an assistant text turn or by the person.
 //! Cost: O(max_period · run length) per judged call.
 
-use super::engine::{View, no_progress_run};
 use super::step::Cycle;
 use super::verdict::{DetectorKind, Finding, Level};
+use super::view::{View, no_progress_run};
 
 const ADVICE: &str = "You are alternating between the same calls; use the results you already have and try a different approach.";
 

@@ -12,8 +12,8 @@
 //! Does not flag: different errors, successes in between, poll tools.
 //! Cost: O(epoch length) per judged call.
 
-use super::engine::View;
 use super::verdict::{DetectorKind, Finding, Level};
+use super::view::View;
 
 const ADVICE: &str = "The same error keeps coming back; read it and change the argument or input it names instead of retrying.";
 

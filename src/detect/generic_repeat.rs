@@ -7,8 +7,8 @@
 //! the latest known outcome of the same signature. Does not flag: poll tools.
 //! Cost: O(history) per judged call.
 
-use super::engine::View;
 use super::verdict::{DetectorKind, Finding, Level};
+use super::view::View;
 
 const ADVICE: &str =
     "You already made this exact call with this exact result; use that result instead of calling again.";

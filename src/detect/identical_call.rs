@@ -2,14 +2,14 @@
 //!
 //! Idea: Cline's soft/hard mistake limits and Gemini CLI's five identical
 //! calls. Defaults: warning at 3 calls in a row; critical at 5 when the
-//! streak's no-progress run (see [`super::engine::no_progress_run`]) is 5
+//! streak's no-progress run (see [`super::view::no_progress_run`]) is 5
 //! long, i.e. the results are identical too. Does not flag: poll tools (judged
 //! by `poll_no_progress`), the same call returning changing results (warning
 //! only), calls separated by an assistant text turn or by the person speaking.
 //! Cost: O(streak length) per judged call.
 
-use super::engine::{View, no_progress_run};
 use super::verdict::{DetectorKind, Finding, Level};
+use super::view::{View, no_progress_run};
 
 const ADVICE: &str =
     "Use the result you already received instead of repeating the call, or change the arguments.";

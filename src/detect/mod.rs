@@ -7,7 +7,8 @@
 //! - `step`: a transcript → tool cycles, text turns, user texts.
 //! - [`session`]: [`SessionState`], per session lane — merges requests,
 //!   judges them (request time) and pending calls (stream time).
-//! - `engine`: the judged view, the shared no-progress rule, the detector list.
+//! - `view`: what a detector sees (the judged view) and the shared no-progress rule.
+//! - `engine`: the detector list, run over a view.
 //! - one file per detector: [`identical_call`], [`cycle`], [`generic_repeat`],
 //!   [`poll_no_progress`], [`error_repeat`], [`consecutive_failures`],
 //!   [`tool_budget`], [`unknown_tool`], [`content_chanting`] (stream text,
@@ -15,7 +16,7 @@
 //!   [`compaction_storm`], [`circuit_breaker`].
 //! - [`verdict`]: levels, actions, [`Verdict`] and ranking.
 //! - [`compaction`]: summarizer and compacted-request recognition.
-//! - [`replay`]: offline replay of a recorded session.
+//! - [`rerun`]: the detectors over a recorded session (the core of `loopguard replay`).
 //!
 //! Usage from the proxy, per request of a session lane:
 //!
@@ -42,15 +43,15 @@ mod engine;
 pub mod error_repeat;
 pub mod generic_repeat;
 pub mod identical_call;
-pub(crate) mod ladder;
 pub mod outcome;
 pub mod poll_no_progress;
 pub mod post_compaction;
 pub mod repeated_message;
-pub mod replay;
+pub mod rerun;
 pub mod session;
 pub mod settings;
 mod step;
+mod view;
 pub(crate) use step::{UserText as StepUserText, classify_user, truncate};
 pub mod tool_budget;
 pub mod unknown_tool;
@@ -62,7 +63,7 @@ mod testkit;
 pub use compaction::{Classification, RequestSummary, classify, classify_summarized, is_summarizer};
 pub use content_chanting::{Channel, ContentScanner};
 pub use outcome::{Outcome, outcome_of};
-pub use replay::{ReplayLine, replay};
+pub use rerun::{ReplayLine, replay};
 pub use session::{Absorbed, SessionState};
 pub use settings::{Settings, Thresholds, ToolMatcher};
 pub use verdict::{Action, DetectorKind, Level, Verdict, decisive, rank};

@@ -11,8 +11,8 @@
 //! warned, never killed. Does not flag: output that changes (a growing log).
 //! Cost: O(epoch length) per judged poll.
 
-use super::engine::{View, span};
 use super::verdict::{DetectorKind, Finding, Level};
+use super::view::{View, span};
 
 const WARN_ADVICE: &str =
     "The job's output has not changed; wait longer between polls (sleep first) or report the job as stuck.";

@@ -9,8 +9,8 @@
 //! not flag: new work after a compaction, a pair never seen before.
 //! Cost: O(history) per judged call.
 
-use super::engine::View;
 use super::verdict::{DetectorKind, Finding, Level};
+use super::view::View;
 
 const ADVICE: &str = "The loop survived a context compaction; stop the run and let a person look at it.";
 

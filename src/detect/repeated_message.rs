@@ -6,9 +6,9 @@
 //! forwarded as it streams, so the next request carries it). Does not flag:
 //! texts that differ in any character after trimming. Cost: O(run length).
 
-use super::engine::View;
 use super::step::StepKind;
 use super::verdict::{DetectorKind, Finding, Level};
+use super::view::View;
 
 const ADVICE: &str =
     "You keep sending the same reply; make the tool call you intend, or ask the user for what you need.";

@@ -21,10 +21,11 @@ use std::collections::{HashSet, VecDeque};
 use std::time::Duration;
 
 use super::compaction_storm;
-use super::engine::{self, Guard, View};
+use super::engine;
 use super::settings::Settings;
 use super::step::{Cycle, Item, Step, StepKind, UserText, extract};
 use super::verdict::{Verdict, rank};
+use super::view::{Guard, View};
 use crate::transcript::{ToolCall, Transcript};
 
 /// Previous-request keys kept for alignment.

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use regex::Regex;
 use serde_json::Value;
+use url::Url;
 
 use super::verdict::{Action, DetectorKind, Level};
 use crate::transcript::Arguments;
@@ -211,14 +212,7 @@ pub struct Settings {
     /// `[loop_detection.compaction]` patterns.
     pub compaction: CompactionPatterns,
     /// `[loop_detection.semantic_check]`: the LLM judge (off by default).
-    pub semantic_check: crate::config::semantic::SemanticCheck,
-}
-
-impl Default for Settings {
-    /// The built-in defaults (the same as the shipped `config/loopguard.toml`).
-    fn default() -> Self {
-        crate::config::detection::default_settings()
-    }
+    pub semantic_check: SemanticCheck,
 }
 
 impl Settings {
@@ -240,5 +234,60 @@ impl Settings {
     /// Whether a call is exempt from counting.
     pub fn is_exempt(&self, name: &str, arguments: &Arguments) -> bool {
         self.exempt_tools.iter().any(|m| m.matches(name, arguments))
+    }
+}
+
+/// Validated `[loop_detection.semantic_check]` (validation:
+/// `config::semantic`): the settings of the semantic check, the LLM judge.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SemanticCheck {
+    /// The judge runs.
+    pub enabled: bool,
+    /// Base URL; the call goes to `{upstream}/chat/completions`. `None` only when disabled.
+    pub upstream: Option<Url>,
+    /// Judge model.
+    pub model: String,
+    /// Environment variable holding the key (sent as `Authorization: Bearer`); `None`: no key.
+    pub api_key_env: Option<String>,
+    /// A second model that must reach `confidence` too.
+    pub double_check_model: Option<String>,
+    /// First check once this many model turns passed since the person spoke (30).
+    pub after_turns: u64,
+    /// Turns between checks before an answer adapts it, and after a failed call (10).
+    pub interval: u64,
+    /// Adapted interval at confidence 1 (5).
+    pub min_interval: u64,
+    /// Adapted interval at confidence 0 (15).
+    pub max_interval: u64,
+    /// An answer at or above this confidence is a verdict (0.9).
+    pub confidence: f64,
+    /// Transcript entries in the judge's window (20).
+    pub history: usize,
+    /// Longest result / argument / text sent per entry, characters (1000).
+    pub max_result_chars: usize,
+    /// Timeout of one judge call, the double check included (30 s).
+    pub timeout: Duration,
+    /// Judge calls in flight, process-wide (4); read from the defaults only.
+    pub max_concurrent: usize,
+}
+
+impl Default for SemanticCheck {
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            upstream: None,
+            model: String::new(),
+            api_key_env: None,
+            double_check_model: None,
+            after_turns: 30,
+            interval: 10,
+            min_interval: 5,
+            max_interval: 15,
+            confidence: 0.9,
+            history: 20,
+            max_result_chars: 1000,
+            timeout: Duration::from_secs(30),
+            max_concurrent: 4,
+        }
     }
 }

@@ -5,8 +5,8 @@
 //! even past `history_size`. Does not flag: anything while off; polls count
 //! like other cycles. Cost: O(1).
 
-use super::engine::View;
 use super::verdict::{DetectorKind, Finding, Level};
+use super::view::View;
 
 const ADVICE: &str = "You have used many tool calls since the user's last message; summarise progress and ask the user before continuing.";
 

@@ -6,8 +6,8 @@
 //! on every call). Does not flag: declared tools, including calls that fail.
 //! Cost: O(run length) per judged call.
 
-use super::engine::View;
 use super::verdict::{DetectorKind, Finding, Level};
+use super::view::View;
 
 const ADVICE: &str = "That tool does not exist in this session; call one of the declared tools instead.";
 

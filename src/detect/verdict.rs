@@ -106,7 +106,7 @@ pub enum DetectorKind {
     /// Any no-progress streak reaching the global limit.
     CircuitBreaker,
     /// An LLM judge found the recent turns unproductive (Gemini CLI's LLM
-    /// loop check; see [`crate::judge`]). Not in DESIGN §3's table: it is
+    /// loop check; see [`crate::semantic`]). Not in DESIGN §3's table: it is
     /// last, so any detector of the table wins a tie.
     SemanticLoop,
 }

@@ -8,7 +8,6 @@ use super::ending::Kept;
 use super::write::{Answer, Mode};
 use super::{DialectError, ParsedRequest, SplitRequest, StreamEvent};
 use super::{anthropic, gemini, openai_chat, openai_responses};
-use crate::config::Provider;
 
 /// The wire protocol of a request, chosen from its path (DESIGN §8).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
@@ -111,12 +110,13 @@ impl Dialect {
         }
     }
 
-    /// The provider a dialect belongs to.
-    pub fn provider(self) -> Provider {
+    /// The name of the provider a dialect belongs to, as in a route's
+    /// `provider` (`openai`, `gemini`, `anthropic`).
+    pub fn provider(self) -> &'static str {
         match self {
-            Self::OpenaiChat | Self::OpenaiResponses => Provider::Openai,
-            Self::Gemini => Provider::Gemini,
-            Self::Anthropic => Provider::Anthropic,
+            Self::OpenaiChat | Self::OpenaiResponses => "openai",
+            Self::Gemini => "gemini",
+            Self::Anthropic => "anthropic",
         }
     }
 

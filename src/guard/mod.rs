@@ -95,7 +95,7 @@ struct Detected {
     /// The verdicts, decisive or not.
     verdicts: Vec<Verdict>,
     /// The semantic check to run in the background, if one is due.
-    ticket: Option<crate::judge::Ticket>,
+    ticket: Option<crate::semantic::Ticket>,
 }
 
 /// Sessions plus the detectors.
@@ -103,7 +103,7 @@ struct Detected {
 pub struct Guard {
     store: Arc<Store>,
     chains: ChainStore,
-    judge: crate::judge::Judge,
+    judge: crate::semantic::Checker,
     fault_injection: bool,
     /// The shared store (`[state] backend = "redis"`), see [`crate::state`].
     shared: Option<Arc<crate::state::Shared>>,
@@ -150,7 +150,7 @@ impl Guard {
         Self {
             store: Arc::new(Store::new(config.sessions.max_sessions, config.sessions.idle_ttl)),
             chains: ChainStore::new(config.sessions.idle_ttl),
-            judge: crate::judge::Judge::new(config),
+            judge: crate::semantic::Checker::new(config),
             fault_injection: std::env::var("LOOPGUARD_FAULT_INJECTION").is_ok_and(|v| v == "1"),
             shared: match config.state.backend {
                 crate::config::state::Backend::Memory => None,
@@ -373,7 +373,7 @@ impl Guard {
         if located.stateful {
             abort_instead_of_block(&mut verdicts);
         }
-        let ticket = crate::judge::on_request(
+        let ticket = crate::semantic::on_request(
             &self.judge,
             lane_state,
             absorbed.person_spoke,
@@ -392,7 +392,7 @@ impl Guard {
     fn follow_up(
         &self,
         located: &Located<'_>,
-        ticket: Option<crate::judge::Ticket>,
+        ticket: Option<crate::semantic::Ticket>,
         verdicts: &[Verdict],
         session_key: &str,
         settings: &Arc<Settings>,

@@ -118,8 +118,8 @@ fn an_abort_after_text_ends_with_the_error_event() {
 
 #[test]
 fn a_gemini_block_closes_the_json_array() {
-    let payloads = crate::mock::fixture::sse_payloads(&fixture("gemini/function-call.sse"));
-    let input: Vec<u8> = crate::mock::fixture::json_array_pieces(&payloads).concat();
+    let payloads = crate::tools::mock::fixture::sse_payloads(&fixture("gemini/function-call.sse"));
+    let input: Vec<u8> = crate::tools::mock::fixture::json_array_pieces(&payloads).concat();
     let h = Holder::new(
         Tap::new(Dialect::Gemini, Mode::JsonArray, 1 << 20),
         Dialect::Gemini,
@@ -322,20 +322,20 @@ fn an_abort_after_text_ends_with_the_dialects_error_event() {
 
 #[test]
 fn a_whole_answer_keeps_the_models_text_and_usage_when_its_calls_are_blocked() {
-    let turn = crate::mock::script::Turn {
+    let turn = crate::tools::mock::script::Turn {
         text: "I will list the files.".to_owned(),
         reasoning: "thinking it over".to_owned(),
-        tool_calls: vec![crate::mock::script::ScriptCall {
+        tool_calls: vec![crate::tools::mock::script::ScriptCall {
             name: "list_directory".to_owned(),
             arguments: serde_json::json!({"path": "."}),
         }],
     };
     for dialect in Dialect::ALL {
         let body = match dialect {
-            Dialect::Anthropic => crate::mock::script::anthropic_whole(&turn, "m", 7),
-            Dialect::OpenaiResponses => crate::mock::script::responses_whole(&turn, "m", 7),
-            Dialect::OpenaiChat => crate::mock::script::openai_whole(&turn, "m", 7),
-            Dialect::Gemini => crate::mock::script::gemini_whole(&turn, "mock-7"),
+            Dialect::Anthropic => crate::tools::mock::script::anthropic_whole(&turn, "m", 7),
+            Dialect::OpenaiResponses => crate::tools::mock::script::responses_whole(&turn, "m", 7),
+            Dialect::OpenaiChat => crate::tools::mock::script::openai_whole(&turn, "m", 7),
+            Dialect::Gemini => crate::tools::mock::script::gemini_whole(&turn, "mock-7"),
         };
         let h = Holder::new(
             Tap::new(dialect, Mode::Whole, 1 << 20),

@@ -19,7 +19,6 @@ mod reply;
 pub mod respond;
 pub mod stream;
 pub mod tap;
-pub mod upstream;
 
 use std::sync::Arc;
 use std::time::Instant;

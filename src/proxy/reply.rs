@@ -142,7 +142,7 @@ async fn streamed(
     } = reply;
     let (head_tx, mut head_rx) = oneshot::channel();
     let (body_tx, body_rx) = mpsc::channel::<respond::BodyItem>(64);
-    tokio::spawn(respond::drive(
+    crate::task::spawn(respond::drive(
         response,
         holder,
         judge,

@@ -13,6 +13,7 @@
 
 pub mod chain;
 pub mod key;
+pub mod semantic_schedule;
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
@@ -40,8 +41,8 @@ pub struct Lane {
     /// When the lane last saw a request (this replica's clock; not stored).
     #[serde(skip, default = "Instant::now")]
     pub last_seen: Instant,
-    /// The LLM judge's schedule and pending result (see [`crate::judge`]).
-    pub judge: crate::judge::JudgeState,
+    /// The LLM judge's schedule and pending result (see [`semantic_schedule`]).
+    pub judge: semantic_schedule::CheckState,
 }
 
 /// One conversation.
@@ -95,7 +96,7 @@ impl Session {
                     prev: None,
                     recent: VecDeque::new(),
                     last_seen: now,
-                    judge: crate::judge::JudgeState::default(),
+                    judge: semantic_schedule::CheckState::default(),
                 });
                 self.lanes.len() - 1
             }

@@ -164,7 +164,7 @@ impl Shared {
         };
         let connecting = Arc::clone(&shared);
         let shown = url.to_string();
-        runtime.spawn(async move {
+        crate::task::spawn_on(&runtime, async move {
             let config = redis::aio::ConnectionManagerConfig::new()
                 .set_connection_timeout(Some(Duration::from_secs(2)))
                 .set_response_timeout(Some(Duration::from_secs(2)))

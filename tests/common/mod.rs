@@ -275,7 +275,7 @@ pub fn pair(server_extra: &str) -> (Proc, Proc) {
 
 /// An HTTP client that neither decompresses nor follows redirects.
 pub fn client() -> reqwest::Client {
-    loopguard::proxy::upstream::install_crypto_provider();
+    loopguard::http_client::install_crypto_provider();
     reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .build()

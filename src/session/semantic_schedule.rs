@@ -3,7 +3,7 @@
 //! LLM loop check schedule (first check after 30 turns, then an interval that
 //! shrinks as the judge grows suspicious).
 
-use crate::config::semantic::SemanticCheck;
+use crate::detect::settings::SemanticCheck;
 
 /// A positive answer: the judge (and the double check, when configured)
 /// reached the confidence bar.
@@ -42,7 +42,7 @@ pub struct Plan {
 
 /// Judge state of one session lane.
 #[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
-pub struct JudgeState {
+pub struct CheckState {
     /// Bumped whenever the person speaks or the lane is reset: the answer of
     /// a check started under an older generation is dropped.
     generation: u64,
@@ -70,7 +70,7 @@ pub fn adapted_interval(confidence: f64, cfg: &SemanticCheck) -> u64 {
     (min + (max - min) * (1.0 - c)).round() as u64
 }
 
-impl JudgeState {
+impl CheckState {
     /// Called for every request of the lane, after the detectors absorbed
     /// it: `person_spoke` when its new part carries the person's message,
     /// `turns` the model turns since then. Takes a pending loop (reported
@@ -90,7 +90,7 @@ impl JudgeState {
     }
 
     /// A check starts at `turns`: returns its generation (to hand back to
-    /// [`JudgeState::finish`]).
+    /// [`CheckState::finish`]).
     pub fn start(&mut self, turns: u64) -> u64 {
         self.in_flight = true;
         self.last_check = Some(turns);
@@ -159,7 +159,7 @@ mod tests {
     /// at once; returns the turns at which checks started.
     fn checks(up_to: u64, answer: impl Fn(u64) -> Finished) -> Vec<u64> {
         let cfg = cfg();
-        let mut s = JudgeState::default();
+        let mut s = CheckState::default();
         let mut at = Vec::new();
         for turn in 1..=up_to {
             let plan = s.on_request(turn == 1, turn, &cfg);
@@ -195,7 +195,7 @@ mod tests {
     #[test]
     fn a_loop_is_reported_once_on_the_next_request_and_counts_up_within_the_stretch() {
         let cfg = cfg();
-        let mut s = JudgeState::default();
+        let mut s = CheckState::default();
         assert!(!s.on_request(true, 0, &cfg).due);
         let g = s.start(30);
         s.finish(g, found(0.95), &cfg);
@@ -214,7 +214,7 @@ mod tests {
     #[test]
     fn one_check_in_flight_and_a_stale_answer_is_dropped() {
         let cfg = cfg();
-        let mut s = JudgeState::default();
+        let mut s = CheckState::default();
         assert!(s.on_request(false, 30, &cfg).due);
         let g = s.start(30);
         assert!(!s.on_request(false, 45, &cfg).due, "one in flight at a time");

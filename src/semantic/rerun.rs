@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use super::schedule::{Finished, JudgeState};
+use super::schedule::{CheckState, Finished};
 use super::{check, verdict};
 use crate::detect::compaction::{Classification, RequestSummary, classify};
 use crate::detect::{ReplayLine, SessionState, Settings};
@@ -20,13 +20,13 @@ use crate::transcript::Transcript;
 /// When the HTTP client or the runtime cannot be built.
 pub fn run(settings: &Settings, requests: &[Transcript]) -> Result<Vec<ReplayLine>, String> {
     let cfg = &settings.semantic_check;
-    let client = crate::proxy::upstream::client(Duration::from_secs(10)).map_err(|e| e.to_string())?;
+    let client = crate::http_client::client(Duration::from_secs(10)).map_err(|e| e.to_string())?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(|e| e.to_string())?;
     let mut session = SessionState::new();
-    let mut judge = JudgeState::default();
+    let mut judge = CheckState::default();
     let mut previous: Option<RequestSummary> = None;
     let mut lines = Vec::new();
     let mut carried = None;

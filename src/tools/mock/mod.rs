@@ -65,7 +65,7 @@ pub struct MockArgs {
     /// Directory of recorded fixtures (default: $LOOPGUARD_FIXTURES, else ../shared/fixtures).
     #[arg(long)]
     pub fixtures: Option<PathBuf>,
-    /// Script file (JSON: {"turns": [{"text", "reasoning", "tool_calls": [{"name", "arguments"}]}], "no_tools", "json", "stop_after", "final"}; see `loopguard::mock::script`).
+    /// Script file (JSON: {"turns": [{"text", "reasoning", "tool_calls": [{"name", "arguments"}]}], "no_tools", "json", "stop_after", "final"}; see `loopguard::tools::mock::script`).
     #[arg(long)]
     pub script: Option<PathBuf>,
     /// Default delay between events, in milliseconds.

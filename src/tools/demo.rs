@@ -12,8 +12,8 @@ use crate::config::{self, Config};
 use crate::dialect::Mode;
 use crate::dialect::{Dialect, StreamEvent};
 use crate::guard::Guard;
-use crate::mock::script::Script;
 use crate::proxy::tap::Tap;
+use crate::tools::mock::script::Script;
 
 const RESULT: &str = "Cargo.toml\nREADME.md\nsrc/";
 
@@ -34,7 +34,7 @@ async fn spawn(router: axum::Router) -> Result<String, String> {
         .await
         .map_err(|e| e.to_string())?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
-    tokio::spawn(async move {
+    crate::task::spawn(async move {
         let _ = axum::serve(listener, router).await;
     });
     Ok(format!("http://{addr}"))
@@ -170,11 +170,11 @@ async fn run_dialect(
 /// # Errors
 /// When a local listener cannot be bound or a request fails.
 pub async fn run() -> Result<(), String> {
-    crate::proxy::upstream::install_crypto_provider();
-    let mock = spawn(crate::mock::app(
+    crate::http_client::install_crypto_provider();
+    let mock = spawn(crate::tools::mock::app(
         std::path::PathBuf::from("."),
-        Script::from_turns(vec![crate::mock::script::Turn {
-            tool_calls: vec![crate::mock::script::ScriptCall {
+        Script::from_turns(vec![crate::tools::mock::script::Turn {
+            tool_calls: vec![crate::tools::mock::script::ScriptCall {
                 name: "list_directory".to_owned(),
                 arguments: json!({"path": "."}),
             }],

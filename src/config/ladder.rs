@@ -4,10 +4,10 @@
 
 use std::time::Duration;
 
-use super::settings::{Settings, Thresholds};
-use super::verdict::{Action, DetectorKind, Level};
-use crate::config::Problems;
-use crate::config::detection::{DETECTOR_DEFAULTS, RawDetector};
+use super::Problems;
+use super::detection::{DETECTOR_DEFAULTS, RawDetector};
+use crate::detect::settings::{Settings, Thresholds};
+use crate::detect::verdict::{Action, DetectorKind, Level};
 
 /// Validates one detector's levels and action overrides.
 pub(crate) fn thresholds(

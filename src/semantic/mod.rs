@@ -6,8 +6,8 @@
 //! - [`prompt`]: what the judge sees — the person's request, a trimmed window
 //!   of the history, credentials redacted, texts cut — and the instruction.
 //! - [`client`]: the HTTP call and the defensive parse of the answer.
-//! - [`replay`]: the judge over a recorded session (`loopguard replay`).
-//! - [`Judge`]: the runtime — the HTTP client and the process-wide limit of
+//! - [`rerun`]: the semantic check over a recorded session (`loopguard replay`).
+//! - [`Checker`]: the runtime — the HTTP client and the process-wide limit of
 //!   calls in flight (`max_concurrent`); it spawns checks as tokio tasks.
 //!
 //! Flow, per request of a session lane ([`crate::guard`]): after the
@@ -15,15 +15,15 @@
 //! a `semantic_loop` verdict (a warning carrying the analysis; critical when
 //! one was already given since the person last spoke), and, when a check is
 //! due and a permit is free, hands back a [`Ticket`]. The guard forwards the
-//! request at once and calls [`Judge::spawn`]: the check runs in the
+//! request at once and calls [`Checker::spawn`]: the check runs in the
 //! background and writes its result into the lane under the session mutex.
 //! Failures (timeout, HTTP error, unparsable answer) give no verdict; they are
 //! logged and counted in `loopguard_judge_calls_total{outcome}`.
 
 pub mod client;
 pub mod prompt;
-pub mod replay;
-pub mod schedule;
+pub mod rerun;
+pub use crate::session::semantic_schedule as schedule;
 
 use std::sync::{Arc, PoisonError};
 
@@ -36,7 +36,7 @@ use crate::detect::verdict::Finding;
 use crate::detect::{DetectorKind, Level, Settings, Verdict, rank};
 use crate::session::{Lane, SharedSession};
 use crate::transcript::Transcript;
-pub use schedule::{Finished, JudgeState, LoopFound, Plan};
+pub use schedule::{CheckState, Finished, LoopFound, Plan};
 
 /// Longest analysis quoted in a verdict message, characters.
 pub const ANALYSIS_CHARS: usize = 600;
@@ -44,14 +44,16 @@ pub const ANALYSIS_CHARS: usize = 600;
 /// What the agent is advised to do after a `semantic_loop` verdict.
 const ADVICE: &str = "Stop and take stock: say what you tried and what it showed, then change the approach or ask the person for guidance instead of repeating the same steps";
 
-/// Counts one judge call (or a skipped one) by outcome.
+/// Counts one judge call (or a skipped one) by outcome. The metric keeps
+/// its historical name, `loopguard_judge_calls_total`, from when this module
+/// was called `judge`: dashboards depend on it.
 pub fn count(outcome: &'static str) {
     metrics::counter!("loopguard_judge_calls_total", "outcome" => outcome).increment(1);
 }
 
 /// The judge's runtime: HTTP client and process-wide limit of calls in flight.
 #[derive(Debug)]
-pub struct Judge {
+pub struct Checker {
     client: Option<reqwest::Client>,
     permits: Arc<Semaphore>,
 }
@@ -63,12 +65,12 @@ pub struct Ticket {
     generation: u64,
 }
 
-impl Judge {
+impl Checker {
     /// The runtime for a configuration: `max_concurrent` from the defaults'
     /// `[loop_detection.semantic_check]` (fixed until restart), the client
     /// built like the upstream client.
     pub fn new(config: &Config) -> Self {
-        let client = match crate::proxy::upstream::client(config.server.connect_timeout) {
+        let client = match crate::http_client::client(config.server.connect_timeout) {
             Ok(c) => Some(c),
             Err(e) => {
                 tracing::error!(error = %e, "cannot build the judge's HTTP client; semantic checks are off");
@@ -108,7 +110,7 @@ impl Judge {
             count("transport_error");
             return; // `flight` drops: the lane is freed with a failed check.
         };
-        handle.spawn(async move {
+        crate::task::spawn_on(&handle, async move {
             let _permit = ticket.permit;
             let mut flight = flight;
             let messages = draft.messages();
@@ -230,7 +232,7 @@ pub fn verdict(found: &LoopFound, count: u32, settings: &Settings) -> Verdict {
 /// adds the `semantic_loop` verdict of a loop found earlier to `verdicts`
 /// (re-ranked) and, when a check is due and a permit is free, starts one.
 pub fn on_request(
-    judge: &Judge,
+    judge: &Checker,
     lane: &mut Lane,
     person_spoke: bool,
     settings: &Settings,

@@ -180,7 +180,7 @@ pub fn run(
         }
     }
     if settings.semantic_check.enabled {
-        let judged = crate::judge::replay::run(settings, &requests).map_err(ReplayError::Judge)?;
+        let judged = crate::semantic::rerun::run(settings, &requests).map_err(ReplayError::Judge)?;
         lines.extend(judged);
         lines.sort_by_key(|l| l.request);
     }
