@@ -80,11 +80,13 @@ pub async fn serve(
     let ready = Arc::new(AtomicBool::new(false));
     let guard = Guard::new(&config);
     let store = Arc::clone(guard.store());
+    let state_store = guard.shared().cloned();
     let app = proxy_app(Arc::clone(&shared), guard)?;
     let admin = admin::app(AdminState {
         metrics,
         ready: Arc::clone(&ready),
         store,
+        shared: state_store,
         config: Arc::clone(&shared),
         reloader: reloader.clone(),
     });

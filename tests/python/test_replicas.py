@@ -439,3 +439,30 @@ def test_two_replicas_racing_on_one_session_lose_no_update(mock):
         assert conflicts >= 1, "the requests never raced (no version conflict): the test proved nothing"
     finally:
         cluster.stop()
+
+
+def admin_keys(replica):
+    with urllib.request.urlopen(replica.admin + "/admin/sessions") as r:
+        return {s["key"] for s in json.load(r)["sessions"]}
+
+
+def test_admin_lists_and_deletes_across_replicas(mock, monkeypatch):
+    monkeypatch.setenv("LOOPGUARD_ADMIN_TOKEN", "t0ken")
+    cluster = Cluster(mock, "lgadmin:")
+    try:
+        marks = cluster.marks()
+        assert ChatLoop(cluster.nginx.url, session_id()).turn()
+        served = cluster.served(marks)
+        assert len(served) == 1
+        key = request_log_lines(cluster.replicas[served[0]])[-1]["session"]
+        for r in cluster.replicas:
+            assert key in admin_keys(r), "every replica lists the session one of them served"
+        other = cluster.replicas[(served[0] + 1) % 3]
+        req = urllib.request.Request(other.admin + "/admin/sessions/" + key, method="DELETE", headers={"authorization": "Bearer t0ken"})
+        with urllib.request.urlopen(req) as r:
+            assert r.status == 204
+        assert cluster.redis.cli("HGET", "lgadmin:s:" + key, "d").strip() == "", "a tombstone every replica sees"
+        for r in cluster.replicas:
+            assert key not in admin_keys(r), "deleted for every replica"
+    finally:
+        cluster.stop()
