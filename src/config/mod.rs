@@ -453,6 +453,7 @@ fn validate_routes(raw: &RawConfig, problems: &mut Problems) -> Vec<Route> {
 /// - `LOOPGUARD_LISTEN`: `server.listen`
 /// - `LOOPGUARD_ADMIN_LISTEN`: `server.admin_listen`
 /// - `LOOPGUARD_ADMIN_TOKEN`: `server.admin_token`
+/// - `LOOPGUARD_STATE_URL`: `state.url` (its password is never shown)
 /// - `LOOPGUARD_OPENAI_UPSTREAM`, `LOOPGUARD_GEMINI_UPSTREAM`,
 ///   `LOOPGUARD_ANTHROPIC_UPSTREAM`: the `upstream` of every route of that
 ///   provider.
