@@ -135,17 +135,17 @@ http {{
         self.proc.wait()
 
 
-def state_config(redis, prefix):
-    return f'[state]\nbackend = "redis"\nurl = "{redis.url}"\nkey_prefix = "{prefix}"\ntimeout_ms = 50\n'
+def state_config(redis, prefix, timeout_ms=50):
+    return f'[state]\nbackend = "redis"\nurl = "{redis.url}"\nkey_prefix = "{prefix}"\ntimeout_ms = {timeout_ms}\n'
 
 
 class Cluster:
     """Redis, three replicas and nginx in front of them."""
 
-    def __init__(self, mock, prefix):
+    def __init__(self, mock, prefix, timeout_ms=50):
         self.redis = Redis()
         self.prefix = prefix
-        self.replicas = [start_loopguard(mock, state_config(self.redis, prefix)) for _ in range(3)]
+        self.replicas = [start_loopguard(mock, state_config(self.redis, prefix, timeout_ms)) for _ in range(3)]
         for r in self.replicas:
             wait_connected(r)
         self.nginx = Nginx([r.url for r in self.replicas])
@@ -465,4 +465,81 @@ def test_admin_lists_and_deletes_across_replicas(mock, monkeypatch):
         for r in cluster.replicas:
             assert key not in admin_keys(r), "deleted for every replica"
     finally:
+        cluster.stop()
+
+
+TRAJECTORIES = pathlib.Path(os.environ.get("LOOPGUARD_TRAJECTORIES", pathlib.Path(__file__).resolve().parents[3] / "shared" / "trajectories"))
+
+
+def replay_trajectory(base_url, path, run):
+    """Sends every recorded request body of a trajectory as live traffic;
+    returns [(request index, status, x-loopguard-verdict)] for the requests
+    that got a verdict."""
+    out = []
+    session = f"{run}-{path.stem}"
+    for i, line in enumerate(path.read_text().splitlines()):
+        if not line.strip():
+            continue
+        req = urllib.request.Request(
+            base_url + "/v1/chat/completions",
+            data=line.encode(),
+            headers={"content-type": "application/json", "authorization": "Bearer sk-test", "x-loopguard-session": session},
+        )
+        try:
+            with urllib.request.urlopen(req) as r:
+                status, verdict = r.status, r.headers.get("x-loopguard-verdict")
+                r.read()
+        except urllib.error.HTTPError as e:
+            status, verdict = e.code, e.headers.get("x-loopguard-verdict")
+        if verdict or status != 200:
+            out.append((i, status, verdict))
+    return out
+
+
+def verdict_counts(procs):
+    counts = {}
+    for p in procs:
+        for line in p.logs().splitlines():
+            try:
+                v = json.loads(line)
+            except ValueError:
+                continue
+            if v.get("message") == "verdict" or v.get("fields", {}).get("message") == "verdict":
+                key = (v.get("detector") or v.get("fields", {}).get("detector"), v.get("level") or v.get("fields", {}).get("level"))
+                counts[key] = counts.get(key, 0) + 1
+    return counts
+
+
+@pytest.mark.skipif(not TRAJECTORIES.is_dir(), reason=f"no trajectories at {TRAJECTORIES} (set LOOPGUARD_TRAJECTORIES)")
+def test_trajectories_give_the_same_verdicts_through_three_replicas(mock):
+    """Every recorded trajectory of ../shared/trajectories replayed as live
+    traffic, once through one instance, once through three replicas behind
+    nginx: the same requests get the same verdicts (request index, status,
+    action, detector, count), and the replicas log the same verdicts
+    (detector, level) as the one instance."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    files = sorted(TRAJECTORIES.glob("*.jsonl"))
+    assert files
+    single = start_loopguard(mock)
+    # A generous timeout: this compares verdicts with the store answering
+    # (a debug build on a loaded machine can take longer than 50 ms).
+    cluster = Cluster(mock, "lgtraj:", timeout_ms=5000)
+    try:
+        with ThreadPoolExecutor(4) as pool:
+            one = dict(zip(files, pool.map(lambda f: replay_trajectory(single.url, f, "one"), files)))
+        with ThreadPoolExecutor(4) as pool:
+            three = dict(zip(files, pool.map(lambda f: replay_trajectory(cluster.nginx.url, f, "three"), files)))
+        differ = {f.name: (one[f], three[f]) for f in files if one[f] != three[f]}
+        errors = sum(metric(r, "loopguard_state_errors_total") for r in cluster.replicas)
+        print(f"state errors: {errors}")
+        for name, (a, b) in differ.items():
+            print(f"{name}:\n  one   {a}\n  three {b}")
+        assert not differ, list(differ)
+        assert sum(len(v) for v in one.values()) > 0, "no trajectory got a verdict: the comparison shows nothing"
+        assert verdict_counts([single]) == verdict_counts(cluster.replicas)
+        print(f"trajectories: {len(files)} files, {sum(1 for f in files for l in f.read_text().splitlines() if l.strip())} requests each way, "
+              f"{sum(len(v) for v in one.values())} requests with a verdict, identical")
+    finally:
+        single.stop()
         cluster.stop()
