@@ -1,26 +1,54 @@
 #!/usr/bin/env bash
-# End-to-end latency of loopguard against the mock upstream, measured in one
-# run and interleaved: direct-to-mock vs through loopguard.
+# End-to-end latency added by loopguard, with nginx (a plain reverse proxy)
+# beside it in the same interleaved run, against the same instant upstream
+# (nginx serving a canned completion).
 #
-#   benches/e2e.sh            # needs `oha` (cargo install oha --locked) and curl
+#   benches/e2e.sh                        # builds the release binary
+#   BIN=path/to/loopguard benches/e2e.sh
+#   RATES="100 1000" HISTORIES="0 500000 2000000" ROUNDS=3 DURATION=10 benches/e2e.sh
 #
-# Prints, for non-streaming requests at a fixed rate, the p50/p99 latency of
-# both paths and the difference (what loopguard adds); the streaming
-# time-to-first-byte of both; and loopguard's RSS idle and after the load.
-# Figures are ratios/differences against the direct baseline of the same run,
-# because this machine is shared and noisy.
+# Needs `oha` (cargo install oha --locked), curl, python3 and nginx (installed
+# with apt-get when missing and run as root). For each load (one tool cycle
+# per request, or a history of about HISTORY bytes) and rate, rounds of
+# `oha` (latency correction on, one body per line from a file of distinct
+# sessions, `-Z`) go to the upstream directly, through nginx and through
+# loopguard (every detector on), in rotating order; the medians over the
+# rounds give each path's p50/p99 and what each proxy adds over direct. Then
+# streaming time to first byte the same way, and loopguard's RSS.
+# Figures are differences and ratios within one run: the machine is shared
+# and noisy.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-RATE="${RATE:-1000}"          # requests per second
-DURATION="${DURATION:-10}"    # seconds per round
-ROUNDS="${ROUNDS:-3}"         # interleaved rounds per path
-TTFB_N="${TTFB_N:-200}"       # streaming requests per path for time-to-first-byte
-OHA="${OHA:-$(command -v oha || echo /work/tools/bin/oha)}"
+RATES="${RATES:-100 1000}"
+HISTORIES="${HISTORIES:-0 500000 2000000}"
+HISTORY_RATE="${HISTORY_RATE:-200}"   # req/s for the history loads
+DURATION="${DURATION:-10}"            # seconds per round
+ROUNDS="${ROUNDS:-3}"
+TTFB_N="${TTFB_N:-2000}"              # streaming requests per path and round
+OHA="${OHA:-$(command -v oha || echo "$HOME/.cargo/bin/oha")}"
 [ -x "$OHA" ] || { echo "oha not found: cargo install oha --locked" >&2; exit 1; }
 
 . benches/common.sh # (the script runs from the repository root)
-bench_setup
+. benches/nginx.sh
+bench_setup 'max_request_bytes = 67108864'
+nginx_setup
+# loopguard routes /v1 to the canned upstream, and /stream (not stripped)
+# to its canned event stream.
+cat >"$WORK/lg.toml" <<TOML
+[server]
+listen = "127.0.0.1:0"
+admin_listen = "127.0.0.1:0"
+max_request_bytes = 67108864
+[[routes]]
+prefix = "/v1"
+provider = "openai"
+upstream = "$CANNED"
+[[routes]]
+prefix = "/stream"
+provider = "openai"
+upstream = "$CANNED"
+TOML
 LOOPGUARD_LOG=warn "$BIN" serve --config "$WORK/lg.toml" >"$WORK/lg.out" 2>"$WORK/lg.err" &
 LG_PID=$!
 sleep 0.5
@@ -28,45 +56,99 @@ LG="http://$(sed -n 's/.*proxy=\([^ ]*\).*/\1/p' "$WORK/lg.out")"
 rss() { awk '/VmRSS/ {print $2}' "/proc/$LG_PID/status"; }
 RSS_IDLE=$(rss)
 
-BODY='{"model":"m","messages":[{"role":"user","content":"hi"},{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"list_directory","arguments":"{\"path\":\".\"}"}}]},{"role":"tool","tool_call_id":"c1","content":"a.txt\nb.txt"}]}'
+# Bodies: one per line, each its own conversation (a distinct first user
+# message, so a distinct fingerprinted session), ending in one tool result;
+# with HISTORY > 0, about HISTORY bytes of distinct earlier tool cycles.
+bodies() { # history_bytes count file
+  python3 - "$@" <<'PY'
+import json, sys
+size, count, path = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+with open(path, "w") as out:
+    for n in range(count):
+        messages = [{"role": "system", "content": "You are a coding agent."},
+                    {"role": "user", "content": f"Task {n}: tidy the parser module."}]
+        i = 0
+        def cycle(i, result):
+            return [{"role": "assistant", "content": None, "tool_calls": [{"id": f"c{n}_{i}", "type": "function",
+                     "function": {"name": "read_file", "arguments": json.dumps({"path": f"src/f{i}.rs"})}}]},
+                    {"role": "tool", "tool_call_id": f"c{n}_{i}", "content": result}]
+        total = 0
+        while True:
+            result = f"// file {i} of task {n}\n" + ("fn f() { let x = \"a\\nb\"; }\n" * 30)[: 760]
+            messages += cycle(i, result if size else "a.txt\nb.txt")
+            total += len(result) + 200
+            i += 1
+            if total >= size:
+                break
+        out.write(json.dumps({"model": "m", "messages": messages}, separators=(",", ":")) + "\n")
+PY
+}
 
-run_oha() { # url -> "p50_ms p99_ms"
-  "$OHA" -z "${DURATION}s" -q "$RATE" --no-tui --output-format json -m POST \
-    -H 'content-type: application/json' -d "$BODY" "$1/v1/chat/completions" >"$WORK/oha.json"
+run_oha() { # base_url path rate bodies_file -> "p50_ms p99_ms success"
+  "$OHA" -z "${DURATION}s" -q "$3" --latency-correction --no-tui --output-format json -m POST \
+    -H 'content-type: application/json' -Z "$4" "$1$2" >"$WORK/oha.json"
   python3 - "$WORK/oha.json" <<'PY'
 import json, sys
 d = json.load(open(sys.argv[1]))
 p = d["latencyPercentiles"]
-ok = d["summary"]["successRate"]
-print(f'{p["p50"]*1000:.3f} {p["p99"]*1000:.3f} {ok}')
+print(f'{p["p50"]*1000:.3f} {p["p99"]*1000:.3f} {d["summary"]["successRate"]}')
 PY
 }
 
-echo "non-streaming, ${RATE} req/s, ${DURATION}s x ${ROUNDS} rounds per path, interleaved"
-declare -a D50 D99 L50 L99
-for r in $(seq 1 "$ROUNDS"); do
-  read -r d50 d99 dok < <(run_oha "$MOCK")
-  read -r l50 l99 lok < <(run_oha "$LG")
-  echo "  round $r: direct p50 ${d50} ms p99 ${d99} ms (ok ${dok}) | loopguard p50 ${l50} ms p99 ${l99} ms (ok ${lok})"
-  D50+=("$d50"); D99+=("$d99"); L50+=("$l50"); L99+=("$l99")
+RESULTS="$WORK/results.txt"
+: >"$RESULTS"
+measure() { # label rate bodies_file path
+  local label="$1" rate="$2" file="$3" path="$4"
+  for r in $(seq 1 "$ROUNDS"); do
+    local order=("direct $CANNED" "nginx $NGINX_PROXY" "loopguard $LG")
+    local k=$(( (r - 1) % 3 ))
+    order=("${order[@]:$k}" "${order[@]:0:$k}")
+    for entry in "${order[@]}"; do
+      set -- $entry
+      read -r p50 p99 ok < <(run_oha "$2" "$path" "$rate" "$file")
+      echo "$label $1 $p50 $p99 $ok" >>"$RESULTS"
+      echo "  $label round $r: $1 p50 $p50 ms p99 $p99 ms (success $ok)"
+    done
+  done
+}
+
+for h in $HISTORIES; do
+  if [ "$h" = 0 ]; then
+    bodies 0 20000 "$WORK/bodies-0.txt"
+    for rate in $RATES; do
+      echo "one tool cycle, $rate req/s"
+      measure "cycle@$rate" "$rate" "$WORK/bodies-0.txt" /v1/chat/completions
+    done
+  else
+    bodies "$h" 40 "$WORK/bodies-$h.txt"
+    echo "history ~$((h / 1000)) KB, $HISTORY_RATE req/s"
+    measure "history$((h / 1000))KB@$HISTORY_RATE" "$HISTORY_RATE" "$WORK/bodies-$h.txt" /v1/chat/completions
+  fi
 done
+
+# Streaming: the canned event stream; oha's latency is the whole (instant)
+# stream, so close to its time to first byte.
+python3 -c 'import json
+for n in range(20000):
+    print(json.dumps({"model":"m","stream":True,"messages":[{"role":"user","content":f"stream {n}"}]}))' >"$WORK/stream.txt"
+echo "streaming, 1000 req/s"
+measure "stream@1000" 1000 "$WORK/stream.txt" /stream/v1/chat/completions
 RSS_LOADED=$(rss)
 
-ttfb() { # url -> median time to first byte in ms over TTFB_N streaming requests
-  for _ in $(seq 1 "$TTFB_N"); do
-    curl -s -o /dev/null -w '%{time_starttransfer}\n' -H 'content-type: application/json' \
-      -d '{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}' "$1/v1/chat/completions"
-  done | sort -n | awk '{a[NR]=$1} END {printf "%.3f", a[int(NR/2)+1]*1000}'
-}
-T_D1=$(ttfb "$MOCK"); T_L1=$(ttfb "$LG"); T_D2=$(ttfb "$MOCK"); T_L2=$(ttfb "$LG")
-
-python3 - "${D50[*]}" "${D99[*]}" "${L50[*]}" "${L99[*]}" "$T_D1 $T_D2" "$T_L1 $T_L2" "$RSS_IDLE" "$RSS_LOADED" <<'PY'
-import statistics as s, sys
-d50, d99, l50, l99, td, tl = ([float(x) for x in a.split()] for a in sys.argv[1:7])
-idle, loaded = int(sys.argv[7]), int(sys.argv[8])
-m = s.median
-print(f"p50: direct {m(d50):.3f} ms, loopguard {m(l50):.3f} ms, added {m(l50)-m(d50):+.3f} ms (x{m(l50)/m(d50):.2f})")
-print(f"p99: direct {m(d99):.3f} ms, loopguard {m(l99):.3f} ms, added {m(l99)-m(d99):+.3f} ms (x{m(l99)/m(d99):.2f})")
-print(f"streaming TTFB (median of medians): direct {m(td):.3f} ms, loopguard {m(tl):.3f} ms, added {m(tl)-m(td):+.3f} ms")
-print(f"loopguard RSS: idle {idle/1024:.1f} MiB, after load {loaded/1024:.1f} MiB")
+python3 - "$RESULTS" "$RSS_IDLE" "$RSS_LOADED" <<'PY'
+import collections, statistics as s, sys
+rows = collections.defaultdict(lambda: collections.defaultdict(list))
+for line in open(sys.argv[1]):
+    label, path, p50, p99, ok = line.split()
+    rows[label][path].append((float(p50), float(p99), float(ok)))
+print()
+print("| load | direct p50 / p99 | nginx added p50 / p99 | loopguard added p50 / p99 | ratio (p50 added) | success |")
+print("|---|---|---|---|---|---|")
+for label, paths in rows.items():
+    med = {p: (s.median(x[0] for x in v), s.median(x[1] for x in v), min(x[2] for x in v)) for p, v in paths.items()}
+    d, n, l = med["direct"], med["nginx"], med["loopguard"]
+    na, la = n[0] - d[0], l[0] - d[0]
+    ratio = f"{la / na:.2f}x" if na > 0 else "n/a"
+    print(f"| {label} | {d[0]:.3f} / {d[1]:.3f} ms | {na:+.3f} / {n[1]-d[1]:+.3f} ms | {la:+.3f} / {l[1]-d[1]:+.3f} ms | {ratio} | {min(d[2], n[2], l[2]):.4f} |")
+print(f"\nloopguard RSS: idle {int(sys.argv[2])/1024:.1f} MiB, after the load {int(sys.argv[3])/1024:.1f} MiB")
 PY

@@ -196,5 +196,130 @@ fn guard_path(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, parse_paths, guard_path);
+criterion_group!(benches, parse_paths, guard_path, calls_scale);
 criterion_main!(benches);
+
+/// An OpenAI chat body with `n` tool calls, each answered: `parallel` puts
+/// every call in one assistant turn (the results follow, in order),
+/// otherwise each call is its own turn. Calls differ by their path.
+fn calls_body(n: usize, parallel: bool) -> Bytes {
+    let call = |i: usize| {
+        json!({"id": format!("c{i}"), "type": "function",
+            "function": {"name": "read_file", "arguments": format!("{{\"path\":\"src/file_{i}.rs\"}}")}})
+    };
+    let result = |i: usize| json!({"role": "tool", "tool_call_id": format!("c{i}"), "content": format!("contents of file {i}")});
+    let mut messages = vec![json!({"role": "user", "content": "Read every file."})];
+    if parallel {
+        messages.push(
+            json!({"role": "assistant", "content": null, "tool_calls": (0..n).map(call).collect::<Vec<_>>()}),
+        );
+        messages.extend((0..n).map(result));
+    } else {
+        for i in 0..n {
+            messages.push(json!({"role": "assistant", "content": null, "tool_calls": [call(i)]}));
+            messages.push(result(i));
+        }
+    }
+    Bytes::from(
+        json!({"model": "m", "stream": true, "messages": messages,
+            "tools": [{"type": "function", "function": {"name": "read_file", "parameters": {"type": "object"}}}]})
+        .to_string(),
+    )
+}
+
+/// A non-streaming OpenAI chat answer with `n` parallel tool calls (all the
+/// same call when `same`, else differing by path).
+fn calls_answer(n: usize, same: bool) -> Vec<u8> {
+    let calls: Vec<_> = (0..n)
+        .map(|i| {
+            let path = if same { 0 } else { i };
+            json!({"id": format!("r{i}"), "type": "function",
+                "function": {"name": "read_file", "arguments": format!("{{\"path\":\"src/file_{path}.rs\"}}")}})
+        })
+        .collect();
+    json!({"id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": "m",
+        "choices": [{"index": 0, "finish_reason": "tool_calls",
+            "message": {"role": "assistant", "content": null, "tool_calls": calls}}]})
+    .to_string()
+    .into_bytes()
+}
+
+/// How loopguard's work grows with the number of tool calls in one request
+/// (a fresh session: the whole history is new) or one answer (judged at
+/// stream time against a session that saw a short history): 1k, 10k and
+/// 100k calls. Linear growth is ×10 per step.
+fn calls_scale(c: &mut Criterion) {
+    use loopguard::dialect::write::Mode;
+    use loopguard::guard::RequestDecision;
+    use loopguard::proxy::hold::Holder;
+    use loopguard::proxy::tap::Tap;
+
+    let Ok(loaded) = config::load_str(config::DEFAULT_TOML, "<default>") else {
+        return;
+    };
+    let config = loaded.config;
+    let Some(route) = config.routes.iter().find(|r| r.prefix == "/v1").cloned() else {
+        return;
+    };
+    let mut headers = HeaderMap::new();
+    headers.insert("x-loopguard-session", http::HeaderValue::from_static("scale"));
+    let judge = |guard: &Guard, body: &Bytes| {
+        let parsed = guard.parse_request(Dialect::OpenaiChat, &route.prefix, &headers, None, body);
+        parsed.ok().map(|parsed| {
+            let view = RequestView {
+                route: &route,
+                dialect: Dialect::OpenaiChat,
+                path: "/v1/chat/completions",
+                query: None,
+                headers: &headers,
+                decoded: body,
+                parsed: &parsed,
+            };
+            guard.on_request(&config, &view).0
+        })
+    };
+    let mut group = c.benchmark_group("calls_scale");
+    group.sample_size(10);
+    group.warm_up_time(std::time::Duration::from_millis(500));
+    group.measurement_time(std::time::Duration::from_secs(3));
+    for n in [1_000, 10_000, 100_000] {
+        for (shape, parallel) in [("request_sequential", false), ("request_parallel", true)] {
+            let body = calls_body(n, parallel);
+            group.bench_function(format!("{shape}/{n}"), |b| {
+                b.iter_batched_ref(
+                    || Guard::new(&config),
+                    |guard: &mut Guard| black_box(judge(guard, black_box(&body)).is_some()),
+                    BatchSize::LargeInput,
+                )
+            });
+        }
+        for (shape, same) in [
+            ("answer_parallel_distinct", false),
+            ("answer_parallel_same", true),
+        ] {
+            let answer = calls_answer(n, same);
+            let history = calls_body(20, false);
+            group.bench_function(format!("{shape}/{n}"), |b| {
+                b.iter_batched_ref(
+                    || {
+                        let guard = Guard::new(&config);
+                        let decision = judge(&guard, &history);
+                        (guard, decision)
+                    },
+                    |(_guard, decision)| {
+                        let Some(RequestDecision::Forward { judge, .. }) = decision else {
+                            return 0;
+                        };
+                        let tap = Tap::new(Dialect::OpenaiChat, Mode::Whole, usize::MAX);
+                        let mut holder =
+                            Holder::new(tap, Dialect::OpenaiChat, Mode::Whole, false, usize::MAX);
+                        let pushed = holder.push(black_box(&answer), judge.as_mut()).release.len();
+                        pushed + holder.finish(judge.as_mut()).0.release.len()
+                    },
+                    BatchSize::LargeInput,
+                )
+            });
+        }
+    }
+    group.finish();
+}

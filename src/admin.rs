@@ -3,7 +3,11 @@
 //! loopback. In a sidecar the agent shares that loopback, so the mutating
 //! endpoints need `admin_token` (bearer) and are refused when none is
 //! configured; the read-only ones are open. Session keys are hashes; no
-//! credential or body text is ever shown.
+//! credential or body text is ever shown (tool-call arguments are shown
+//! truncated and redacted). Everything but the probes and `/metrics`
+//! answers only for an allowed `Host` ([`host`]).
+
+mod host;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, PoisonError};
@@ -47,7 +51,21 @@ pub fn app(state: AdminState) -> Router {
         .route("/admin/sessions", get(sessions))
         .route("/admin/sessions/{key}", get(session).delete(forget))
         .route("/admin/reload", post(reload))
+        .route("/admin/experiment", get(experiment))
+        .merge(crate::ui::routes())
+        .layer(axum::middleware::from_fn_with_state(state.clone(), host::check))
         .with_state(state)
+}
+
+/// `GET /admin/experiment`: the holdout share in force and how loop
+/// stretches ended, per arm and detector (see [`crate::escalate::outcome`]).
+async fn experiment(State(state): State<AdminState>) -> Response {
+    let holdout = state.config.load().loop_detection.defaults.experiment.holdout;
+    axum::Json(json!({
+        "holdout": holdout,
+        "outcomes": state.store.outcomes().rows(),
+    }))
+    .into_response()
 }
 
 async fn readyz(State(state): State<AdminState>) -> impl IntoResponse {
@@ -156,7 +174,7 @@ fn refusal(state: &AdminState, headers: &HeaderMap) -> Option<Response> {
     let given = headers
         .get(http::header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "));
+        .and_then(bearer);
     if given.is_some_and(|g| constant_time_eq(g.as_bytes(), expected.as_bytes())) {
         None
     } else {
@@ -168,6 +186,13 @@ fn refusal(state: &AdminState, headers: &HeaderMap) -> Option<Response> {
                 .into_response(),
         )
     }
+}
+
+/// The credential of a `Bearer` authorization value (the scheme is
+/// case-insensitive, RFC 9110 §11.1).
+fn bearer(value: &str) -> Option<&str> {
+    let (scheme, token) = value.trim_start().split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
 }
 
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {

@@ -36,10 +36,19 @@ pub enum Command {
     ///
     /// A .json file is one request body, a .jsonl file is a session's successive request bodies;
     /// a last .sse file (or response-shaped .json) is the response to the last request.
+    /// With --summary each file is replayed as a session of its own and summarised instead.
     Replay {
-        /// Config file whose [loop_detection] to use (default: the built-in defaults).
+        /// Config file whose [loop_detection] and [[agents]] to use (default: the built-in
+        /// defaults); it needs no [[routes]].
         #[arg(long)]
         config: Option<PathBuf>,
+        /// Per file (each its own session): requests, verdicts per level, first warning /
+        /// critical / stop with request index and detector; then the totals. A table.
+        #[arg(long)]
+        summary: bool,
+        /// With --summary: print it as one JSON document instead of a table.
+        #[arg(long, requires = "summary")]
+        json: bool,
         /// Dialect of the bodies (default: guessed from their shape).
         #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(crate::dialect::Dialect::ALL.map(crate::dialect::Dialect::name)))]
         dialect: Option<String>,
@@ -50,6 +59,33 @@ pub enum Command {
         #[arg(long, value_parser = ["warning", "critical", "breaker"])]
         fail_on: Option<String>,
         /// The recorded files.
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+    },
+    /// Compare settings over recorded sessions: per setting, sessions warned / stopped / broken,
+    /// at which request, what changed against the base, and (with --labels) recall and false
+    /// positives. Each file is one session: a recording, or a .jsonl of successive request bodies.
+    Tune {
+        /// The base config (default: the built-in defaults); --set changes it.
+        #[arg(long)]
+        base: Option<PathBuf>,
+        /// DETECTOR.KEY=V1,V2,… under [loop_detection] (repeatable: every combination is a setting).
+        #[arg(long = "set")]
+        sets: Vec<String>,
+        /// A whole config file as a setting (repeatable).
+        #[arg(long = "config")]
+        configs: Vec<PathBuf>,
+        /// Labels: session file → loop / progress (`FILE LABEL` lines, a JSON map, or a Markdown
+        /// table with the file first and the label last, like trajectories/INDEX.md).
+        #[arg(long)]
+        labels: Option<PathBuf>,
+        /// Wall time between the bodies of a .jsonl file, in seconds (recordings carry their clock).
+        #[arg(long, default_value_t = 10.0)]
+        interval: f64,
+        /// Print JSON instead of the table.
+        #[arg(long)]
+        json: bool,
+        /// The sessions.
         #[arg(required = true)]
         files: Vec<PathBuf>,
     },

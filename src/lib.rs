@@ -32,26 +32,37 @@
 //!   (request-time decision, stream-time decision), in one pure place.
 //! - [`guard`]: connects sessions and detectors to the proxy (request-time
 //!   verdicts; the stream-time [`guard::stream::StreamReviewer`]).
+//! - [`escalate`]: the `escalate` action's per-session state and
+//!   retargeting, the experiment's arms and the loop outcome counters.
 //! - [`semantic`]: the semantic check, the optional LLM judge
 //!   (`semantic_loop`), run in the background on a schedule, never delaying
 //!   a request.
 //! - [`admin`]: health, metrics and the session API on the admin listener.
+//! - [`ui`]: the live page (`/ui`) on the admin listener.
+//! - [`recording`]: opt-in recording of sessions (`[recording]`) through a
+//!   bounded writer thread, in the form `replay` and `tune` read.
+//! - [`redact`]: credential redaction for everything loopguard writes
+//!   about tool calls (verdicts, logs, admin, the judge's prompt).
 //! - [`reload`]: hot reload of the config file (SIGHUP, `POST /admin/reload`).
 //! - [`telemetry`]: logging setup and the fail-open counter.
 //! - [`task`]: the one way to start a background task (counted).
 //! - [`tools`]: apart from the product — `loopguard demo`, the scripted mock
-//!   upstream, `loopguard replay`.
+//!   upstream, `loopguard replay` (and its `--summary`).
 
 pub mod admin;
 pub mod cli;
 pub mod config;
 pub mod detect;
 pub mod dialect;
+pub mod escalate;
 pub mod guard;
 pub mod http_client;
 pub mod json_array;
+pub mod listen;
 pub mod plan;
 pub mod proxy;
+pub mod recording;
+pub mod redact;
 pub mod reload;
 pub mod route;
 pub mod semantic;
@@ -63,3 +74,4 @@ pub mod task;
 pub mod telemetry;
 pub mod tools;
 pub mod transcript;
+pub mod ui;

@@ -21,6 +21,8 @@ fn main() -> ExitCode {
         Command::CheckConfig { file } => check_config(&file),
         Command::Replay {
             config,
+            summary,
+            json,
             dialect,
             interval,
             fail_on,
@@ -30,6 +32,24 @@ fn main() -> ExitCode {
             dialect.as_deref(),
             interval,
             fail_on.as_deref(),
+            &files,
+            summary.then_some(if json { Summary::Json } else { Summary::Table }),
+        ),
+        Command::Tune {
+            base,
+            sets,
+            configs,
+            labels,
+            interval,
+            json,
+            files,
+        } => tune(
+            base.as_deref(),
+            &sets,
+            &configs,
+            labels.as_deref(),
+            interval,
+            json,
             &files,
         ),
         Command::Demo => run(loopguard::tools::demo::run()),
@@ -140,17 +160,70 @@ async fn healthcheck(url: String) -> Result<(), String> {
     }
 }
 
+/// How `replay --summary` prints.
+#[derive(Debug, Clone, Copy)]
+enum Summary {
+    Table,
+    Json,
+}
+
+fn tune(
+    base: Option<&Path>,
+    sets: &[String],
+    configs: &[std::path::PathBuf],
+    labels: Option<&Path>,
+    interval: f64,
+    json: bool,
+    files: &[std::path::PathBuf],
+) -> ExitCode {
+    use loopguard::tools::tune;
+    let base = match base {
+        Some(path) => match std::fs::read_to_string(path) {
+            Ok(text) => (text, path.display().to_string()),
+            Err(e) => {
+                eprintln!("loopguard tune: {}: {e}", path.display());
+                return ExitCode::FAILURE;
+            }
+        },
+        None => (config::DEFAULT_TOML.to_owned(), "<built-in defaults>".to_owned()),
+    };
+    let request = tune::Request {
+        base,
+        sets,
+        configs,
+        files,
+        interval: std::time::Duration::from_secs_f64(interval.max(0.0)),
+        labels,
+    };
+    match tune::run(&request) {
+        Ok((rows, sessions)) => {
+            if json {
+                let doc = serde_json::json!({"sessions": sessions, "settings": rows});
+                println!("{doc}");
+            } else {
+                print!("{}", tune::table(&rows, sessions));
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("loopguard tune: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 fn replay(
     config: Option<&Path>,
     dialect: Option<&str>,
     interval: f64,
     fail_on: Option<&str>,
     files: &[std::path::PathBuf],
+    summary: Option<Summary>,
 ) -> ExitCode {
     use loopguard::detect::Level;
     use loopguard::dialect::Dialect;
     let loaded = match config {
-        Some(p) => config::load_file(p),
+        Some(p) => config::load_detection_file(p),
         None => config::load_str(config::DEFAULT_TOML, "<built-in defaults>"),
     };
     let loaded = match loaded {
@@ -162,41 +235,74 @@ fn replay(
     };
     let dialect = dialect.and_then(|name| Dialect::ALL.into_iter().find(|d| d.name() == name));
     let settings = &loaded.config.loop_detection.defaults;
-    if settings.semantic_check.enabled {
+    let judge = &settings.semantic_check;
+    if judge.enabled {
         eprintln!(
             "loopguard replay: the semantic check (LLM judge) runs too, calling {}",
-            settings
-                .semantic_check
-                .upstream
-                .as_ref()
-                .map_or("?", url::Url::as_str)
+            judge.upstream.as_ref().map_or("?", url::Url::as_str)
         );
-    } else {
+    } else if judge.upstream.is_some() {
+        // Configured but switched off: say so; without any configuration, nothing.
         eprintln!(
             "loopguard replay: the semantic check (LLM judge) did not run: [loop_detection.semantic_check] is not enabled"
         );
     }
     let interval = std::time::Duration::from_secs_f64(interval.max(0.0));
-    let lines = match loopguard::tools::replay::run(settings, files, dialect, interval) {
-        Ok(lines) => lines,
-        Err(e) => {
-            eprintln!("loopguard replay: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    for line in &lines {
-        match serde_json::to_string(line) {
-            Ok(text) => println!("{text}"),
-            Err(e) => eprintln!("loopguard replay: {e}"),
-        }
-    }
     let level = match fail_on {
         Some("warning") => Some(Level::Warning),
         Some("critical") => Some(Level::Critical),
         Some("breaker") => Some(Level::Breaker),
         _ => None,
     };
-    if level.is_some_and(|l| loopguard::tools::replay::reaches(&lines, l)) {
+    let reached = |lines: &[loopguard::detect::ReplayLine]| {
+        level.is_some_and(|l| loopguard::tools::replay::reaches(lines, l))
+    };
+    let mut failed = false;
+    let mut hit = false;
+    if let Some(format) = summary {
+        use loopguard::tools::replay_summary::{self, FileSummary};
+        let mut rows = Vec::new();
+        for file in files {
+            match loopguard::tools::replay::replay_files(
+                settings,
+                std::slice::from_ref(file),
+                dialect,
+                interval,
+            ) {
+                Ok(replayed) => {
+                    hit |= reached(&replayed.lines);
+                    rows.push(FileSummary::of(&file.display().to_string(), &replayed));
+                }
+                Err(e) => {
+                    eprintln!("loopguard replay: {e}");
+                    failed = true;
+                }
+            }
+        }
+        match format {
+            Summary::Table => print!("{}", replay_summary::table(&rows)),
+            Summary::Json => println!("{}", replay_summary::json(&rows)),
+        }
+    } else {
+        match loopguard::tools::replay::run(settings, files, dialect, interval) {
+            Ok(lines) => {
+                for line in &lines {
+                    match serde_json::to_string(line) {
+                        Ok(text) => println!("{text}"),
+                        Err(e) => eprintln!("loopguard replay: {e}"),
+                    }
+                }
+                hit = reached(&lines);
+            }
+            Err(e) => {
+                eprintln!("loopguard replay: {e}");
+                failed = true;
+            }
+        }
+    }
+    if failed {
+        ExitCode::FAILURE
+    } else if hit {
         ExitCode::from(3)
     } else {
         ExitCode::SUCCESS

@@ -42,6 +42,11 @@ pub trait StreamJudge: Send {
     /// answer text, reasoning and tool-call arguments). A `Block` or `Abort`
     /// cuts the generation.
     fn event(&mut self, event: &StreamEvent) -> Decision;
+    /// A copy of the response's bytes to record (`[recording]`), taken once
+    /// before the response starts; `None` when nothing is recorded.
+    fn recording(&mut self) -> Option<crate::recording::ResponseCopy> {
+        None
+    }
 }
 
 /// A judge that passes everything (detection off, or a bypassed request).
@@ -65,6 +70,11 @@ pub enum RequestDecision {
         body: Option<Bytes>,
         /// The judge for the response.
         judge: Box<dyn StreamJudge>,
+        /// The decisive verdict that let it go (observe, warn) as its
+        /// `x-loopguard-verdict` value, for the request log.
+        verdict: Option<String>,
+        /// Escalated: another model (and maybe upstream) than the agent's.
+        retarget: Option<crate::escalate::Retarget>,
     },
     /// Answer in the upstream's place.
     Answer {
@@ -113,13 +123,27 @@ pub fn request(
     inject: impl FnOnce(&str) -> Option<Bytes>,
 ) -> RequestDecision {
     let Some(verdict) = verdict else {
-        return RequestDecision::Forward { body: None, judge };
+        return RequestDecision::Forward {
+            body: None,
+            judge,
+            verdict: None,
+            retarget: None,
+        };
     };
     match verdict.action {
-        Action::Observe => RequestDecision::Forward { body: None, judge },
-        Action::Warn => RequestDecision::Forward {
+        Action::Observe => RequestDecision::Forward {
+            body: None,
+            judge,
+            verdict: Some(verdict.header_value()),
+            retarget: None,
+        },
+        // An escalation is a warning sent to another model: the guard
+        // retargets the request afterwards.
+        Action::Warn | Action::Escalate => RequestDecision::Forward {
             body: inject(&verdict.message),
             judge,
+            verdict: Some(verdict.header_value()),
+            retarget: None,
         },
         Action::Block => {
             metrics::counter!("loopguard_upstream_requests_avoided_total").increment(1);
@@ -151,7 +175,8 @@ pub fn request(
 /// The stream-time decision for a decisive verdict.
 pub fn stream(verdict: &Verdict) -> Decision {
     match verdict.action {
-        Action::Observe | Action::Warn => Decision::Pass,
+        // A stream-time warning is carried by the next request.
+        Action::Observe | Action::Warn | Action::Escalate => Decision::Pass,
         Action::Block => Decision::Block(Cut {
             message: verdict.message.clone(),
             header: verdict.header_value(),

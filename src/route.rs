@@ -94,6 +94,7 @@ mod tests {
             provider,
             upstream: Url::parse(upstream).unwrap_or_else(|e| panic!("{e}")),
             strip_prefix: strip,
+            escalation: None,
         }
     }
 

@@ -48,14 +48,13 @@ pub fn proxy_app(config: SharedConfig, guard: Guard) -> Result<Router, reqwest::
         config,
         client,
         guard,
+        offload: proxy::offload::Offload::for_this_machine(),
     });
     Ok(Router::new().fallback(proxy::handle).with_state(state))
 }
 
-async fn bind(addr: SocketAddr) -> Result<TcpListener, ServeError> {
-    TcpListener::bind(addr)
-        .await
-        .map_err(|source| ServeError::Bind { addr, source })
+fn bind(addr: SocketAddr, backlog: u32) -> Result<TcpListener, ServeError> {
+    crate::listen::bind(addr, backlog).map_err(|source| ServeError::Bind { addr, source })
 }
 
 /// Binds both listeners, prints one line `loopguard listening proxy=ADDR
@@ -73,8 +72,14 @@ pub async fn serve(
     let config = Arc::new(config);
     let shared: SharedConfig = Arc::new(ArcSwap::from(Arc::clone(&config)));
     let reloader = Reloader::new(config_path, Arc::clone(&shared));
-    let proxy_listener = bind(config.server.listen).await?;
-    let admin_listener = bind(config.server.admin_listen).await?;
+    let limits = crate::listen::Limits {
+        backlog: config.server.listen_backlog,
+        max_connections: config.server.max_connections,
+        header_timeout: config.server.client_header_timeout,
+    };
+    crate::listen::raise_fd_limit(limits.max_connections);
+    let proxy_listener = bind(config.server.listen, limits.backlog)?;
+    let admin_listener = bind(config.server.admin_listen, 128)?;
     let proxy_addr = proxy_listener.local_addr()?;
     let admin_addr = admin_listener.local_addr()?;
     let ready = Arc::new(AtomicBool::new(false));
@@ -96,27 +101,30 @@ pub async fn serve(
     // (and /metrics stays readable) while in-flight streams finish.
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let (admin_stop_tx, admin_stop_rx) = tokio::sync::watch::channel(false);
-    let wait_stop = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
-        let _ = rx.wait_for(|stop| *stop).await;
+    let drain = config.server.drain_timeout;
+    let proxy_task = crate::task::spawn(crate::listen::serve(proxy_listener, app, limits, stop_rx, drain));
+    let admin_limits = crate::listen::Limits {
+        backlog: 128,
+        max_connections: 256,
+        ..limits
     };
-    let nodelay = |listener: TcpListener| {
-        axum::serve::ListenerExt::tap_io(listener, |tcp| {
-            let _ = tcp.set_nodelay(true);
-        })
-    };
-    let proxy_task = crate::task::spawn(
-        axum::serve(nodelay(proxy_listener), app)
-            .with_graceful_shutdown(wait_stop(stop_rx))
-            .into_future(),
-    );
-    let admin_task = crate::task::spawn(
-        axum::serve(admin_listener, admin)
-            .with_graceful_shutdown(wait_stop(admin_stop_rx))
-            .into_future(),
-    );
+    let admin_task = crate::task::spawn(crate::listen::serve(
+        admin_listener,
+        admin,
+        admin_limits,
+        admin_stop_rx,
+        std::time::Duration::from_secs(1),
+    ));
     ready.store(true, Ordering::Release);
     println!("loopguard listening proxy={proxy_addr} admin={admin_addr}");
     tracing::info!(%proxy_addr, %admin_addr, routes = config.routes.len(), "loopguard listening");
+    if !admin_addr.ip().is_loopback() {
+        tracing::warn!(
+            %admin_addr,
+            allowed_hosts = ?config.server.admin_allowed_hosts,
+            "the admin listener is not on loopback: the session API (tool names, redacted arguments) is readable by anyone who reaches it; keep it on loopback or firewall it"
+        );
+    }
 
     shutdown_signal().await;
     tracing::info!(
@@ -125,14 +133,10 @@ pub async fn serve(
     );
     ready.store(false, Ordering::Release);
     let _ = stop_tx.send(true);
-    if tokio::time::timeout(config.server.drain_timeout, proxy_task)
-        .await
-        .is_err()
-    {
-        tracing::warn!("drain timeout reached; closing remaining connections");
-    }
+    // The drain timeout is applied (and reported) by the listener itself.
+    let _ = proxy_task.await;
     let _ = admin_stop_tx.send(true);
-    let _ = tokio::time::timeout(std::time::Duration::from_secs(1), admin_task).await;
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(2), admin_task).await;
     Ok(())
 }
 

@@ -82,6 +82,11 @@ pub struct SseDecoder {
     discard: Discard,
     /// Cap on the data kept per event and on the unfinished line buffered.
     max_event_bytes: usize,
+    /// The current event has a line other than a comment.
+    has_field: bool,
+    /// End of the last line read outside any event (a comment or blank line
+    /// before the next event's first field), or of the last dispatched event.
+    quiet_end: u64,
 }
 
 impl Default for SseDecoder {
@@ -114,6 +119,8 @@ impl SseDecoder {
             truncated: false,
             discard: Discard::No,
             max_event_bytes: max.max(64),
+            has_field: false,
+            quiet_end: 0,
         }
     }
 
@@ -179,6 +186,7 @@ impl SseDecoder {
         let event = self.has_data.then(|| self.take_event(stream_end));
         self.reset_event();
         self.event_start = stream_end;
+        self.quiet_end = stream_end;
         event
     }
 
@@ -188,6 +196,13 @@ impl SseDecoder {
     pub fn pending_len(&self) -> usize {
         let total = self.line_offset + self.line.len() as u64;
         usize::try_from(total - self.event_start).unwrap_or(usize::MAX)
+    }
+
+    /// Stream offset up to which every byte belongs to a dispatched event or
+    /// is a comment or blank line outside any event (an upstream's `: ping`
+    /// keep-alive): what can go to the client before the next event is whole.
+    pub fn quiet_end(&self) -> u64 {
+        self.quiet_end.max(self.event_start)
     }
 
     /// Length of the unfinished line without a trailing CR (which is a terminator).
@@ -209,7 +224,10 @@ impl SseDecoder {
             }
             Discard::No => self.field_line(&line[pos..at]),
             Discard::Data => self.append_data(&line[pos..at]),
-            Discard::Other => {}
+            Discard::Other => self.has_field = true,
+        }
+        if !self.has_field && self.event.is_none() && !self.has_data {
+            self.quiet_end = self.line_offset + next as u64;
         }
         self.discard = Discard::No;
         self.line = line;
@@ -220,6 +238,7 @@ impl SseDecoder {
         if line.first() == Some(&b':') {
             return;
         }
+        self.has_field = true;
         let (field, value) = split_field(line);
         match field {
             b"data" => {
@@ -303,6 +322,7 @@ impl SseDecoder {
     }
 
     fn reset_event(&mut self) {
+        self.has_field = false;
         self.event = None;
         self.data.clear();
         self.has_data = false;

@@ -68,6 +68,20 @@ fn comments_and_fields() {
 
 /// A block without data is not dispatched, and its bytes go to the next event's range.
 #[test]
+fn quiet_end_covers_comments_outside_events_only() {
+    let mut decoder = SseDecoder::new();
+    let mut out = Vec::new();
+    decoder.push(b": ping\n\n: ping\n", &mut out);
+    assert!(out.is_empty());
+    assert_eq!(decoder.quiet_end(), 15, "both pings may go out");
+    decoder.push(b"event: x\n: inside\ndata: a", &mut out);
+    assert_eq!(decoder.quiet_end(), 15, "an event started: its lines wait for it");
+    decoder.push(b"\n\n: after\n", &mut out);
+    assert_eq!(out.len(), 1);
+    assert_eq!(decoder.quiet_end(), out[0].end + 8);
+}
+
+#[test]
 fn dataless_blocks_are_absorbed_by_the_next_event() {
     let input = ": ping\n\nevent: x\n\n\n\ndata: 1\n\n";
     let events = decode(input);

@@ -1,7 +1,8 @@
 //! Logging setup (tracing) and the counters every module shares.
 //!
 //! Logs go to stderr, `pretty` or `json`, filtered by `LOOPGUARD_LOG`
-//! (`RUST_LOG` syntax, default `info`). Metrics use the `metrics` facade;
+//! (`RUST_LOG` syntax, default `info`); pretty logs are coloured only on a
+//! terminal and without `NO_COLOR`. Metrics use the `metrics` facade;
 //! [`install_metrics`] installs the Prometheus recorder served by the admin
 //! listener.
 
@@ -23,6 +24,10 @@ pub fn init_logging(format: LogFormat, default: &str) {
     let filter = EnvFilter::try_from_env("LOOPGUARD_LOG").unwrap_or_else(|_| EnvFilter::new(default));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(colours(
+            std::io::IsTerminal::is_terminal(&std::io::stderr()),
+            std::env::var_os("NO_COLOR").as_deref(),
+        ))
         .with_writer(std::io::stderr);
     let result = match format {
         LogFormat::Pretty => builder.try_init(),
@@ -31,6 +36,12 @@ pub fn init_logging(format: LogFormat, default: &str) {
     if let Err(e) = result {
         eprintln!("loopguard: logging already initialised: {e}");
     }
+}
+
+/// Whether pretty logs use ANSI colours: only on a terminal, and never when
+/// `NO_COLOR` is set to anything but the empty string (<https://no-color.org>).
+pub fn colours(stderr_is_terminal: bool, no_color: Option<&std::ffi::OsStr>) -> bool {
+    stderr_is_terminal && no_color.is_none_or(std::ffi::OsStr::is_empty)
 }
 
 /// Installs the Prometheus recorder and returns the handle that renders it.
@@ -75,7 +86,7 @@ fn describe() {
     );
     metrics::describe_counter!(
         "loopguard_verdicts_total",
-        "Verdicts, by detector, level and action."
+        "Verdicts, by detector, level, action and where they were given (at=\"request\" when a request arrives, at=\"stream\" while a response streams: a finding can be reported at both)."
     );
     metrics::describe_counter!(
         "loopguard_upstream_requests_avoided_total",

@@ -124,10 +124,11 @@ async fn verdict_metrics_match_the_logged_verdicts() {
     let mut by_series = std::collections::BTreeMap::new();
     for v in &logged {
         let series = format!(
-            "loopguard_verdicts_total{{detector=\"{}\",level=\"{}\",action=\"{}\"}}",
+            "loopguard_verdicts_total{{detector=\"{}\",level=\"{}\",action=\"{}\",at=\"{}\"}}",
             v["detector"].as_str().unwrap_or_default(),
             v["level"].as_str().unwrap_or_default(),
-            v["action"].as_str().unwrap_or_default()
+            v["action"].as_str().unwrap_or_default(),
+            v["at"].as_str().unwrap_or_default()
         );
         *by_series.entry(series).or_insert(0.0) += 1.0;
     }

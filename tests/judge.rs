@@ -435,7 +435,7 @@ fn replay(config: &str, session: &str) -> (Option<i32>, Vec<Value>, String) {
 
 /// `loopguard replay` runs the judge on the live schedule when it is
 /// configured (a check at the 30th turn, its finding on the next request),
-/// and says so when it is not.
+/// says so when it is configured but off, and says nothing when it is not configured.
 #[tokio::test(flavor = "multi_thread")]
 async fn replay_runs_the_judge_when_configured_and_says_when_it_did_not() {
     let answers = json!({"judge-a": [{"json": {"analysis": "opens files endlessly", "confidence": 0.97}}]});
@@ -465,8 +465,16 @@ async fn replay_runs_the_judge_when_configured_and_says_when_it_did_not() {
             .contains("opens files endlessly")
     );
     assert!(stderr.contains("runs too") && !stderr.contains(KEY), "{stderr}");
+    let off = on.replace("enabled = true", "enabled = false");
+    let (code, lines, stderr) = replay(&off, &session);
+    assert_eq!(code, Some(0));
+    assert!(lines.iter().all(|l| l["detector"] != "semantic_loop"));
+    assert!(stderr.contains("did not run"), "configured but off: {stderr}");
     let (code, lines, stderr) = replay(&config_for(&mock.url(), ""), &session);
     assert_eq!(code, Some(0));
     assert!(lines.iter().all(|l| l["detector"] != "semantic_loop"));
-    assert!(stderr.contains("did not run"), "{stderr}");
+    assert!(
+        !stderr.contains("semantic check"),
+        "not configured: no notice: {stderr}"
+    );
 }

@@ -251,3 +251,104 @@ fn recorded_trajectories_are_judged() {
     let (code, lines) = replay(&["--fail-on", "warning", progress.to_str().unwrap_or_default()]);
     assert_eq!(code, Some(0), "{lines:?}");
 }
+
+fn replay_text(args: &[&str]) -> (Option<i32>, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_loopguard"))
+        .arg("replay")
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("{e}"));
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// `--summary` replays each file as its own session and prints one row per
+/// file (requests, verdicts per level, first warning / critical / stop with
+/// request index and detector) and the totals; `--json` gives the same as
+/// one document; `--fail-on` still sets the exit code.
+#[test]
+fn summary_lists_each_file_with_its_first_verdicts_and_the_totals() {
+    let looping = write("summary-loop.jsonl", &openai_session(7, |_| "x = 1".to_owned()));
+    let progress = write(
+        "summary-progress.jsonl",
+        &openai_session(7, |i| format!("x = {i}")),
+    );
+    let (looping, progress) = (
+        looping.to_str().unwrap_or_default(),
+        progress.to_str().unwrap_or_default(),
+    );
+    let (code, table, stderr) = replay_text(&["--summary", looping, progress]);
+    assert_eq!(code, Some(0), "{stderr}");
+    let rows: Vec<&str> = table.lines().collect();
+    assert_eq!(rows.len(), 4, "header, two files, totals:\n{table}");
+    assert!(
+        rows[0].starts_with("file") && rows[0].contains("first critical"),
+        "{table}"
+    );
+    let cells = |row: &str| row.split_whitespace().map(str::to_owned).collect::<Vec<_>>();
+    let loop_row = cells(rows[1]);
+    assert_eq!(loop_row[0], looping);
+    assert_eq!(&loop_row[1..5], ["7", "2", "2", "0"], "{table}");
+    assert!(
+        rows[1].contains("#3 identical_call") && rows[1].contains("#5 identical_call"),
+        "{table}"
+    );
+    let twin = cells(rows[2]);
+    assert_eq!(
+        &twin[1..5],
+        ["7", "1", "0", "0"],
+        "new results (detection v2): never acted on; one observe-level note at twice the warning threshold:\n{table}"
+    );
+    assert!(
+        rows[2].ends_with("-                           -"),
+        "no first critical, no stop:\n{table}"
+    );
+    assert!(
+        rows[3].starts_with("total") && rows[3].contains("2 of 2 files warned, 1 critical, 1 stopped"),
+        "{table}"
+    );
+
+    let (code, json, _) = replay_text(&["--summary", "--json", "--fail-on", "critical", looping, progress]);
+    assert_eq!(code, Some(3));
+    let v: Value = serde_json::from_str(&json).unwrap_or_else(|e| panic!("{e}: {json}"));
+    assert_eq!(
+        v["files"][0]["first_critical"],
+        json!({"request": 5, "detector": "identical_call"})
+    );
+    assert_eq!(v["files"][1]["first_stop"], Value::Null);
+    assert_eq!(v["totals"]["files_stopped"], 1);
+}
+
+/// A `--config` holding only `[loop_detection]` (no `[[routes]]`) is
+/// accepted and its thresholds apply; with no semantic check configured,
+/// stderr carries no notice about it.
+#[test]
+fn a_detection_only_config_is_accepted_and_no_semantic_notice_is_printed() {
+    let config = write(
+        "detection-only.toml",
+        "[loop_detection.identical_call]\nwarning = 2\ncritical = 3\n",
+    );
+    let session = write("detection-only.jsonl", &openai_session(5, |_| "x = 1".to_owned()));
+    let (code, stdout, stderr) = replay_text(&[
+        "--config",
+        config.to_str().unwrap_or_default(),
+        session.to_str().unwrap_or_default(),
+    ]);
+    assert_eq!(code, Some(0), "{stderr}");
+    let lines: Vec<Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    let levels = levels_at(&lines, "identical_call");
+    assert_eq!(levels.first(), Some(&(2, "warning".to_owned())), "{lines:?}");
+    assert!(levels.contains(&(3, "critical".to_owned())), "{lines:?}");
+    assert!(!stderr.contains("semantic check"), "{stderr}");
+    let (_, _, stderr) = replay_text(&[session.to_str().unwrap_or_default()]);
+    assert!(
+        stderr.is_empty(),
+        "no notice with the built-in defaults: {stderr}"
+    );
+}

@@ -30,9 +30,10 @@ pub use super::detection_raw::{
     RawLoopDetection, RawToolMatcher, RawToolSpec,
 };
 use crate::detect::settings::{
-    ChantingParams, CompactionPatterns, DEFAULT_CANNED_PATTERNS, DEFAULT_DEDUP_NOTICES,
-    DEFAULT_ERROR_PATTERNS, DEFAULT_OUTCOME_MASKS, DEFAULT_SUMMARIZER_PATTERNS, DEFAULT_SUMMARY_PREFIXES,
-    DEFAULT_VOLATILE_KEYS, Settings, Thresholds, ToolMatcher,
+    ChantingParams, CompactionPatterns, DEFAULT_CALL_IDENTITY, DEFAULT_CANNED_PATTERNS,
+    DEFAULT_DEDUP_NOTICES, DEFAULT_ERROR_PATTERNS, DEFAULT_INJECTED_PATTERNS, DEFAULT_OUTCOME_MASKS,
+    DEFAULT_SUMMARIZER_PATTERNS, DEFAULT_SUMMARY_PREFIXES, DEFAULT_VOLATILE_KEYS, Settings, Thresholds,
+    ToolMatcher,
 };
 use crate::detect::{Action, DetectorKind};
 
@@ -43,7 +44,7 @@ use crate::detect::{Action, DetectorKind};
 /// configured by `[loop_detection.semantic_check]`.
 pub const DETECTOR_DEFAULTS: [[u32; 3]; 14] = [
     [3, 5, 0],   // identical_call
-    [3, 5, 0],   // cycle
+    [6, 8, 0],   // cycle (calls)
     [10, 20, 0], // generic_repeat
     [10, 20, 0], // poll_no_progress
     [3, 5, 0],   // error_repeat
@@ -222,6 +223,11 @@ fn merge(base: &RawLoopDetection, over: &RawLoopDetection) -> RawLoopDetection {
             .canned_patterns
             .clone()
             .or_else(|| base.canned_patterns.clone()),
+        call_identity: over.call_identity.clone().or_else(|| base.call_identity.clone()),
+        injected_patterns: over
+            .injected_patterns
+            .clone()
+            .or_else(|| base.injected_patterns.clone()),
         actions: match (&base.actions, &over.actions) {
             (Some(a), Some(b)) => Some(RawActions {
                 warning: b.warning.clone().or_else(|| a.warning.clone()),
@@ -241,6 +247,8 @@ fn merge(base: &RawLoopDetection, over: &RawLoopDetection) -> RawLoopDetection {
             (a, b) => b.clone().or_else(|| a.clone()),
         },
         semantic_check: super::semantic::merged(base.semantic_check.as_ref(), over.semantic_check.as_ref()),
+        escalate: super::escalate::RawEscalate::merged(base.escalate.as_ref(), over.escalate.as_ref()),
+        experiment: over.experiment.clone().or_else(|| base.experiment.clone()),
         detectors: base.detectors.merged(&over.detectors),
     }
 }
@@ -310,10 +318,7 @@ const DEFAULT_POLL_TOOLS: &[DefaultMatcher] = &[
 fn action(text: Option<&String>, default: Action, path: &str, problems: &mut Problems) -> Option<Action> {
     let text = text?;
     Some(Action::parse(text).unwrap_or_else(|| {
-        problems.push(
-            path,
-            format!("{text:?} is not one of \"observe\", \"warn\", \"block\", \"abort\""),
-        );
+        problems.push(path, format!("{text:?} is not one of {}", Action::NAMES));
         default
     }))
 }
@@ -381,10 +386,23 @@ fn build(raw: &RawLoopDetection, path: &str, problems: &mut Problems) -> Setting
             false,
             problems,
         ),
+        call_identity: match &raw.call_identity {
+            Some(table) => table.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+            None => DEFAULT_CALL_IDENTITY
+                .iter()
+                .map(|(tool, args)| ((*tool).to_owned(), owned(args)))
+                .collect(),
+        },
+        injected_patterns: regexes(
+            &list(&raw.injected_patterns, DEFAULT_INJECTED_PATTERNS),
+            &format!("{path}.injected_patterns"),
+            false,
+            problems,
+        ),
         detectors: [Thresholds::new(0, 0, 0); 14],
         actions,
         cycle_max_period: 5,
-        min_stall: Duration::from_secs(300),
+        max_wait: Duration::from_secs(1800),
         post_compaction_window: 3,
         chanting: ChantingParams {
             chunk_size: 50,
@@ -393,6 +411,7 @@ fn build(raw: &RawLoopDetection, path: &str, problems: &mut Problems) -> Setting
             max_periods: 5,
             buffer_chars: 5000,
             max_line_repeats: 30,
+            low_entropy_repeats: 50,
         },
         compaction: CompactionPatterns {
             summarizer: regexes(
@@ -409,6 +428,16 @@ fn build(raw: &RawLoopDetection, path: &str, problems: &mut Problems) -> Setting
             ),
         },
         semantic_check: crate::config::semantic::SemanticCheck::default(),
+        escalate: super::escalate::escalate_settings(
+            raw.escalate.as_ref(),
+            &format!("{path}.escalate"),
+            problems,
+        ),
+        experiment: super::escalate::experiment(
+            raw.experiment.as_ref(),
+            &format!("{path}.experiment"),
+            problems,
+        ),
     };
     if raw.history_size == Some(0) {
         problems.push(format!("{path}.history_size"), "must be at least 1, got 0");

@@ -30,12 +30,20 @@ pub struct RawLoopDetection {
     pub exempt_tools: Option<Vec<RawToolMatcher>>,
     /// Canned user messages.
     pub canned_patterns: Option<Vec<String>>,
+    /// `[loop_detection.call_identity]`: tool → arguments that do not identify a call.
+    pub call_identity: Option<BTreeMap<String, Vec<String>>>,
+    /// Injected user texts (not the person).
+    pub injected_patterns: Option<Vec<String>>,
     /// `[loop_detection.actions]`.
     pub actions: Option<RawActions>,
     /// `[loop_detection.compaction]`.
     pub compaction: Option<RawCompaction>,
     /// `[loop_detection.semantic_check]`: the LLM judge.
     pub semantic_check: Option<super::semantic::RawSemanticCheck>,
+    /// `[loop_detection.escalate]`: how long the `escalate` action lasts.
+    pub escalate: Option<super::escalate::RawEscalate>,
+    /// `[loop_detection.experiment]`: the holdout arm.
+    pub experiment: Option<super::escalate::RawExperiment>,
     /// Per-detector tables.
     #[serde(flatten)]
     pub detectors: RawDetectors,
@@ -135,7 +143,8 @@ raw_detector! {
     action_critical: String, "Action for a critical verdict.";
     action_breaker: String, "Action for a breaker verdict.";
     max_period: usize, "`cycle`: longest block (2..=5).";
-    min_stall_secs: u64, "`poll_no_progress`: wall time for critical.";
+    min_stall_secs: u64, "`poll_no_progress`: older name of `max_wait_secs`.";
+    max_wait_secs: u64, "`poll_no_progress`: wall time a stalled poll or wait must span for critical.";
     window_size: usize, "`post_compaction`: cycles watched after a compaction.";
     chunk_size: usize, "`content_chanting`: window bytes.";
     min_repeats: usize, "`content_chanting`: recurrences.";
@@ -143,6 +152,7 @@ raw_detector! {
     max_periods: usize, "`content_chanting`: most distinct gaps.";
     buffer_chars: usize, "`content_chanting`: tracked bytes.";
     max_line_repeats: usize, "`content_chanting`: same line ceiling.";
+    low_entropy_repeats: usize, "`content_chanting`: repeats of a short unit in low-entropy text.";
 }
 
 /// A tool matcher: a bare name, or `{ name, args = { key = value | [values] } }`.

@@ -56,10 +56,7 @@ pub(crate) fn thresholds(
         }
         match Action::parse(text) {
             Some(a) => actions[level.index()] = Some(a),
-            None => problems.push(
-                key,
-                format!("{text:?} is not one of \"observe\", \"warn\", \"block\", \"abort\""),
-            ),
+            None => problems.push(key, format!("{text:?} is not one of {}", Action::NAMES)),
         }
     }
     let _ = defaults;
@@ -102,7 +99,7 @@ pub(crate) fn extras(
 ) {
     let own: &[&str] = match kind {
         DetectorKind::Cycle => &["max_period"],
-        DetectorKind::PollNoProgress => &["min_stall_secs"],
+        DetectorKind::PollNoProgress => &["min_stall_secs", "max_wait_secs"],
         DetectorKind::PostCompaction => &["window_size"],
         DetectorKind::ContentChanting => &[
             "chunk_size",
@@ -111,12 +108,14 @@ pub(crate) fn extras(
             "max_periods",
             "buffer_chars",
             "max_line_repeats",
+            "low_entropy_repeats",
         ],
         _ => &[],
     };
     let present = [
         ("max_period", raw.max_period.is_some()),
         ("min_stall_secs", raw.min_stall_secs.is_some()),
+        ("max_wait_secs", raw.max_wait_secs.is_some()),
         ("window_size", raw.window_size.is_some()),
         ("chunk_size", raw.chunk_size.is_some()),
         ("min_repeats", raw.min_repeats.is_some()),
@@ -124,6 +123,7 @@ pub(crate) fn extras(
         ("max_periods", raw.max_periods.is_some()),
         ("buffer_chars", raw.buffer_chars.is_some()),
         ("max_line_repeats", raw.max_line_repeats.is_some()),
+        ("low_entropy_repeats", raw.low_entropy_repeats.is_some()),
     ];
     for (key, set) in present {
         if set && !own.contains(&key) {
@@ -171,10 +171,17 @@ pub(crate) fn extras(
                 1_000_000,
                 &mut c.max_line_repeats,
             );
+            range(
+                "low_entropy_repeats",
+                raw.low_entropy_repeats,
+                0,
+                1_000_000,
+                &mut c.low_entropy_repeats,
+            );
         }
         DetectorKind::PollNoProgress => {
-            if let Some(secs) = raw.min_stall_secs {
-                s.min_stall = Duration::from_secs(secs);
+            if let Some(secs) = raw.max_wait_secs.or(raw.min_stall_secs) {
+                s.max_wait = Duration::from_secs(secs);
             }
         }
         _ => {}
@@ -202,7 +209,8 @@ pub(crate) fn raise_history(s: &mut Settings, path: &str, problems: &mut Problem
         .unwrap_or(0) as usize;
     let cycle = s.thresholds(DetectorKind::Cycle);
     if cycle.enabled {
-        needed = needed.max(cycle.at.iter().copied().max().unwrap_or(0) as usize * s.cycle_max_period);
+        needed =
+            needed.max((cycle.at.iter().copied().max().unwrap_or(0) as usize).max(3 * s.cycle_max_period));
     }
     let post = s.thresholds(DetectorKind::PostCompaction);
     if post.enabled {

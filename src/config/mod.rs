@@ -8,9 +8,12 @@
 
 pub mod detection;
 pub mod detection_raw;
+pub mod escalate;
 mod ladder;
 pub mod raw;
+pub mod recording;
 pub mod semantic;
+mod shape;
 pub mod state;
 
 use std::fmt;
@@ -37,6 +40,8 @@ pub struct Config {
     pub sessions: SessionsConfig,
     /// `[loop_detection]` with `[[agents]]` overrides.
     pub loop_detection: LoopDetection,
+    /// `[recording]` (read at start; a reload does not change it).
+    pub recording: recording::RecordingConfig,
     /// `[state]`.
     pub state: state::StateConfig,
 }
@@ -50,8 +55,15 @@ pub struct ServerConfig {
     pub admin_listen: SocketAddr,
     /// Bearer token for mutating admin endpoints.
     pub admin_token: Option<String>,
+    /// `Host` names (lowercase, no port; `*`: any) the admin listener serves
+    /// `/admin/*` for (see [`crate::admin`]); the probes and `/metrics`
+    /// answer any `Host`.
+    pub admin_allowed_hosts: Vec<String>,
     /// Request body cap, bytes.
     pub max_request_bytes: usize,
+    /// Request bodies over this many bytes are parsed and judged off the
+    /// async workers (see [`crate::proxy::offload`]).
+    pub offload_body_bytes: usize,
     /// Judged non-streaming response cap, bytes.
     pub max_response_bytes: usize,
     /// Held tool-call events cap per response, bytes.
@@ -70,6 +82,14 @@ pub struct ServerConfig {
     pub drain_timeout: Duration,
     /// Keep-alive interval while a tool call is held after the headers went out.
     pub keepalive: Duration,
+    /// Longest time a client may take to send a request's headers.
+    pub client_header_timeout: Duration,
+    /// Longest time a client may take to send a request's body.
+    pub client_body_timeout: Duration,
+    /// Most client connections served at once.
+    pub max_connections: usize,
+    /// Listen backlog of the proxy listener.
+    pub listen_backlog: u32,
 }
 
 /// The provider behind a route.
@@ -114,6 +134,9 @@ pub struct Route {
     pub upstream: Url,
     /// Remove the prefix before forwarding.
     pub strip_prefix: bool,
+    /// Where the `escalate` action sends a looping session (`None`: the
+    /// route has no escalation; the action then acts as `warn`).
+    pub escalation: Option<escalate::RouteEscalation>,
 }
 
 /// Validated `[sessions]`.
@@ -218,25 +241,63 @@ pub fn load_file(path: &Path) -> Result<Loaded, ConfigError> {
     load_str(&text, &source_name)
 }
 
+/// Reads and validates a config file for the offline tools (`replay`):
+/// only `[loop_detection]` and `[[agents]]` matter there, so a file without
+/// `[[routes]]` is accepted (every other problem is still an error).
+///
+/// # Errors
+/// As [`load_file`].
+pub fn load_detection_file(path: &Path) -> Result<Loaded, ConfigError> {
+    let source_name = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
+        source_name: source_name.clone(),
+        errors: vec![Problem {
+            path: String::new(),
+            message: format!("cannot read file: {e}"),
+        }],
+    })?;
+    load_text(&text, &source_name, false)
+}
+
 /// Validates config text.
 ///
 /// # Errors
 /// [`ConfigError`] with every problem found. A TOML syntax error or an
 /// unknown key is reported with the parser's own line and column.
 pub fn load_str(text: &str, source_name: &str) -> Result<Loaded, ConfigError> {
-    let raw: RawConfig = toml::from_str(text).map_err(|e| ConfigError {
-        source_name: source_name.to_owned(),
-        // One problem: the parser's own message, with line and column.
-        // Several: one per section, each with its key path.
-        errors: shape_problems(text).filter(|p| p.len() > 1).unwrap_or_else(|| {
-            vec![Problem {
-                path: String::new(),
-                message: e.to_string().trim_end().to_owned(),
-            }]
-        }),
-    })?;
+    load_text(text, source_name, true)
+}
+
+fn load_text(text: &str, source_name: &str, need_routes: bool) -> Result<Loaded, ConfigError> {
     let mut problems = Problems::default();
+    let raw: RawConfig = match toml::from_str(text) {
+        Ok(raw) => raw,
+        Err(e) => {
+            // A syntax error: the parser's own message, with line and column.
+            let table: toml::Table = toml::from_str(text).map_err(|_| ConfigError {
+                source_name: source_name.to_owned(),
+                errors: vec![Problem {
+                    path: String::new(),
+                    message: e.to_string().trim_end().to_owned(),
+                }],
+            })?;
+            // Shape problems: each with its key path, then the value
+            // problems of what remains.
+            let (shape, rest) = shape::problems(text, table);
+            let Some(rest) = rest else {
+                return Err(ConfigError {
+                    source_name: source_name.to_owned(),
+                    errors: shape,
+                });
+            };
+            problems.errors = shape;
+            rest
+        }
+    };
     let config = validate(&raw, &mut problems);
+    if !need_routes && raw.routes.is_empty() {
+        problems.errors.retain(|p| p.path != "routes");
+    }
     if problems.errors.is_empty() {
         Ok(Loaded {
             config,
@@ -250,48 +311,34 @@ pub fn load_str(text: &str, source_name: &str) -> Result<Loaded, ConfigError> {
     }
 }
 
-/// Every shape problem (unknown key, wrong type) at once: serde stops at the
-/// first, so each section (each route, each agent, each `loop_detection`
-/// table) is deserialized on its own, and its error carries its key path.
-/// `None` for a TOML syntax error (then the parser's own message, with line
-/// and column, is the answer) or when no section alone shows the problem.
-fn shape_problems(text: &str) -> Option<Vec<Problem>> {
-    let table: toml::Table = toml::from_str(text).ok()?;
-    let mut problems = Vec::new();
-    let mut check = |path: String, alone: toml::Table| {
-        if let Err(e) = toml::Value::Table(alone).try_into::<RawConfig>() {
-            // serde adds "in `section`" lines; the path says it already.
-            let text = e.to_string();
-            let message = text.lines().next().unwrap_or_default().trim_end().to_owned();
-            problems.push(Problem { path, message });
-        }
-    };
-    for (key, value) in &table {
-        match (key.as_str(), value) {
-            ("routes" | "agents", toml::Value::Array(items)) => {
-                for (i, item) in items.iter().enumerate() {
-                    let mut alone = toml::Table::new();
-                    alone.insert(key.clone(), toml::Value::Array(vec![item.clone()]));
-                    check(format!("{key}[{i}]"), alone);
-                }
-            }
-            ("loop_detection", toml::Value::Table(sections)) => {
-                for (sub, v) in sections {
-                    let mut inner = toml::Table::new();
-                    inner.insert(sub.clone(), v.clone());
-                    let mut alone = toml::Table::new();
-                    alone.insert(key.clone(), toml::Value::Table(inner));
-                    check(format!("{key}.{sub}"), alone);
-                }
-            }
-            _ => {
-                let mut alone = toml::Table::new();
-                alone.insert(key.clone(), value.clone());
-                check(key.clone(), alone);
-            }
-        }
+/// Validates a config already parsed into a TOML table (`loopguard tune`
+/// changes keys of a parsed file before loading it).
+///
+/// # Errors
+/// [`ConfigError`] with the shape error or every value problem found.
+pub fn load_table(table: toml::Table, source_name: &str) -> Result<Loaded, ConfigError> {
+    let raw: RawConfig = toml::Value::Table(table)
+        .try_into()
+        .map_err(|e: toml::de::Error| ConfigError {
+            source_name: source_name.to_owned(),
+            errors: vec![Problem {
+                path: String::new(),
+                message: e.to_string().trim_end().to_owned(),
+            }],
+        })?;
+    let mut problems = Problems::default();
+    let config = validate(&raw, &mut problems);
+    if problems.errors.is_empty() {
+        Ok(Loaded {
+            config,
+            notices: problems.notices,
+        })
+    } else {
+        Err(ConfigError {
+            source_name: source_name.to_owned(),
+            errors: problems.errors,
+        })
     }
-    (!problems.is_empty()).then_some(problems)
 }
 
 fn validate(raw: &RawConfig, problems: &mut Problems) -> Config {
@@ -312,12 +359,14 @@ fn validate(raw: &RawConfig, problems: &mut Problems) -> Config {
         );
     }
     let loop_detection = detection::validate(&raw.loop_detection, &raw.agents, problems);
+    let recording = recording::validate(&raw.recording, problems);
     let state = state::validate(&raw.state, problems);
     Config {
         server,
         routes,
         sessions,
         loop_detection,
+        recording,
         state,
     }
 }
@@ -357,16 +406,27 @@ fn validate_server(raw: &RawConfig, problems: &mut Problems) -> ServerConfig {
             );
         }
     }
+    if s.keepalive_secs >= s.idle_timeout_secs && s.idle_timeout_secs > 0 {
+        problems.notice(
+            "server.keepalive_secs",
+            format!(
+                "{} s is not shorter than server.idle_timeout_secs ({} s): an upstream silent that long is cut before a keep-alive is written while a tool call is held",
+                s.keepalive_secs, s.idle_timeout_secs
+            ),
+        );
+    }
     let to_usize = |v: u64| usize::try_from(v).unwrap_or(usize::MAX);
     ServerConfig {
         listen,
         admin_listen,
         admin_token: s.admin_token.clone().filter(|t| !t.is_empty()),
+        admin_allowed_hosts: admin_allowed_hosts(s.admin_allowed_hosts.as_deref(), admin_listen, problems),
         max_request_bytes: to_usize(positive(
             s.max_request_bytes,
             "server.max_request_bytes",
             problems,
         )),
+        offload_body_bytes: to_usize(s.offload_body_bytes),
         max_response_bytes: to_usize(positive(
             s.max_response_bytes,
             "server.max_response_bytes",
@@ -392,7 +452,53 @@ fn validate_server(raw: &RawConfig, problems: &mut Problems) -> ServerConfig {
         bypass_header: s.bypass_header.as_ref().map(|h| h.to_ascii_lowercase()),
         drain_timeout: Duration::from_secs(s.drain_timeout_secs),
         keepalive: Duration::from_secs(positive(s.keepalive_secs, "server.keepalive_secs", problems)),
+        client_header_timeout: Duration::from_secs(positive(
+            s.client_header_timeout_secs,
+            "server.client_header_timeout_secs",
+            problems,
+        )),
+        client_body_timeout: Duration::from_secs(positive(
+            s.client_body_timeout_secs,
+            "server.client_body_timeout_secs",
+            problems,
+        )),
+        max_connections: to_usize(positive(s.max_connections, "server.max_connections", problems)),
+        listen_backlog: u32::try_from(positive(s.listen_backlog, "server.listen_backlog", problems))
+            .unwrap_or(u32::MAX),
     }
+}
+
+/// The admin `Host` allow-list: the configured names, lowercased, or the
+/// loopback names and the admin listen address.
+fn admin_allowed_hosts(
+    hosts: Option<&[String]>,
+    admin_listen: SocketAddr,
+    problems: &mut Problems,
+) -> Vec<String> {
+    let Some(hosts) = hosts else {
+        let mut hosts: Vec<String> = ["localhost", "127.0.0.1", "::1"].map(str::to_owned).into();
+        let own = admin_listen.ip().to_string();
+        if !hosts.contains(&own) {
+            hosts.push(own);
+        }
+        return hosts;
+    };
+    let bare = |h: &str| {
+        h.trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_ascii_lowercase()
+    };
+    for (i, host) in hosts.iter().enumerate() {
+        let name = bare(host);
+        let port = name.contains(':') && name.parse::<std::net::Ipv6Addr>().is_err();
+        if name.is_empty() || name.contains(['/', ' ', '@']) || port {
+            problems.push(
+                format!("server.admin_allowed_hosts[{i}]"),
+                format!("{host:?} is not a host name or IP address without a port (or \"*\")"),
+            );
+        }
+    }
+    hosts.iter().map(|h| bare(h)).collect()
 }
 
 fn validate_routes(raw: &RawConfig, problems: &mut Problems) -> Vec<Route> {
@@ -441,9 +547,11 @@ fn validate_routes(raw: &RawConfig, problems: &mut Problems) -> Vec<Route> {
                 provider,
                 upstream,
                 strip_prefix: r.strip_prefix,
+                escalation: escalate::RouteEscalation::validate(r, &base, problems),
             });
         }
     }
+    escalate::check_targets(&routes, &raw.routes, problems);
     routes.sort_by_key(|r| std::cmp::Reverse(r.prefix.len()));
     routes
 }

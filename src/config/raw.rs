@@ -30,6 +30,9 @@ pub struct RawConfig {
     /// `[[agents]]`.
     #[serde(default)]
     pub agents: Vec<RawAgent>,
+    /// `[recording]`.
+    #[serde(default)]
+    pub recording: super::recording::RawRecording,
 }
 
 /// `[server]`: listeners, limits and timeouts.
@@ -45,9 +48,17 @@ pub struct RawServer {
     /// Bearer token for mutating admin endpoints; none disables them.
     #[serde(default)]
     pub admin_token: Option<String>,
+    /// `Host` names the admin listener answers `/admin/*` for; none: the
+    /// loopback names and the admin listen address.
+    #[serde(default)]
+    pub admin_allowed_hosts: Option<Vec<String>>,
     /// Largest request body accepted, in bytes.
     #[serde(default = "default_max_request_bytes")]
     pub max_request_bytes: u64,
+    /// Request bodies larger than this are parsed and judged off the async
+    /// workers, in bytes.
+    #[serde(default = "default_offload_body_bytes")]
+    pub offload_body_bytes: u64,
     /// Largest non-streaming response body that is judged, in bytes.
     #[serde(default = "default_max_response_bytes")]
     pub max_response_bytes: u64,
@@ -76,6 +87,18 @@ pub struct RawServer {
     /// bytes are written this often, in seconds.
     #[serde(default = "default_keepalive_secs")]
     pub keepalive_secs: u64,
+    /// Longest time a client may take to send a request's headers, in seconds.
+    #[serde(default = "default_client_header_timeout_secs")]
+    pub client_header_timeout_secs: u64,
+    /// Longest time a client may take to send a request's body, in seconds.
+    #[serde(default = "default_client_body_timeout_secs")]
+    pub client_body_timeout_secs: u64,
+    /// Most client connections served at once; more wait in the backlog.
+    #[serde(default = "default_max_connections")]
+    pub max_connections: u64,
+    /// Listen backlog of the proxy listener (capped by the kernel's `somaxconn`).
+    #[serde(default = "default_listen_backlog")]
+    pub listen_backlog: u64,
 }
 
 impl Default for RawServer {
@@ -84,7 +107,9 @@ impl Default for RawServer {
             listen: default_listen(),
             admin_listen: default_admin_listen(),
             admin_token: None,
+            admin_allowed_hosts: None,
             max_request_bytes: default_max_request_bytes(),
+            offload_body_bytes: default_offload_body_bytes(),
             max_response_bytes: default_max_response_bytes(),
             max_held_bytes: default_max_held_bytes(),
             header_hold_ms: default_header_hold_ms(),
@@ -94,6 +119,10 @@ impl Default for RawServer {
             bypass_header: None,
             drain_timeout_secs: default_drain_timeout_secs(),
             keepalive_secs: default_keepalive_secs(),
+            client_header_timeout_secs: default_client_header_timeout_secs(),
+            client_body_timeout_secs: default_client_body_timeout_secs(),
+            max_connections: default_max_connections(),
+            listen_backlog: default_listen_backlog(),
         }
     }
 }
@@ -111,6 +140,17 @@ pub struct RawRoute {
     /// Remove the prefix before appending the path to `upstream`.
     #[serde(default)]
     pub strip_prefix: bool,
+    /// The model a looping session is sent to by the `escalate` action.
+    #[serde(default)]
+    pub escalate_model: Option<String>,
+    /// The prefix of another route of the same provider that serves
+    /// `escalate_model` (default: this route).
+    #[serde(default)]
+    pub escalate_upstream: Option<String>,
+    /// With `escalate_upstream`: the environment variable holding that
+    /// upstream's credential (the client's is never sent there).
+    #[serde(default)]
+    pub escalate_credential_env: Option<String>,
 }
 
 /// `[sessions]`.
@@ -165,8 +205,23 @@ fn default_first_byte_timeout_secs() -> u64 {
 fn default_idle_timeout_secs() -> u64 {
     300
 }
+fn default_offload_body_bytes() -> u64 {
+    256 * 1024
+}
 fn default_keepalive_secs() -> u64 {
     5
+}
+fn default_client_header_timeout_secs() -> u64 {
+    30
+}
+fn default_client_body_timeout_secs() -> u64 {
+    120
+}
+fn default_max_connections() -> u64 {
+    4096
+}
+fn default_listen_backlog() -> u64 {
+    4096
 }
 fn default_drain_timeout_secs() -> u64 {
     30

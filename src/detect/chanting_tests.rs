@@ -231,3 +231,23 @@ mod chunking {
         }
     }
 }
+
+/// Low-entropy chanting in a tool call's arguments (issue #12 point 6) is
+/// caught; a write of a zero-filled hex array or a JSON list of nulls is not.
+#[test]
+fn low_entropy_chanting_in_tool_arguments_is_caught_and_data_is_not() {
+    let s = Settings::default();
+    let feed = |text: &str| {
+        let mut scanner = ContentScanner::new(&s);
+        for chunk in text.as_bytes().chunks(9) {
+            scanner.feed(Channel::ToolArguments(0, 0), &String::from_utf8_lossy(chunk));
+        }
+        scanner.verdict().map(|v| v.level)
+    };
+    let chant = format!("{{\"content\": \"{}\"}}", "ny".repeat(300));
+    assert_eq!(feed(&chant), Some(Level::Critical));
+    let hex = format!("{{\"content\": \"uint8_t z[] = {{{}}};\"}}", "0xFF, ".repeat(100));
+    assert_eq!(feed(&hex), None);
+    let nulls = format!("{{\"content\": \"[{}]\"}}", "null,".repeat(100));
+    assert_eq!(feed(&nulls), None);
+}

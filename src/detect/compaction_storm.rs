@@ -23,5 +23,6 @@ pub(crate) fn check(in_a_row: u32, settings: &Settings) -> Option<Finding> {
         arguments: None,
         detail: format!("{in_a_row} compactions in a row with no tool call between them"),
         advice: ADVICE,
+        observe_only: false,
     })
 }

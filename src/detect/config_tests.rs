@@ -78,7 +78,7 @@ fn unknown_and_misplaced_keys_are_rejected_with_their_path() {
         .unwrap_or_else(|| panic!("accepted"));
     let shown = err.to_string();
     assert!(
-        shown.contains("`warnin`") && shown.contains("[loop_detection.identical_call]"),
+        shown.contains("`warnin`") && shown.contains("loop_detection.identical_call.warnin"),
         "{shown}"
     );
     let err = load_str(&format!("{ROUTE}\n[loop_detection]\nhistory = 3\n"), "t.toml").err();

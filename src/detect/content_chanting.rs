@@ -4,8 +4,8 @@
 //! that recurs ≥ 10 times (`min_repeats`) in the tracked text with a mean gap
 //! ≤ 250 bytes (`max_mean_gap`) and ≤ 5 distinct gaps (`max_periods`) is
 //! chanting; so is the same normalised line (trimmed, at least 6 letters or
-//! digits) `max_line_repeats` (30) times in one response, in any context,
-//! code included. Default level: critical, action `block`.
+//! digits, one of them a letter: a row of numbers is data) `max_line_repeats`
+//! (30) times in one response, in any context, code included. Default level: critical, action `block`.
 //!
 //! Cost: O(1) amortised per byte and memory capped per channel. Windows are
 //! hashed with a Rabin–Karp rolling hash; rather than indexing every window
@@ -23,7 +23,14 @@
 //! bullet still does; a line of letters/digits is never a divider. Text
 //! inside a code fence is checked by the line ceiling only, so repetitive but
 //! distinct code is fine. Windows with fewer than 8 distinct bytes (box
-//! drawing, rules, runs of one character) are ignored. Lengths are bytes of
+//! drawing, rules, runs of one character) are not hashed; there, low-entropy
+//! chanting (issue #12 point 6: one answer repeating `Yes,` 200 times,
+//! aider#1841; `nynyny…`, gemini-cli#5813) is a unit of 1 to 16 bytes
+//! repeated back to back `low_entropy_repeats` (50) times over at least 200
+//! bytes, when the unit holds two distinct bytes and a letter — not only hex
+//! digits and `x`, not a data literal (`null`, `true`, `nan`, …) — so base64
+//! padding, separator lines, zero-filled CSV or hex arrays, progress bars and
+//! table rules never count. Lengths are bytes of
 //! UTF-8, not characters. Answer text, reasoning text and each tool call's
 //! argument text are separate channels.
 
@@ -115,6 +122,7 @@ impl ContentScanner {
                 arguments: None,
                 detail: format!("the response repeats the same text {count} times (\"{sample}\")"),
                 advice: ADVICE,
+                observe_only: false,
             };
             self.verdict = Some(finding.with_action(self.action));
         }
@@ -234,6 +242,77 @@ impl Window {
             .map(|i| self.ring[start.wrapping_add(i) & mask])
             .collect();
         truncate(&String::from_utf8_lossy(&window), 50)
+    }
+}
+
+/// Low-entropy chanting (issue #12 point 6): a short unit repeated back to
+/// back where the window has too few distinct bytes for window hashing.
+/// Tracks the current period (1..=[`MAX_UNIT`]) and how many bytes in a row
+/// equal the byte one period earlier; runs only on low-entropy bytes, so
+/// prose pays nothing.
+#[derive(Debug, Default)]
+struct LowEntropy {
+    period: usize,
+    run: usize,
+    /// Already reported or rejected at this run (no second look until it resets).
+    judged: bool,
+}
+
+/// Longest unit of low-entropy chanting, bytes.
+const MAX_UNIT: usize = 16;
+/// Shortest low-entropy chanting run, bytes.
+const LOW_MIN_BYTES: usize = 200;
+/// Letters of data literals whose repetition is data, not chanting.
+const DATA_LITERALS: &[&str] = &["null", "true", "false", "nan", "none", "inf", "undefined", "nil"];
+
+impl LowEntropy {
+    fn reset(&mut self) {
+        *self = Self::default();
+    }
+
+    /// Feeds the byte just pushed into `w`; returns (repeats, unit) on detection.
+    fn push(&mut self, w: &Window, repeats: usize) -> Option<(usize, String)> {
+        let back = |d: usize| w.ring[w.written.wrapping_sub(1 + d) & (w.ring.len() - 1)];
+        let b = back(0);
+        if self.period > 0 && b == back(self.period) {
+            self.run += 1;
+        } else {
+            self.judged = false;
+            self.run = 0;
+            self.period = (1..=MAX_UNIT.min(w.filled.saturating_sub(1)))
+                .find(|&p| back(p) == b)
+                .unwrap_or(0);
+            if self.period > 0 {
+                self.run = 1;
+            }
+        }
+        let p = self.period;
+        if self.judged || p == 0 || self.run < LOW_MIN_BYTES.max(p * repeats) {
+            return None;
+        }
+        self.judged = true;
+        let unit: Vec<u8> = (0..p).rev().map(back).collect();
+        let mut distinct = unit.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
+        // The letters of the unit read from each of its rotations: the run
+        // may have been caught mid-word (`ull,n` is `null,`).
+        let letters = |r: usize| -> String {
+            unit[r..]
+                .iter()
+                .chain(&unit[..r])
+                .filter(|c| c.is_ascii_alphabetic())
+                .map(|c| char::from(c.to_ascii_lowercase()))
+                .collect()
+        };
+        let literal = (0..p).any(|r| DATA_LITERALS.contains(&letters(r).as_str()));
+        let hex_only = unit
+            .iter()
+            .all(|c| c.is_ascii_hexdigit() || !c.is_ascii_alphanumeric() || matches!(c, b'x' | b'X'));
+        if distinct.len() < 2 || letters(0).is_empty() || hex_only || literal {
+            return None;
+        }
+        Some((self.run / p + 1, truncate(&String::from_utf8_lossy(&unit), 50)))
     }
 }
 
@@ -403,6 +482,7 @@ impl Index {
 #[derive(Debug)]
 struct Track {
     window: Window,
+    low: LowEntropy,
     winnow: Winnow,
     index: Index,
     /// Bytes seen on the channel (code included): window positions.
@@ -411,6 +491,8 @@ struct Track {
     line: Vec<u8>,
     /// Letters and digits on the current line, counted up to 6 (all that matters).
     line_alnum: usize,
+    /// The current line holds a letter (a row of numbers is data, not chanting).
+    line_alpha: bool,
     prev_line: u64,
     in_code: bool,
     lines: Map<usize>,
@@ -420,11 +502,13 @@ impl Track {
     fn new(p: &ChantingParams) -> Self {
         Self {
             window: Window::new(p.chunk_size),
+            low: LowEntropy::default(),
             winnow: Winnow::new(),
             index: Index::default(),
             pos: 0,
             line: Vec::new(),
             line_alnum: 0,
+            line_alpha: false,
             prev_line: 0,
             in_code: false,
             lines: Map::default(),
@@ -442,6 +526,7 @@ impl Track {
     /// Clears window tracking (not the line table).
     fn reset_windows(&mut self) {
         self.window.reset();
+        self.low.reset();
         self.winnow.reset();
         self.index.reset();
     }
@@ -462,6 +547,9 @@ impl Track {
             }
             if self.line_alnum < 6 {
                 self.line_alnum += body.iter().filter(|b| b.is_ascii_alphanumeric()).count();
+            }
+            if !self.line_alpha {
+                self.line_alpha = body.iter().any(u8::is_ascii_alphabetic);
             }
             if self.in_code {
                 self.pos += chunk.len() as u64;
@@ -484,6 +572,15 @@ impl Track {
             let Some(h) = self.window.push(b) else {
                 continue;
             };
+            if h == u64::MAX {
+                if p.low_entropy_repeats > 0 {
+                    if let Some(found) = self.low.push(&self.window, p.low_entropy_repeats) {
+                        return Some(found);
+                    }
+                }
+            } else if self.low.run > 0 {
+                self.low.reset();
+            }
             let Some((pos, h)) = self.winnow.push(self.pos, h) else {
                 continue;
             };
@@ -496,11 +593,12 @@ impl Track {
 
     fn end_line(&mut self, p: &ChantingParams) -> Option<(usize, String)> {
         let alnum = std::mem::replace(&mut self.line_alnum, 0);
+        let alpha = std::mem::replace(&mut self.line_alpha, false);
         let text = String::from_utf8_lossy(&self.line);
         let trimmed = text.trim();
         let h = line_hash(trimmed.as_bytes());
         let mut found = None;
-        if p.max_line_repeats > 0 && alnum >= 6 {
+        if p.max_line_repeats > 0 && alnum >= 6 && alpha {
             let len = self.lines.len();
             let entry = if len < MAX_LINES {
                 Some(self.lines.entry(h).or_insert(0))

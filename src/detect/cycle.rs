@@ -1,19 +1,30 @@
-//! `cycle`: the last k·N calls are one block of k signatures repeated N times.
+//! `cycle`: the last calls are one block of k call identities repeated (ping-pong).
 //!
 //! Idea: Gemini CLI's cycle check, OpenClaw's ping-pong, OpenHands'
-//! alternation. Defaults: k = 2..=5 (`max_period`), warning at N = 3 repeats,
-//! critical at N = 5 when, for every position of the block, the outcomes
-//! across repeats show no progress (same rule as `identical_call`). The block
-//! must be primitive — not itself a repetition of a shorter block — so
-//! A‑A‑A‑A belongs to `identical_call`, never here. Does not flag: poll
-//! tools (skipped), blocks broken by an assistant text turn or by the person.
+//! alternation. Thresholds count *calls*, not block repeats (issue #12
+//! point 4), so a ping-pong is stopped about as early as a single repeated
+//! call: defaults k = 2..=5 (`max_period`), warning at 6 calls, critical at
+//! 8 calls, and each level also needs three whole repeats of the block — a
+//! period-2 ping-pong with identical results is critical at its 8th call, a
+//! period-3 one at its 9th, period 4 at its 12th, period 5 at its 15th. The
+//! calls counted are the trailing whole blocks. Critical needs, for every
+//! position of the block, no progress across the repeats (same rule as
+//! `identical_call`); a warning needs no-progress evidence — some position
+//! whose result repeats (point 2). The block must be primitive — not itself
+//! a repetition of a shorter block — so A‑A‑A‑A belongs to `identical_call`,
+//! never here. Does not flag: poll and wait calls (skipped), blocks whose
+//! results all change (edit → test with changing test output), blocks broken
+//! by an assistant text turn or by the person.
 //! Cost: O(max_period · run length) per judged call.
 
 use super::step::Cycle;
 use super::verdict::{DetectorKind, Finding, Level};
-use super::view::{View, no_progress_run};
+use super::view::{View, no_progress_run, repeated_result};
 
 const ADVICE: &str = "You are alternating between the same calls; use the results you already have and try a different approach.";
+
+/// Whole repeats of the block a level needs besides its call threshold.
+const MIN_REPEATS: usize = 3;
 
 /// Whether `block` is a repetition of a shorter block.
 fn is_primitive<T: PartialEq>(block: &[T]) -> bool {
@@ -31,9 +42,9 @@ pub(crate) fn check(v: &View) -> Option<Finding> {
     run.reverse();
     let n = run.len();
     let max_period = v.settings.cycle_max_period;
-    let mut best: Option<(usize, usize)> = None; // (repeats, k)
+    let mut best: Option<(usize, usize)> = None; // (whole repeats, k)
     for k in 2..=max_period {
-        if n < 2 * k {
+        if n < MIN_REPEATS * k {
             break;
         }
         let block: Vec<_> = run[n - k..].iter().map(|c| c.signature).collect();
@@ -45,31 +56,43 @@ pub(crate) fn check(v: &View) -> Option<Finding> {
             m += 1;
         }
         let repeats = m / k;
-        if best.is_none_or(|(r, _)| repeats > r) {
+        if repeats >= MIN_REPEATS && best.is_none_or(|(r, bk)| repeats * k > r * bk) {
             best = Some((repeats, k));
         }
     }
     let (repeats, k) = best?;
     let t = v.settings.thresholds(DetectorKind::Cycle);
     let names: Vec<&str> = run[n - k..].iter().map(|c| c.name.as_str()).collect();
-    let stall = (0..k)
+    let per_position: Vec<Vec<_>> = (0..k)
         .map(|j| {
             let mut outcomes: Vec<_> = (0..repeats).map(|r| run[n - 1 - j - r * k].outcome).collect();
             outcomes.reverse();
-            no_progress_run(&outcomes)
+            outcomes
         })
-        .min()
-        .unwrap_or(0);
-    if t.reached(Level::Critical, stall as u32) {
+        .collect();
+    let stall = per_position.iter().map(|o| no_progress_run(o)).min().unwrap_or(0);
+    let stalled_calls = stall * k;
+    if stall >= MIN_REPEATS && t.reached(Level::Critical, stalled_calls as u32) {
         let detail = format!(
-            "the block [{}] repeated {stall} times with the same results",
+            "the block [{}] repeated {stall} times ({stalled_calls} calls) with the same results",
             names.join(" → ")
         );
-        return Some(v.finding(DetectorKind::Cycle, Level::Critical, stall, detail, ADVICE));
+        return Some(v.finding(
+            DetectorKind::Cycle,
+            Level::Critical,
+            stalled_calls,
+            detail,
+            ADVICE,
+        ));
     }
-    t.reached(Level::Warning, repeats as u32).then(|| {
-        let detail = format!("the block [{}] repeated {repeats} times", names.join(" → "));
-        v.finding(DetectorKind::Cycle, Level::Warning, repeats, detail, ADVICE)
+    let calls = repeats * k;
+    let evidence = per_position.iter().any(|o| repeated_result(o));
+    (evidence && t.reached(Level::Warning, calls as u32)).then(|| {
+        let detail = format!(
+            "the block [{}] repeated {repeats} times ({calls} calls)",
+            names.join(" → ")
+        );
+        v.finding(DetectorKind::Cycle, Level::Warning, calls, detail, ADVICE)
     })
 }
 

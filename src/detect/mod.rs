@@ -43,6 +43,7 @@ mod engine;
 pub mod error_repeat;
 pub mod generic_repeat;
 pub mod identical_call;
+pub(crate) mod identity;
 pub mod outcome;
 pub mod poll_no_progress;
 pub mod post_compaction;
@@ -62,9 +63,9 @@ mod testkit;
 
 pub use compaction::{Classification, RequestSummary, classify, classify_summarized, is_summarizer};
 pub use content_chanting::{Channel, ContentScanner};
-pub use outcome::{Outcome, outcome_of};
+pub use outcome::{Outcome, outcome_for, outcome_of};
 pub use rerun::{ReplayLine, replay};
-pub use session::{Absorbed, SessionState};
+pub use session::{Absorbed, CallView, SessionState};
 pub use settings::{Settings, Thresholds, ToolMatcher};
 pub use verdict::{Action, DetectorKind, Level, Verdict, decisive, rank};
 #[cfg(test)]
@@ -73,6 +74,8 @@ mod chanting_tests;
 mod compaction_tests;
 #[cfg(test)]
 mod config_tests;
+#[cfg(test)]
+mod rewrite_tests;
 #[cfg(test)]
 mod scenarios;
 #[cfg(test)]

@@ -1,24 +1,44 @@
 //! Tool-result outcomes: normalise, recognise errors, fingerprint, hash.
 //!
 //! An outcome is a 128-bit hash (the first 16 bytes of SHA-256) of a result
-//! after normalisation (DESIGN §3): configured volatile JSON keys removed at
-//! any depth, regex masks removed from text (string values of JSON results
-//! included), whitespace trimmed. Text that is itself a JSON object or array
-//! is parsed so volatile keys apply. SHA-256 is already a dependency and runs
-//! once per result (results are small next to the request); 128 bits make an
-//! accidental collision negligible.
+//! after normalisation (DESIGN §3, issue #12 point 1): volatile JSON keys
+//! removed at any depth (the configured names, compared in any case style —
+//! `request_id`, `requestId`, `RequestID` — and every id-like key: `id`,
+//! `…_id`, `…Id`, `uuid`, `pid`), configured regex masks removed from text
+//! (string values of JSON results included), then volatile values masked in
+//! text ([`mask_volatile`]: UUIDs, long hex, short random tokens, timestamps,
+//! clock times, durations, pids), whitespace trimmed. Text that is itself a
+//! JSON object or array is parsed so volatile keys apply. SHA-256 runs once
+//! per result and the session keeps the outcome with the step, so an item is
+//! normalised once, when it is new (see [`super::step::extract`]).
 //!
-//! Errors are recognised from structure first — the dialect's `is_error`, a
-//! non-empty `error` member, a non-zero `exit_code` / `exitCode` /
-//! `returncode` / `exit_status` in a JSON result, or an `Exit code: N` /
-//! `Process exited with code N` / `<returncode>N</returncode>` line among the
-//! first lines of a text result (Codex, mini-swe-agent) — then from the
-//! configured error patterns matched at the start of the result's first line.
-//! The fingerprint is the first line anywhere in the error text that matches
-//! an error pattern (a Python `Traceback` line defers to the last matching
-//! line, which names the exception), digits and hex ids masked; with no
-//! matching line it is the outcome hash itself.
+//! Results are read in every shape an agent writes them: the text of a JSON
+//! result is the text nested under `output`, `result`, `stdout`, `stderr`,
+//! `error`, `content`, `llmContent`, `text`, `message` at any depth (Gemini
+//! CLI's `{"output": "… Exit Code: 1"}`, an SDK tool's `{"result": "Error: …"}`),
+//! and the text rules below apply to each such text as to a text result.
+//!
+//! A result is a failure by structure — the dialect's `is_error` (Anthropic
+//! `tool_result.is_error`, Gemini `response.error`), a non-empty `error`
+//! member, a non-zero `exit_code` / `exitCode` / `returncode` / `exit_status`
+//! at any depth, an `Exit code: N` / `Exit Code: N` / `Process exited with
+//! code N` / `<returncode>N</returncode>` line (N ≠ 0) among the first lines
+//! of a text, an agent's failure wrapper (Cline's `The tool execution failed
+//! with the following error: <error>…</error>`, matched by the error
+//! patterns) — or when the first line of a text matches a configured error
+//! pattern (anchored at the line start).
+//!
+//! The fingerprint says *which* failure: the failure's own text (the inside
+//! of an `<error>…</error>` wrapper, else the text), lines echoed from the
+//! call's own arguments removed (Cline echoes the SEARCH block), then its
+//! first line matching an error pattern (a Python `Traceback` line defers to
+//! the last matching line, which names the exception) with digits, hex ids,
+//! URLs and paths masked. An exit-code marker is never that line: it says the
+//! step failed, not which error, so a failure with no matching line is
+//! fingerprinted by its whole normalised text without the marker, and two
+//! different failures with the same exit code stay different errors.
 
+use std::collections::HashSet;
 use std::sync::LazyLock;
 
 use regex::Regex;
@@ -26,7 +46,7 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use super::settings::Settings;
-use crate::transcript::{ResultContent, ToolResult, canonical_json};
+use crate::transcript::{Arguments, ResultContent, ToolCall, ToolResult, canonical_json};
 
 /// A normalised tool result.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
@@ -44,44 +64,132 @@ pub struct Outcome {
 static EXIT_LINE: LazyLock<Option<Regex>> = LazyLock::new(|| {
     Regex::new(r"(?mi)^\s*(?:exit code|process exited with code|exit status|<returncode>)[:= ]*(-?\d+)").ok()
 });
-static FINGERPRINT_MASK: LazyLock<Option<Regex>> =
-    LazyLock::new(|| Regex::new(r"(?i)0x[0-9a-f]+|\b[0-9a-f]{7,}\b|\d+").ok());
+static FINGERPRINT_MASK: LazyLock<Option<Regex>> = LazyLock::new(|| {
+    Regex::new(
+        r#"(?i)[a-z][a-z0-9+.-]*://[^\s'"`)>\]]*|(?:[~.]?/)?[\w.-]+(?:/[\w.-]+)+/?|\b[\w-]+\.[a-z][a-z0-9]{0,4}\b|0x[0-9a-f]+|\b[0-9a-f]{7,}\b|\d+"#,
+    )
+    .ok()
+});
+/// Volatile values inside result text, masked before hashing (UUIDs, ISO
+/// timestamps, clock times, durations, pids).
+static VOLATILE_TEXT: LazyLock<Option<Regex>> = LazyLock::new(|| {
+    Regex::new(concat!(
+        r"(?i-u)\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b",
+        r"|\b\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(?::\d{2}(?:[.,]\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?",
+        r"|\b\d{1,2}:\d{2}:\d{2}(?:[.,]\d+)?\b",
+        r"|\b\d+(?:\.\d+)?\s?(?:ns|us|ms|s|sec|secs|seconds?|m|min|mins|minutes?|h|hours?)\b",
+        r"|\b(?:pid|pgid|process)[ =:#]*\d+",
+    ))
+    .ok()
+});
+/// An `<error>…</error>` failure wrapper (Cline).
+static ERROR_WRAPPER: LazyLock<Option<Regex>> =
+    LazyLock::new(|| Regex::new(r"(?s)<error>\s*(.*?)\s*(?:</error>|$)").ok());
 
 const EXIT_KEYS: &[&str] = &["exit_code", "exitCode", "returncode", "exit_status", "exitStatus"];
+/// Keys whose string values are a JSON result's text.
+const TEXT_KEYS: &[&str] = &[
+    "output",
+    "result",
+    "stdout",
+    "stderr",
+    "error",
+    "content",
+    "llmContent",
+    "text",
+    "message",
+];
+/// Longest text of a JSON result read for errors, bytes.
+const TEXT_CAP: usize = 64 * 1024;
 
-/// Computes the outcome of a tool result under `settings`.
+/// Computes the outcome of a tool result under `settings`, without its call
+/// (no echo removal).
 pub fn outcome_of(result: &ToolResult, settings: &Settings) -> Outcome {
+    outcome_for(result, None, settings)
+}
+
+/// Computes the outcome of a tool result answering `call`: as
+/// [`outcome_of`], and a failure's fingerprint ignores lines the result
+/// echoes from the call's own arguments.
+pub fn outcome_for(result: &ToolResult, call: Option<&ToolCall>, settings: &Settings) -> Outcome {
+    let echo = Echo::of(call);
     match &result.content {
-        ResultContent::Json(value) => json_outcome(value.clone(), result.is_error, settings),
+        ResultContent::Json(value) => json_outcome(value.clone(), result.is_error, &echo, settings),
         ResultContent::Text(text) => {
             let trimmed = text.trim_start();
             if trimmed.starts_with('{') || trimmed.starts_with('[') {
                 if let Ok(value) = serde_json::from_str::<Value>(trimmed) {
-                    return json_outcome(value, result.is_error, settings);
+                    return json_outcome(value, result.is_error, &echo, settings);
                 }
             }
-            text_outcome(text, result.is_error, settings)
+            text_outcome(text, result.is_error, &echo, settings)
         }
     }
 }
 
-fn text_outcome(text: &str, flagged: bool, settings: &Settings) -> Outcome {
-    let masked = mask(text, settings);
-    let body = masked.trim();
-    let dedup = settings.dedup_notices.iter().any(|r| r.is_match(body));
+/// Hashes of the (trimmed, at least 4 bytes) lines of a call's string arguments.
+#[derive(Default)]
+struct Echo(HashSet<u64>);
+
+impl Echo {
+    fn of(call: Option<&ToolCall>) -> Self {
+        let mut lines = HashSet::new();
+        let mut add = |text: &str| {
+            for line in text.lines().map(str::trim).filter(|l| l.len() >= 4) {
+                lines.insert(hash64(line.as_bytes()));
+            }
+        };
+        match call.map(|c| &c.arguments) {
+            Some(Arguments::Json(value)) => strings(value, &mut |s| add(s)),
+            Some(Arguments::Unparsable(raw)) => add(raw),
+            None => {}
+        }
+        Self(lines)
+    }
+
+    /// The text without the lines it echoes.
+    fn remove(&self, text: &str) -> String {
+        if self.0.is_empty() {
+            return text.to_owned();
+        }
+        text.lines()
+            .filter(|l| !self.0.contains(&hash64(l.trim().as_bytes())))
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+}
+
+fn strings(value: &Value, f: &mut impl FnMut(&str)) {
+    match value {
+        Value::String(s) => f(s),
+        Value::Array(items) => items.iter().for_each(|v| strings(v, f)),
+        Value::Object(map) => map.values().for_each(|v| strings(v, f)),
+        _ => {}
+    }
+}
+
+/// Error reading of one text: (is a failure, exit marker seen).
+fn text_failure(body: &str, settings: &Settings) -> bool {
     let exit_error = exit_code_line(body).is_some_and(|code| code != 0);
     let first_line = body.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
     let pattern_error = settings
         .error_pattern
         .as_ref()
         .is_some_and(|r| r.is_match(first_line.trim_start()));
+    exit_error || pattern_error
+}
+
+fn text_outcome(text: &str, flagged: bool, echo: &Echo, settings: &Settings) -> Outcome {
+    let masked = mask(text, settings);
+    let body = masked.trim();
+    let dedup = settings.dedup_notices.iter().any(|r| r.is_match(body));
     let hash = hash128(body.as_bytes());
-    let is_error = !dedup && (flagged || exit_error || pattern_error);
+    let is_error = !dedup && (flagged || text_failure(body, settings));
     Outcome {
         hash,
         is_error,
         fingerprint: if is_error {
-            fingerprint(body, hash, settings)
+            fingerprint(&echo.remove(body), settings)
         } else {
             0
         },
@@ -89,37 +197,73 @@ fn text_outcome(text: &str, flagged: bool, settings: &Settings) -> Outcome {
     }
 }
 
-fn json_outcome(mut value: Value, flagged: bool, settings: &Settings) -> Outcome {
+fn json_outcome(mut value: Value, flagged: bool, echo: &Echo, settings: &Settings) -> Outcome {
     strip(&mut value, settings);
     let canonical = canonical_json(&value);
     let hash = hash128(canonical.trim().as_bytes());
-    let (structural, error_text) = json_error(&value);
-    let is_error = flagged || structural;
-    let fingerprint = if is_error {
-        let text = error_text.unwrap_or_else(|| canonical.clone());
-        fingerprint(&text, hash, settings)
+    let mut texts = Vec::new();
+    nested_texts(&value, 0, &mut texts);
+    let structural = flagged || json_error(&value) || texts.iter().any(|t| text_failure(t, settings));
+    let fingerprint = if structural {
+        let error = error_member(&value);
+        let text = match error {
+            Some(err) => err,
+            None if texts.is_empty() => canonical,
+            None => texts.join("\n"),
+        };
+        fingerprint(&echo.remove(&text), settings)
     } else {
         0
     };
     Outcome {
         hash,
-        is_error,
+        is_error: structural,
         fingerprint,
         dedup: false,
     }
+}
+
+/// Whether a key is volatile: a configured name in any case style
+/// (`request_id` = `requestId` = `RequestID`), or id-like (`id`, `…_id`,
+/// `…-id`, `…Id`, `…ID`, `uuid`, `guid`).
+fn volatile_key(key: &str, settings: &Settings) -> bool {
+    let folded = fold(key);
+    if settings.volatile_keys.iter().any(|v| fold(v) == folded) {
+        return true;
+    }
+    if matches!(folded.as_str(), "id" | "uuid" | "guid" | "pid") {
+        return true;
+    }
+    let lower = key.to_ascii_lowercase();
+    lower.ends_with("_id")
+        || lower.ends_with("-id")
+        || key.ends_with("ID") && key.len() > 2
+        || key.strip_suffix("Id").is_some_and(|head| {
+            head.chars()
+                .last()
+                .is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
+        })
+}
+
+/// A key without case and separators.
+fn fold(key: &str) -> String {
+    key.chars()
+        .filter(|c| !matches!(c, '_' | '-' | ' '))
+        .map(|c| c.to_ascii_lowercase())
+        .collect()
 }
 
 /// Removes volatile keys at any depth and masks string values.
 fn strip(value: &mut Value, settings: &Settings) {
     match value {
         Value::Object(map) => {
-            map.retain(|k, _| !settings.volatile_keys.iter().any(|v| v == k));
+            map.retain(|k, _| !volatile_key(k, settings));
             for v in map.values_mut() {
                 strip(v, settings);
             }
         }
         Value::Array(items) => items.iter_mut().for_each(|v| strip(v, settings)),
-        Value::String(s) if !settings.outcome_masks.is_empty() => {
+        Value::String(s) => {
             let masked = mask(s, settings);
             *s = masked.trim().to_owned();
         }
@@ -127,11 +271,51 @@ fn strip(value: &mut Value, settings: &Settings) {
     }
 }
 
-/// Whether a (stripped) JSON result is an error by structure, and the text to
-/// fingerprint.
-fn json_error(value: &Value) -> (bool, Option<String>) {
+/// The texts of a JSON result: string values under [`TEXT_KEYS`] at any
+/// depth (and strings of arrays under them), in document order, up to
+/// [`TEXT_CAP`] bytes in all.
+fn nested_texts<'v>(value: &'v Value, used: usize, out: &mut Vec<&'v str>) -> usize {
+    let mut used = used;
+    match value {
+        Value::Object(map) => {
+            for (k, v) in map {
+                if used >= TEXT_CAP {
+                    break;
+                }
+                match v {
+                    Value::String(s) if TEXT_KEYS.contains(&k.as_str()) => {
+                        out.push(s);
+                        used += s.len();
+                    }
+                    Value::Array(items) if TEXT_KEYS.contains(&k.as_str()) => {
+                        for item in items {
+                            match item {
+                                Value::String(s) => {
+                                    out.push(s);
+                                    used += s.len();
+                                }
+                                other => used = nested_texts(other, used, out),
+                            }
+                        }
+                    }
+                    other => used = nested_texts(other, used, out),
+                }
+            }
+        }
+        Value::Array(items) => {
+            for item in items {
+                used = nested_texts(item, used, out);
+            }
+        }
+        _ => {}
+    }
+    used
+}
+
+/// The text of a non-empty `error` member (top level).
+fn error_member(value: &Value) -> Option<String> {
     let Value::Object(map) = value else {
-        return (false, None);
+        return None;
     };
     let as_text = |v: &Value| match v {
         Value::String(s) => Some(s.clone()),
@@ -143,22 +327,32 @@ fn json_error(value: &Value) -> (bool, Option<String>) {
         Value::Null | Value::Bool(false) => None,
         other => Some(other.to_string()),
     };
-    if let Some(err) = map.get("error").and_then(as_text).filter(|t| !t.is_empty()) {
-        return (true, Some(err));
-    }
-    let code = EXIT_KEYS.iter().find_map(|k| map.get(*k)).and_then(Value::as_i64);
-    if code.is_some_and(|c| c != 0) {
-        let text = ["stderr", "output", "stdout", "llmContent"]
-            .iter()
-            .filter_map(|k| map.get(*k).and_then(Value::as_str))
-            .find(|s| !s.trim().is_empty())
-            .map(str::to_owned);
-        return (true, text);
-    }
-    (false, None)
+    map.get("error").and_then(as_text).filter(|t| !t.is_empty())
 }
 
-/// Applies the configured masks (matches removed).
+/// Whether a (stripped) JSON result is an error by structure: a non-empty
+/// `error` member, or a non-zero exit code at any depth.
+fn json_error(value: &Value) -> bool {
+    if error_member(value).is_some() {
+        return true;
+    }
+    fn exit(value: &Value, depth: usize) -> bool {
+        match value {
+            Value::Object(map) if depth < 4 => {
+                EXIT_KEYS
+                    .iter()
+                    .filter_map(|k| map.get(*k))
+                    .filter_map(Value::as_i64)
+                    .any(|c| c != 0)
+                    || map.values().any(|v| exit(v, depth + 1))
+            }
+            _ => false,
+        }
+    }
+    exit(value, 0)
+}
+
+/// Applies the configured masks (matches removed), then [`mask_volatile`].
 fn mask(text: &str, settings: &Settings) -> String {
     let mut out = text.to_owned();
     for re in &settings.outcome_masks {
@@ -166,7 +360,69 @@ fn mask(text: &str, settings: &Settings) -> String {
             out = re.replace_all(&out, "").into_owned();
         }
     }
+    mask_volatile(&out)
+}
+
+/// Masks volatile values in text: UUIDs, ISO timestamps, clock times,
+/// durations (`0.52s`, `12 ms`, `3 minutes`), pids, and tokens that look
+/// random — hex of 8 or more characters mixing letters and digits, and words
+/// of 6 to 40 letters and digits with at least two of each and three
+/// letter/digit alternations (`tmpa8f3k2x1`; `python3`, `x86_64`, `sha256`
+/// stay). Plain numbers stay: a count that grows is progress.
+pub(crate) fn mask_volatile(text: &str) -> String {
+    let text = match VOLATILE_TEXT.as_ref() {
+        Some(re) if re.is_match(text) => re.replace_all(text, "~").into_owned(),
+        _ => text.to_owned(),
+    };
+    let bytes = text.as_bytes();
+    let joiner = |b: u8| matches!(b, b'_' | b'.' | b'-');
+    let mut out = String::with_capacity(text.len());
+    let mut last = 0;
+    let mut i = 0;
+    while i < bytes.len() {
+        if !bytes[i].is_ascii_alphanumeric() {
+            i += 1;
+            continue;
+        }
+        let start = i;
+        while i < bytes.len() && bytes[i].is_ascii_alphanumeric() {
+            i += 1;
+        }
+        // A word joined to others (`x86_64`, `v1.2.3`, `pod-ab12cd34`) is
+        // part of a name: only its long hex counts as random there.
+        let joined = start > 0 && joiner(bytes[start - 1]) || i < bytes.len() && joiner(bytes[i]);
+        if random_token(&bytes[start..i], joined) {
+            out.push_str(&text[last..start]);
+            out.push('~');
+            last = i;
+        }
+    }
+    out.push_str(&text[last..]);
     out
+}
+
+/// Whether an alphanumeric word looks random (see [`mask_volatile`]).
+fn random_token(word: &[u8], joined: bool) -> bool {
+    if word.len() < 6 || word.len() > 40 {
+        return false;
+    }
+    let digits = word.iter().filter(|b| b.is_ascii_digit()).count();
+    let letters = word.len() - digits;
+    if digits == 0 || letters == 0 {
+        return false;
+    }
+    let hex = word.iter().all(u8::is_ascii_hexdigit);
+    if hex && word.len() >= 8 {
+        return true;
+    }
+    if joined {
+        return false;
+    }
+    let switches = word
+        .windows(2)
+        .filter(|w| w[0].is_ascii_digit() != w[1].is_ascii_digit())
+        .count();
+    digits >= 2 && letters >= 2 && switches >= 3
 }
 
 /// The exit code from an `Exit code: N`-style line among the first 6 lines.
@@ -176,25 +432,47 @@ fn exit_code_line(body: &str) -> Option<i64> {
     re.captures(&head)?.get(1)?.as_str().parse().ok()
 }
 
-/// The error fingerprint of a text: the first line matching an error pattern
-/// (a `Traceback` lead-in defers to the last matching line), digits and hex
-/// ids masked; the outcome hash when no line matches.
-pub(crate) fn fingerprint(text: &str, fallback: u128, settings: &Settings) -> u64 {
-    let Some(pattern) = settings.error_pattern.as_ref() else {
-        return fallback as u64;
-    };
-    let mut matching = text.lines().map(str::trim).filter(|l| pattern.is_match(l));
-    let Some(first) = matching.next() else {
-        return fallback as u64;
-    };
-    let line = if first.starts_with("Traceback") {
-        matching.next_back().unwrap_or(first)
-    } else {
-        first
+/// The error fingerprint of a failure's text (see the module doc): the
+/// inside of an `<error>` wrapper if any; its first line matching an error
+/// pattern (a `Traceback` lead-in defers to the last matching line) with
+/// digits, hex ids, URLs and paths masked; else the whole text without
+/// exit-code marker lines, digits masked.
+pub(crate) fn fingerprint(text: &str, settings: &Settings) -> u64 {
+    let inner = ERROR_WRAPPER
+        .as_ref()
+        .and_then(|re| re.captures(text))
+        .and_then(|c| c.get(1))
+        .map(|m| m.as_str())
+        .filter(|t| !t.trim().is_empty());
+    let text = inner.unwrap_or(text);
+    let exit = EXIT_LINE.as_ref();
+    let not_marker = |l: &&str| !exit.is_some_and(|re| re.is_match(l));
+    let line = settings.error_pattern.as_ref().and_then(|pattern| {
+        let mut matching = text
+            .lines()
+            .map(str::trim)
+            .filter(not_marker)
+            .filter(|l| pattern.is_match(l));
+        let first = matching.next()?;
+        Some(if first.starts_with("Traceback") {
+            matching.next_back().unwrap_or(first)
+        } else {
+            first
+        })
+    });
+    let subject = match line {
+        Some(line) => line.to_owned(),
+        None => text
+            .lines()
+            .map(str::trim)
+            .filter(not_marker)
+            .filter(|l| !l.is_empty())
+            .collect::<Vec<_>>()
+            .join("\n"),
     };
     let masked = match FINGERPRINT_MASK.as_ref() {
-        Some(re) => re.replace_all(line, "#").into_owned(),
-        None => line.to_owned(),
+        Some(re) => re.replace_all(&subject, "#").into_owned(),
+        None => subject,
     };
     hash64(masked.as_bytes())
 }

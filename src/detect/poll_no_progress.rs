@@ -1,14 +1,20 @@
 //! `poll_no_progress`: a poll tool returning the same outcome N times in a row.
 //!
-//! Idea: OpenClaw's known-poll-no-progress. Poll tools come from `poll_tools`
-//! (defaults: `command_status`, `process` with action `poll`/`log`,
-//! `BashOutput`, `write_stdin` with empty input, `read_background_output`).
+//! Idea: OpenClaw's known-poll-no-progress. Polls are calls to poll tools,
+//! from `poll_tools` (defaults: `command_status`, `process` with action
+//! `poll`/`log`, `BashOutput`, `write_stdin` with empty input,
+//! `read_background_output`), and calls that wait and then check, recognised
+//! by structure (issue #12 point 3, [`super::Settings::is_wait`]: a shell
+//! `sleep`/`timeout`/`watch`/`until` construct, or a wait argument such as
+//! OpenClaw's `yieldMs`): waiting is not looping.
 //! The streak is the trailing run of calls with the judged call's signature
 //! (other calls in between, such as a `sleep`, neither break nor count) whose
 //! outcomes are identical; a pending call is assumed to continue it.
 //! Defaults: warning 10; critical 20 only if the streak also spans
-//! `min_stall_secs` (300) of wall time, so a long build polled quickly is
-//! warned, never killed. Does not flag: output that changes (a growing log).
+//! `max_wait_secs` (1800, older name `min_stall_secs`) of wall time: a CI run
+//! of 10–30 minutes is normal (OpenHands#762, OpenHands PR#10750), so a
+//! 25-minute wait is warned, never stopped. Does not flag: output that
+//! changes (a growing log).
 //! Cost: O(epoch length) per judged poll.
 
 use super::verdict::{DetectorKind, Finding, Level};
@@ -43,7 +49,7 @@ pub(crate) fn check(v: &View) -> Option<Finding> {
     }
     let t = v.settings.thresholds(DetectorKind::PollNoProgress);
     let stalled = span(first_at, judged_step.at);
-    if t.reached(Level::Critical, count as u32) && stalled >= v.settings.min_stall.as_secs() {
+    if t.reached(Level::Critical, count as u32) && stalled >= v.settings.max_wait.as_secs() {
         let detail = format!("returned the same output {count} times over {stalled} s");
         return Some(v.finding(
             DetectorKind::PollNoProgress,

@@ -40,10 +40,15 @@ pub struct ReplayLine {
     pub count: u32,
     /// The `[loopguard] …` message.
     pub message: String,
+    /// When `serve` would have judged it: `request` or `stream` (given for
+    /// recordings, whose responses are judged as they streamed).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub at: Option<&'static str>,
 }
 
 impl ReplayLine {
-    fn of(request: usize, v: Verdict) -> Self {
+    /// The line of verdict `v` of request `request`.
+    pub fn of(request: usize, v: Verdict) -> Self {
         Self {
             request,
             detector: v.detector,
@@ -51,6 +56,7 @@ impl ReplayLine {
             action: v.action,
             count: v.count,
             message: v.message,
+            at: None,
         }
     }
 }

@@ -23,15 +23,35 @@ use std::time::Duration;
 use super::compaction_storm;
 use super::engine;
 use super::settings::Settings;
-use super::step::{Cycle, Item, Step, StepKind, UserText, extract};
+use super::step::{Cycle, Item, Keys, Step, StepKind, UserText, extract};
 use super::verdict::{Verdict, rank};
 use super::view::{Guard, View};
 use crate::transcript::{ToolCall, Transcript};
 
+/// How many steps of a streamed batch a pending call looks back at beyond
+/// the history: at least 256, and at least what the session itself holds
+/// (`2 × history_size + 8` steps). A batch up to that long is judged over
+/// the whole history and batch; realistic parallel batches are far shorter.
+pub(crate) fn pending_lookback(settings: &Settings) -> usize {
+    (2 * settings.history_size.max(1) + 8).max(256)
+}
+
 /// Previous-request keys kept for alignment.
 const TAIL_KEYS: usize = 4;
+/// Newest call ids of the previous request kept as alignment anchors.
+const ANCHORS: usize = 16;
 /// User-text hashes remembered per session (canned-message recognition).
 const USER_TEXTS: usize = 512;
+
+/// How much of the history a request carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Carries {
+    /// The whole history (or a compacted / pruned form of it): aligned
+    /// against the previous request to find what is new.
+    Whole,
+    /// Only what is new since the previous request.
+    New,
+}
 
 /// What absorbing a request changed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -40,6 +60,24 @@ pub struct Absorbed {
     pub new_steps: usize,
     /// The person spoke in the new part (streaks restarted).
     pub person_spoke: bool,
+}
+
+/// One held tool cycle, as the live page shows it (see [`SessionState::calls`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CallView {
+    /// Position in the session (monotonic; see [`SessionState::next_seq`]).
+    pub seq: u64,
+    /// The tool's name.
+    pub tool: String,
+    /// The arguments as canonical JSON, at most 120 characters.
+    pub arguments: String,
+    /// When loopguard first saw the cycle (session clock).
+    pub at: Duration,
+    /// The result was an error, or the arguments did not parse.
+    pub failed: bool,
+    /// An earlier held cycle had the same call (tool and arguments) and the
+    /// same result (outcome hash): the agent learned nothing new.
+    pub repeat: bool,
 }
 
 /// Detector state of one session lane.
@@ -54,6 +92,10 @@ pub struct SessionState {
     epoch_turns: u64,
     seen_items: usize,
     tail: Vec<u64>,
+    /// The previous request's newest call ids: (id hash, items after it).
+    anchors: Vec<(u64, usize)>,
+    /// The previous request's item shapes ([`Item::shape`]).
+    shapes: Vec<u64>,
     realign: bool,
     user_texts: HashSet<u64>,
     user_order: VecDeque<u64>,
@@ -84,8 +126,31 @@ impl SessionState {
 
     /// Merges a request's history into the session (see the module doc).
     pub fn absorb(&mut self, transcript: &Transcript, now: Duration, settings: &Settings) -> Absorbed {
+        self.absorb_from(transcript, now, settings, Carries::Whole)
+    }
+
+    /// Merges a request that carries only what is new since the previous
+    /// one: an OpenAI Responses request chained with `previous_response_id`
+    /// (the server holds the rest). Nothing in it is aligned against the
+    /// previous request, so an identical cycle counts again rather than
+    /// reading as the previous request's tail resent.
+    pub fn absorb_new(&mut self, transcript: &Transcript, now: Duration, settings: &Settings) -> Absorbed {
+        self.absorb_from(transcript, now, settings, Carries::New)
+    }
+
+    fn absorb_from(
+        &mut self,
+        transcript: &Transcript,
+        now: Duration,
+        settings: &Settings,
+        carries: Carries,
+    ) -> Absorbed {
         self.declared.clone_from(&transcript.tools);
-        let (items, start) = extract(transcript, settings, |keys| self.align(keys));
+        let (items, start) = extract(transcript, settings, |keys| match carries {
+            Carries::Whole => self.align(keys),
+            Carries::New => 0,
+        });
+        let n = items.len();
         let mut absorbed = Absorbed::default();
         let mut prev_canned = false;
         for (i, item) in items.iter().enumerate() {
@@ -125,9 +190,18 @@ impl SessionState {
                         absorbed.person_spoke = true;
                     }
                     self.remember_user(*key);
-                    let canned = (repeated && after_assistant).then_some(StepKind::Canned);
-                    next_canned = canned.is_some();
-                    canned
+                    // Only a text that matches `canned_patterns` is a canned
+                    // reminder (a failure); any other repeated text is a
+                    // repeated screen (issue #12 point 7).
+                    let canned = *text == UserText::Canned && after_assistant;
+                    next_canned = canned;
+                    if canned {
+                        Some(StepKind::Canned)
+                    } else if repeated {
+                        Some(StepKind::Screen(*key))
+                    } else {
+                        None
+                    }
                 }
                 Item::Said { key } => {
                     self.turn += 1;
@@ -158,6 +232,14 @@ impl SessionState {
         }
         self.seen_items = items.len();
         self.tail = items.iter().rev().take(TAIL_KEYS).rev().map(Item::key).collect();
+        self.anchors = items
+            .iter()
+            .enumerate()
+            .rev()
+            .filter_map(|(i, item)| item.ident().map(|id| (id, n - 1 - i)))
+            .take(ANCHORS)
+            .collect();
+        self.shapes = items.iter().map(Item::shape).collect();
         self.realign = false;
         absorbed
     }
@@ -193,7 +275,7 @@ impl SessionState {
         } else {
             judged.extend(1..=n);
         }
-        let mut verdicts = self.judge_at(&steps, &judged, settings);
+        let mut verdicts = self.judge_at(&steps, &judged, usize::MAX, settings);
         if settings.thresholds(super::DetectorKind::CompactionStorm).enabled {
             if let Some(f) = compaction_storm::check(self.compactions_in_row, settings) {
                 verdicts.push(f.into_verdict(settings));
@@ -205,9 +287,28 @@ impl SessionState {
 
     /// Judges a batch of complete, not yet executed calls the model is
     /// streaming: "would these calls continue a streak?" Each call is judged
-    /// as if appended after the history and the calls before it in the batch.
-    /// Changes nothing. `now` is the session clock.
+    /// as if appended after the history and the calls before it in the batch,
+    /// looking back at most the history's length plus [`pending_lookback`]
+    /// steps: a batch of n calls costs O(n) detector runs over a bounded
+    /// view (an answer may carry 80k parallel calls). A batch of up to
+    /// `pending_lookback` calls is judged over the whole history and batch;
+    /// in a longer one, a call further in no longer sees the history's
+    /// oldest steps (counts that span the epoch, like `poll_no_progress`'s,
+    /// then stop at the view). Changes nothing. `now` is the session clock.
     pub fn judge_pending(&self, calls: &[ToolCall], now: Duration, settings: &Settings) -> Vec<Verdict> {
+        let lookback = self.steps.len() + pending_lookback(settings);
+        self.judge_pending_within(calls, now, lookback, settings)
+    }
+
+    /// [`SessionState::judge_pending`] with each call judged over at most
+    /// `lookback` steps (`usize::MAX`: the whole history and batch).
+    fn judge_pending_within(
+        &self,
+        calls: &[ToolCall],
+        now: Duration,
+        lookback: usize,
+        settings: &Settings,
+    ) -> Vec<Verdict> {
         if !settings.enabled {
             return Vec::new();
         }
@@ -227,7 +328,7 @@ impl SessionState {
             .collect();
         let steps: Vec<&Step> = self.steps.iter().chain(pending.iter()).collect();
         let judged: Vec<usize> = (self.steps.len() + 1..=steps.len()).collect();
-        let mut verdicts = self.judge_at(&steps, &judged, settings);
+        let mut verdicts = self.judge_at(&steps, &judged, lookback, settings);
         rank(&mut verdicts);
         verdicts
     }
@@ -275,6 +376,33 @@ impl SessionState {
         self.cycles
     }
 
+    /// The held tool cycles, oldest first (at most `history_size`), each
+    /// marked whether its result repeated an earlier identical call's.
+    pub fn calls(&self) -> Vec<CallView> {
+        let mut seen = HashSet::new();
+        self.steps
+            .iter()
+            .filter_map(|s| s.cycle().map(|c| (s, c)))
+            .map(|(step, c)| {
+                let repeat = c.outcome.is_some_and(|o| !seen.insert((c.signature, o.hash)));
+                CallView {
+                    seq: step.seq,
+                    tool: c.name.clone(),
+                    arguments: c.args.clone(),
+                    at: step.at,
+                    failed: c.failed(),
+                    repeat,
+                }
+            })
+            .collect()
+    }
+
+    /// The position the next absorbed step will get: a verdict noted now
+    /// followed the steps before it.
+    pub fn next_seq(&self) -> u64 {
+        self.next_seq
+    }
+
     /// An estimate of the heap bytes this state holds (for memory budgets and benchmarks).
     pub fn heap_size(&self) -> usize {
         let steps: usize = self
@@ -288,17 +416,27 @@ impl SessionState {
         self.steps.capacity() * std::mem::size_of::<Step>()
             + steps
             + self.tail.capacity() * 8
+            + self.anchors.capacity() * 16
+            + self.shapes.capacity() * 8
             + self.user_texts.capacity() * 16
             + self.user_order.capacity() * 8
             + self.declared.iter().map(|d| d.capacity() + 24).sum::<usize>()
             + self.guard.as_ref().map_or(0, |g| g.before.capacity() * 48)
     }
 
-    fn judge_at(&self, steps: &[&Step], ends: &[usize], settings: &Settings) -> Vec<Verdict> {
+    /// The verdicts for the steps ending at each of `ends`, each judged over
+    /// at most the `lookback` steps before it.
+    fn judge_at(
+        &self,
+        steps: &[&Step],
+        ends: &[usize],
+        lookback: usize,
+        settings: &Settings,
+    ) -> Vec<Verdict> {
         ends.iter()
             .flat_map(|&end| {
                 let view = View {
-                    steps: &steps[..end],
+                    steps: &steps[end.saturating_sub(lookback)..end],
                     settings,
                     guard: self.guard.as_ref(),
                 };
@@ -308,16 +446,44 @@ impl SessionState {
             .collect()
     }
 
-    /// Index of the first item not absorbed yet, from the items' merge keys.
-    fn align(&self, keys: &[u64]) -> usize {
+    /// Index of the first item not absorbed yet (issue #12 point 8: merge by
+    /// stable identity, so that rewritten older items neither hide nor
+    /// double-count new ones). In order:
+    ///
+    /// 1. the previous request's last keys at the same place: an append;
+    /// 2. an anchor: the newest call whose id the previous request carried
+    ///    (and that occurs once in this one) — the items after it in the
+    ///    previous request are there again (rewritten or not), the rest is
+    ///    new;
+    /// 3. the same item shapes (kind, tool) as the whole previous request,
+    ///    in place: older items were rewritten (clipped, replaced by a
+    ///    placeholder) and the rest is new — id-less histories (Gemini);
+    /// 4. the previous request's last keys anywhere (a compacted or pruned
+    ///    request whose kept tail matches), else its last key known (a
+    ///    stale retry), else everything is new.
+    fn align(&self, k: &Keys) -> usize {
+        let keys = k.keys;
         if self.tail.is_empty() {
             return 0;
         }
         let seen = self.seen_items;
-        let k = self.tail.len();
-        if !self.realign && keys.len() >= seen && seen >= k && keys[seen - k..seen] == self.tail[..] {
+        let width = self.tail.len();
+        if !self.realign && keys.len() >= seen && seen >= width && keys[seen - width..seen] == self.tail[..] {
             return seen;
         }
+        let anchor = k.idents.iter().enumerate().rev().find_map(|(i, id)| {
+            let id = (*id)?;
+            let after = self.anchors.iter().find(|(a, _)| *a == id)?.1;
+            let unique = k.idents.iter().filter(|x| **x == Some(id)).count() == 1;
+            unique.then_some((i, after))
+        });
+        if let Some((i, after)) = anchor {
+            return (i + 1 + after).min(keys.len());
+        }
+        if !self.realign && k.shapes.len() >= seen && k.shapes[..seen] == self.shapes[..] {
+            return seen;
+        }
+        let k = width;
         for width in (1..=k).rev() {
             let tail = &self.tail[k - width..];
             if let Some(end) = (width..=keys.len())
@@ -389,3 +555,7 @@ impl SessionState {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "session_tests.rs"]
+mod session_tests;

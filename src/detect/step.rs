@@ -7,12 +7,13 @@
 //! into [`Step`]s. Calls with no result anywhere in the request are not
 //! cycles (their outcome is unknown); exempt tools produce nothing at all.
 
+use std::collections::{HashMap, VecDeque};
 use std::sync::LazyLock;
 use std::time::Duration;
 
 use regex::Regex;
 
-use super::outcome::{Outcome, hash64, outcome_of};
+use super::outcome::{Outcome, hash64, outcome_for};
 use super::settings::Settings;
 use crate::transcript::{
     Arguments, Message, Role, Signature, ToolCall, ToolResult, Transcript, canonical_json,
@@ -26,6 +27,7 @@ pub(crate) const ARGS_PREVIEW: usize = 120;
 pub(crate) struct Cycle {
     pub name: String,
     pub args: String,
+    /// The call's identity (see [`super::identity`]), not its raw signature.
     pub signature: Signature,
     pub outcome: Option<Outcome>,
     pub unparsable: bool,
@@ -35,21 +37,22 @@ pub(crate) struct Cycle {
 
 impl Cycle {
     /// A cycle for `call`, judged against the declared `tools`.
+    /// The cycle failed: its arguments did not parse or its result is an
+    /// error (the live page marks it).
+    pub(crate) fn failed(&self) -> bool {
+        self.unparsable || self.outcome.is_some_and(|o| o.is_error)
+    }
+
     pub(crate) fn of(call: &ToolCall, outcome: Option<Outcome>, tools: &[String], s: &Settings) -> Self {
         Self {
             name: call.name.clone(),
             args: preview(&call.arguments),
-            signature: call.signature,
+            signature: super::identity::of(call, s),
             outcome,
             unparsable: matches!(call.arguments, Arguments::Unparsable(_)),
-            unknown_tool: !tools.is_empty() && !tools.contains(&call.name),
-            poll: s.is_poll(&call.name, &call.arguments),
+            unknown_tool: !call.server && !tools.is_empty() && !tools.contains(&call.name),
+            poll: s.is_poll(&call.name, &call.arguments) || s.is_wait(&call.arguments),
         }
-    }
-
-    /// Failed: an error outcome or arguments that did not parse.
-    pub(crate) fn failed(&self) -> bool {
-        self.unparsable || self.outcome.is_some_and(|o| o.is_error)
     }
 }
 
@@ -62,6 +65,10 @@ pub(crate) enum StepKind {
     Said(u64),
     /// A canned user message the agent repeats (a failure for `consecutive_failures`).
     Canned,
+    /// A user text seen before that is no canned reminder: a text-protocol
+    /// agent's repeated terminal screen (hash of its own text). Neither the
+    /// person nor a failure.
+    Screen(u64),
 }
 
 /// A step in the session's history.
@@ -114,6 +121,11 @@ pub(crate) enum Item {
     /// `cycle` is `None` before the alignment point (see [`extract`]).
     Cycle {
         key: u64,
+        /// Hash of the call id, when the dialect carries one: the identity
+        /// that survives rewrites of the call's arguments or result.
+        ident: Option<u64>,
+        /// Hash of the tool name (the item's shape, see [`Item::shape`]).
+        shape: u64,
         cycle: Option<Cycle>,
         turn_start: bool,
     },
@@ -126,6 +138,34 @@ impl Item {
             Self::User { key, .. } | Self::Said { key } | Self::Cycle { key, .. } => *key,
         }
     }
+
+    /// What survives an agent's rewrite of an old item (clipped text, a
+    /// placeholder result): its kind, and for a cycle its tool.
+    pub(crate) fn shape(&self) -> u64 {
+        match self {
+            Self::User { .. } => 1,
+            Self::Said { .. } => 2,
+            Self::Cycle { shape, .. } => *shape,
+        }
+    }
+
+    /// The call id's hash, for a cycle whose dialect carries one.
+    pub(crate) fn ident(&self) -> Option<u64> {
+        match self {
+            Self::Cycle { ident, .. } => *ident,
+            _ => None,
+        }
+    }
+}
+
+/// What alignment sees of a request's items, in order.
+pub(crate) struct Keys<'a> {
+    /// Merge keys ([`Item::key`]).
+    pub keys: &'a [u64],
+    /// Call-id hashes ([`Item::ident`]).
+    pub idents: &'a [Option<u64>],
+    /// Shapes ([`Item::shape`]).
+    pub shapes: &'a [u64],
 }
 
 static SYNTHETIC: LazyLock<Option<Regex>> = LazyLock::new(|| {
@@ -143,10 +183,33 @@ pub(crate) fn own_text(text: &str) -> String {
     }
 }
 
-/// Classifies a user text.
+/// Whether a text is one XML-like element as a whole (`<tag …>…</tag>`): a
+/// wrapper an agent injects (`<system-reminder>`, `<environment_details>`,
+/// …), never typed by the person.
+fn one_element(text: &str) -> bool {
+    let Some(rest) = text.strip_prefix('<') else {
+        return false;
+    };
+    let name: String = rest
+        .chars()
+        .take_while(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | ':'))
+        .collect();
+    !name.is_empty()
+        && rest[name.len()..].starts_with(['>', ' '])
+        && text.ends_with(&format!("</{name}>"))
+        && text.matches(&format!("<{name}")).count() == 1
+}
+
+/// Classifies a user text: injected text (synthetic wrappers, a whole
+/// XML-like element, `injected_patterns` such as Claude Code's skill
+/// bodies, a compaction summary) is not the person (issue #12 point 7).
 pub(crate) fn classify_user(text: &str, s: &Settings) -> (UserText, String) {
     let own = own_text(text);
-    if own.is_empty() || s.compaction.summary_prefixes.iter().any(|r| r.is_match(&own)) {
+    if own.is_empty()
+        || one_element(&own)
+        || s.injected_patterns.iter().any(|r| r.is_match(&own))
+        || s.compaction.summary_prefixes.iter().any(|r| r.is_match(&own))
+    {
         return (UserText::Synthetic, own);
     }
     if s.canned_patterns.iter().any(|r| r.is_match(&own)) {
@@ -155,13 +218,14 @@ pub(crate) fn classify_user(text: &str, s: &Settings) -> (UserText, String) {
     (UserText::Own, own)
 }
 
-/// Canonical arguments, truncated for reading.
+/// Canonical arguments, credentials redacted, truncated for reading: what
+/// verdict messages, log lines and the admin API show of a call.
 pub(crate) fn preview(arguments: &Arguments) -> String {
     let full = match arguments {
         Arguments::Json(v) => canonical_json(v),
         Arguments::Unparsable(raw) => raw.clone(),
     };
-    truncate(&full, ARGS_PREVIEW)
+    crate::redact::clip(&full, ARGS_PREVIEW)
 }
 
 /// Truncates to `max` characters, marking the cut with `…`.
@@ -191,39 +255,74 @@ fn cycle_key(call: &ToolCall, outcome: impl FnOnce() -> Outcome) -> (u64, Option
     }
 }
 
-/// Finds the result answering `call` among the results after its turn.
-fn find_result<'a>(
-    call: &ToolCall,
-    position: usize,
-    results: &[&'a ToolResult],
-    used: &mut [bool],
-) -> Option<&'a ToolResult> {
-    let by_id = call.id.as_ref().and_then(|id| {
-        results
-            .iter()
-            .enumerate()
-            .find(|(i, r)| !used[*i] && r.call_id.as_deref() == Some(id.as_str()))
-    });
-    let pick = by_id
-        .or_else(|| {
-            results.iter().enumerate().find(|(i, r)| {
-                !used[*i] && r.call_id.is_none() && r.name.as_deref() == Some(call.name.as_str())
-            })
-        })
-        .or_else(|| {
-            results
-                .iter()
-                .enumerate()
-                .find(|(i, r)| !used[*i] && *i == position && r.call_id.is_none())
-        });
-    let (i, r) = pick?;
-    used[i] = true;
-    Some(*r)
+/// The results after an assistant turn, indexed for pairing with its calls
+/// in time linear in calls + results (a turn may carry 100k parallel calls).
+struct Results<'a> {
+    results: Vec<&'a ToolResult>,
+    used: Vec<bool>,
+    /// Indices of the results naming each call id, in order.
+    by_id: HashMap<&'a str, VecDeque<usize>>,
+    /// Indices of the results without a call id, per tool name, in order.
+    by_name: HashMap<&'a str, VecDeque<usize>>,
+}
+
+impl<'a> Results<'a> {
+    fn new(results: Vec<&'a ToolResult>) -> Self {
+        let mut by_id: HashMap<&str, VecDeque<usize>> = HashMap::new();
+        let mut by_name: HashMap<&str, VecDeque<usize>> = HashMap::new();
+        for (i, r) in results.iter().enumerate() {
+            match (r.call_id.as_deref(), r.name.as_deref()) {
+                (Some(id), _) => by_id.entry(id).or_default().push_back(i),
+                (None, Some(name)) => by_name.entry(name).or_default().push_back(i),
+                (None, None) => {}
+            }
+        }
+        Self {
+            used: vec![false; results.len()],
+            results,
+            by_id,
+            by_name,
+        }
+    }
+
+    /// The first unused result in `queue` (used ones are dropped on the way).
+    fn first_unused(queue: Option<&mut VecDeque<usize>>, used: &[bool]) -> Option<usize> {
+        let queue = queue?;
+        while let Some(&i) = queue.front() {
+            if !used[i] {
+                return Some(i);
+            }
+            queue.pop_front();
+        }
+        None
+    }
+
+    /// Finds the result answering `call` (the `position`-th call of the
+    /// turn) and marks it used: the first unused result with the call's id;
+    /// else the first unused one without an id naming the call's tool; else
+    /// the one at the call's position, when it has no id.
+    fn take(&mut self, call: &ToolCall, position: usize) -> Option<&'a ToolResult> {
+        let by_id = call
+            .id
+            .as_deref()
+            .and_then(|id| Self::first_unused(self.by_id.get_mut(id), &self.used));
+        let pick = by_id
+            .or_else(|| Self::first_unused(self.by_name.get_mut(call.name.as_str()), &self.used))
+            .or_else(|| {
+                self.results
+                    .get(position)
+                    .filter(|r| !self.used[position] && r.call_id.is_none())
+                    .map(|_| position)
+            })?;
+        self.used[pick] = true;
+        Some(self.results[pick])
+    }
 }
 
 /// A cycle found in the request, not yet turned into a [`Cycle`].
 struct Found<'t> {
     key: u64,
+    ident: Option<u64>,
     call: &'t ToolCall,
     result: &'t ToolResult,
     /// Computed already when the key needed it (a call without an id).
@@ -244,6 +343,24 @@ impl Draft<'_> {
             Self::Cycle(found) => found.key,
         }
     }
+
+    fn ident(&self) -> Option<u64> {
+        match self {
+            Self::Item(_) => None,
+            Self::Cycle(found) => found.ident,
+        }
+    }
+
+    fn shape(&self) -> u64 {
+        match self {
+            Self::Item(item) => item.shape(),
+            Self::Cycle(found) => shape_of(&found.call.name),
+        }
+    }
+}
+
+fn shape_of(name: &str) -> u64 {
+    hash64(name.as_bytes()) | 4
 }
 
 /// Extracts the items of a request, in order, and the alignment point that
@@ -254,11 +371,17 @@ impl Draft<'_> {
 pub(crate) fn extract(
     transcript: &Transcript,
     s: &Settings,
-    align: impl FnOnce(&[u64]) -> usize,
+    align: impl FnOnce(&Keys) -> usize,
 ) -> (Vec<Item>, usize) {
     let drafts = drafts(transcript, s);
     let keys: Vec<u64> = drafts.iter().map(Draft::key).collect();
-    let start = align(&keys);
+    let idents: Vec<Option<u64>> = drafts.iter().map(Draft::ident).collect();
+    let shapes: Vec<u64> = drafts.iter().map(Draft::shape).collect();
+    let start = align(&Keys {
+        keys: &keys,
+        idents: &idents,
+        shapes: &shapes,
+    });
     let items = drafts
         .into_iter()
         .enumerate()
@@ -266,8 +389,12 @@ pub(crate) fn extract(
             Draft::Item(item) => item,
             Draft::Cycle(found) => Item::Cycle {
                 key: found.key,
+                ident: found.ident,
+                shape: shape_of(&found.call.name),
                 cycle: (i >= start).then(|| {
-                    let outcome = found.outcome.unwrap_or_else(|| outcome_of(found.result, s));
+                    let outcome = found
+                        .outcome
+                        .unwrap_or_else(|| outcome_for(found.result, Some(found.call), s));
                     Cycle::of(found.call, Some(outcome), &transcript.tools, s)
                 }),
                 turn_start: found.turn_start,
@@ -308,23 +435,32 @@ fn drafts<'t>(transcript: &'t Transcript, s: &Settings) -> Vec<Draft<'t>> {
 }
 
 fn push_cycles<'t>(message: &'t Message, rest: &'t [Message], s: &Settings, items: &mut Vec<Draft<'t>>) {
-    let results: Vec<&ToolResult> = rest
-        .iter()
-        .take_while(|m| m.role != Role::Assistant)
-        .flat_map(|m| m.tool_results.iter())
-        .collect();
-    let mut used = vec![false; results.len()];
+    // A server-side call's result is in its own turn; a client call's in the
+    // turns after it.
+    let mut results = Results::new(
+        message
+            .tool_results
+            .iter()
+            .chain(
+                rest.iter()
+                    .take_while(|m| m.role != Role::Assistant)
+                    .flat_map(|m| m.tool_results.iter()),
+            )
+            .collect(),
+    );
     let mut turn_start = true;
     for (position, call) in message.tool_calls.iter().enumerate() {
-        let Some(result) = find_result(call, position, &results, &mut used) else {
+        let Some(result) = results.take(call, position) else {
             continue;
         };
         if s.is_exempt(&call.name, &call.arguments) {
             continue;
         }
-        let (key, outcome) = cycle_key(call, || outcome_of(result, s));
+        let (key, outcome) = cycle_key(call, || outcome_for(result, Some(call), s));
+        let ident = call.id.as_ref().map(|id| hash64(id.as_bytes()));
         items.push(Draft::Cycle(Found {
             key,
+            ident,
             call,
             result,
             outcome,
@@ -333,3 +469,7 @@ fn push_cycles<'t>(message: &'t Message, rest: &'t [Message], s: &Settings, item
         turn_start = false;
     }
 }
+
+#[cfg(test)]
+#[path = "step_tests.rs"]
+mod step_tests;

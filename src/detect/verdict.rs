@@ -52,11 +52,21 @@ pub enum Action {
     Block,
     /// Answer with an HTTP 400 in the dialect's error shape.
     Abort,
+    /// Forward to the route's `escalate_model` for a few requests, with the
+    /// warning added as for [`Action::Warn`] (see [`crate::escalate`]).
+    /// Where no escalation is possible it acts as `Warn`.
+    Escalate,
 }
 
 impl Action {
     /// Every action, mildest first.
-    pub const ALL: [Self; 4] = [Self::Observe, Self::Warn, Self::Block, Self::Abort];
+    pub const ALL: [Self; 5] = [
+        Self::Observe,
+        Self::Warn,
+        Self::Block,
+        Self::Abort,
+        Self::Escalate,
+    ];
 
     /// The name used in config and headers.
     pub fn name(self) -> &'static str {
@@ -65,8 +75,12 @@ impl Action {
             Self::Warn => "warn",
             Self::Block => "block",
             Self::Abort => "abort",
+            Self::Escalate => "escalate",
         }
     }
+
+    /// The accepted names, quoted, for error messages.
+    pub const NAMES: &'static str = "\"observe\", \"warn\", \"block\", \"abort\", \"escalate\"";
 
     /// Parses an action name.
     pub fn parse(text: &str) -> Option<Self> {
@@ -212,18 +226,27 @@ impl Verdict {
 }
 
 /// Sorts verdicts so the one that decides comes first: highest level, ties
-/// broken by table order; keeps one verdict per detector (its highest).
+/// broken by acting before observe-only, then table order; keeps one verdict
+/// per detector (its highest).
 pub fn rank(verdicts: &mut Vec<Verdict>) {
-    verdicts.sort_by(|a, b| b.level.cmp(&a.level).then(a.detector.cmp(&b.detector)));
+    verdicts.sort_by(order);
     let mut seen = [false; DetectorKind::ALL.len()];
     verdicts.retain(|v| !std::mem::replace(&mut seen[v.detector.index()], true));
 }
 
 /// The verdict that picks the action, if any (the first after [`rank`]).
 pub fn decisive(verdicts: &[Verdict]) -> Option<&Verdict> {
-    verdicts
-        .iter()
-        .min_by(|a, b| b.level.cmp(&a.level).then(a.detector.cmp(&b.detector)))
+    verdicts.iter().min_by(|a, b| order(a, b))
+}
+
+/// The deciding order: level (highest first), then acting verdicts before
+/// observe-only ones, then table order.
+fn order(a: &Verdict, b: &Verdict) -> std::cmp::Ordering {
+    let observes = |v: &Verdict| v.action == Action::Observe;
+    b.level
+        .cmp(&a.level)
+        .then(observes(a).cmp(&observes(b)))
+        .then(a.detector.cmp(&b.detector))
 }
 
 /// The prefix of every message loopguard writes.
@@ -241,12 +264,19 @@ pub(crate) struct Finding {
     pub detail: String,
     /// One concrete alternative for the agent.
     pub advice: &'static str,
+    /// Logged only, whatever the configured action (a streak whose results
+    /// change: progress, issue #12 point 2).
+    pub observe_only: bool,
 }
 
 impl Finding {
     /// Applies the configured action and words the message.
     pub(crate) fn into_verdict(self, settings: &Settings) -> Verdict {
-        let action = settings.action_for(self.detector, self.level);
+        let action = if self.observe_only {
+            Action::Observe
+        } else {
+            settings.action_for(self.detector, self.level)
+        };
         self.with_action(action)
     }
 

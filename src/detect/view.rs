@@ -95,6 +95,7 @@ impl<'a> View<'a> {
             arguments: cycle.map(|c| c.args.clone()),
             detail,
             advice,
+            observe_only: false,
         }
     }
 }
@@ -125,4 +126,12 @@ pub(crate) fn no_progress_run(outcomes: &[Option<Outcome>]) -> usize {
 /// Seconds between two session-clock instants, for messages.
 pub(crate) fn span(from: Duration, to: Duration) -> u64 {
     to.saturating_sub(from).as_secs()
+}
+
+/// No-progress evidence in a streak: some known normalised result occurs at
+/// least twice (issue #12 point 2: a warning needs it; results that all
+/// differ are progress).
+pub(crate) fn repeated_result(outcomes: &[Option<Outcome>]) -> bool {
+    let known: Vec<u128> = outcomes.iter().flatten().map(|o| o.hash).collect();
+    known.iter().enumerate().any(|(i, h)| known[i + 1..].contains(h))
 }

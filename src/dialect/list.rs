@@ -5,7 +5,7 @@
 use serde_json::Value;
 
 use super::ending::Kept;
-use super::write::{Answer, Mode};
+use super::write::{Answer, Mode, Signed};
 use super::{DialectError, ParsedRequest, SplitRequest, StreamEvent};
 use super::{anthropic, gemini, openai_chat, openai_responses};
 
@@ -98,6 +98,17 @@ impl Dialect {
         }
     }
 
+    /// The top-level field of a request body that holds its history (the
+    /// array [`Dialect::split_request`] splits): `messages`, `contents` or
+    /// `input`.
+    pub fn history_key(self) -> &'static str {
+        match self {
+            Self::OpenaiChat | Self::Anthropic => "messages",
+            Self::Gemini => "contents",
+            Self::OpenaiResponses => "input",
+        }
+    }
+
     /// A fresh parser for one response of this dialect.
     pub fn stream_parser(self) -> StreamParser {
         match self {
@@ -175,6 +186,55 @@ impl Dialect {
         }
     }
 
+    /// Names `model` in the request where the dialect carries it: OpenAI
+    /// and Anthropic — the body's `model`; Gemini — the path segment
+    /// `models/{model}`. Returns the new path when the path carries it.
+    pub fn set_model(self, body: &mut Value, path: &str, model: &str) -> Option<String> {
+        match self {
+            Self::OpenaiChat => {
+                openai_chat::model::set_model(body, model);
+                None
+            }
+            Self::Gemini => gemini::model::set_model(path, model),
+            Self::OpenaiResponses => {
+                openai_responses::model::set_model(body, model);
+                None
+            }
+            Self::Anthropic => {
+                anthropic::model::set_model(body, model);
+                None
+            }
+        }
+    }
+
+    /// Drops or neutralises the signed reasoning parts of a request body
+    /// whose ordinal (in history order) `foreign` names, as the dialect
+    /// allows: Anthropic thinking blocks are dropped (and `thinking` turned
+    /// off when the last assistant message loses its own), Gemini
+    /// `thoughtSignature`s are replaced with the documented skip value,
+    /// Responses `encrypted_content` reasoning items are dropped; OpenAI chat
+    /// has none. Nothing else changes.
+    pub fn strip_foreign_signatures(self, body: &mut Value, foreign: &dyn Fn(usize) -> bool) -> Signed {
+        match self {
+            Self::OpenaiChat => openai_chat::model::strip_foreign_signatures(body, foreign),
+            Self::Gemini => gemini::model::strip_foreign_signatures(body, foreign),
+            Self::OpenaiResponses => openai_responses::model::strip_foreign_signatures(body, foreign),
+            Self::Anthropic => anthropic::model::strip_foreign_signatures(body, foreign),
+        }
+    }
+
+    /// Replaces the client's credential (headers and `?key=`) with `secret`
+    /// in the dialect's own header (OpenAI bearer token, Anthropic
+    /// `x-api-key`, Gemini `x-goog-api-key`).
+    pub fn set_credential(self, headers: &mut http::HeaderMap, url: &mut url::Url, secret: &str) {
+        match self {
+            Self::OpenaiChat => openai_chat::model::set_credential(headers, url, secret),
+            Self::Gemini => gemini::model::set_credential(headers, url, secret),
+            Self::OpenaiResponses => openai_responses::model::set_credential(headers, url, secret),
+            Self::Anthropic => anthropic::model::set_credential(headers, url, secret),
+        }
+    }
+
     /// A complete assistant answer carrying `message` as its text, finish reason
     /// "stop", in `mode`. `model` is echoed where the dialect names it;
     /// `include_usage` is OpenAI's `stream_options.include_usage`.
@@ -249,6 +309,16 @@ impl Dialect {
             Self::Gemini => gemini::sample::push_call_turn(body, n, name, args, result),
             Self::OpenaiResponses => openai_responses::sample::push_call_turn(body, n, name, args, result),
             Self::Anthropic => anthropic::sample::push_call_turn(body, n, name, args, result),
+        }
+    }
+
+    /// Appends a message of the person to the history of a demo request.
+    pub fn push_user_turn(self, body: &mut Value, text: &str) {
+        match self {
+            Self::OpenaiChat => openai_chat::sample::push_user_turn(body, text),
+            Self::Gemini => gemini::sample::push_user_turn(body, text),
+            Self::OpenaiResponses => openai_responses::sample::push_user_turn(body, text),
+            Self::Anthropic => anthropic::sample::push_user_turn(body, text),
         }
     }
 }

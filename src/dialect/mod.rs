@@ -21,7 +21,7 @@ pub use ending::Kept;
 pub use event::StreamEvent;
 pub use list::{Dialect, StreamParser};
 pub use split::{HistoryItem, SplitRequest};
-pub use write::{Answer, Mode, StreamEnding};
+pub use write::{Answer, Mode, Signed, StreamEnding};
 
 use crate::transcript::Transcript;
 

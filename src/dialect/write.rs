@@ -52,3 +52,48 @@ pub fn random_id() -> String {
     let n: u64 = rand::random();
     format!("{n:016x}")
 }
+
+/// Signed reasoning parts of a request body (Anthropic thinking blocks,
+/// Gemini `thoughtSignature`s, Responses `encrypted_content` reasoning
+/// items), as [`super::Dialect::strip_foreign_signatures`] counted them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Signed {
+    /// Signed parts in the body, in history order.
+    pub total: usize,
+    /// Of those, dropped or neutralised.
+    pub stripped: usize,
+}
+
+/// Removes the client's credentials from upstream request headers and the
+/// URL's `key` query parameter, before a dialect sets another one.
+pub(crate) fn clear_credentials(headers: &mut http::HeaderMap, url: &mut url::Url) {
+    for name in ["authorization", "x-api-key", "x-goog-api-key", "api-key"] {
+        headers.remove(name);
+    }
+    if url.query().is_some() {
+        let kept: Vec<(String, String)> = url
+            .query_pairs()
+            .filter(|(k, _)| k != "key")
+            .map(|(k, v)| (k.into_owned(), v.into_owned()))
+            .collect();
+        if kept.is_empty() {
+            url.set_query(None);
+        } else {
+            url.query_pairs_mut().clear().extend_pairs(kept);
+        }
+    }
+}
+
+/// Sets `value` as a header, when it is a valid header value.
+pub(crate) fn set_header(headers: &mut http::HeaderMap, name: &'static str, value: &str) {
+    if let Ok(v) = http::HeaderValue::from_str(value) {
+        headers.insert(http::HeaderName::from_static(name), v);
+    }
+}
+
+/// Sets the body's top-level `model` (OpenAI and Anthropic bodies).
+pub(crate) fn set_body_model(body: &mut serde_json::Value, model: &str) {
+    if let Some(root) = body.as_object_mut() {
+        root.insert("model".to_owned(), serde_json::Value::from(model));
+    }
+}

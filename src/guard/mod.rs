@@ -8,7 +8,8 @@
 //! for chanting. Every verdict is one structured log event and a metric.
 //! Detector faults fail open: logged, counted, traffic passes.
 
-mod shared;
+mod escalation;
+pub mod shared;
 pub mod stream;
 
 use std::borrow::Cow;
@@ -96,6 +97,8 @@ struct Detected {
     verdicts: Vec<Verdict>,
     /// The semantic check to run in the background, if one is due.
     ticket: Option<crate::semantic::Ticket>,
+    /// The person spoke in what is new in the request.
+    person_spoke: bool,
 }
 
 /// Sessions plus the detectors.
@@ -105,6 +108,8 @@ pub struct Guard {
     chains: ChainStore,
     judge: crate::semantic::Checker,
     fault_injection: bool,
+    /// `[recording]`, when on.
+    recorder: Option<crate::recording::Recorder>,
     /// The shared store (`[state] backend = "redis"`), see [`crate::state`].
     shared: Option<Arc<crate::state::Shared>>,
 }
@@ -127,9 +132,11 @@ pub fn record(verdict: &Verdict, session: &str, agent: Option<&str>, at: &'stati
         "loopguard_verdicts_total",
         "detector" => verdict.detector.name(),
         "level" => verdict.level.name(),
-        "action" => verdict.action.name()
+        "action" => verdict.action.name(),
+        "at" => at
     )
     .increment(1);
+    crate::ui::activity::note(verdict.detector.name());
 }
 
 /// A lane: one route, system text and tool set.
@@ -152,6 +159,7 @@ impl Guard {
             chains: ChainStore::new(config.sessions.idle_ttl),
             judge: crate::semantic::Checker::new(config),
             fault_injection: std::env::var("LOOPGUARD_FAULT_INJECTION").is_ok_and(|v| v == "1"),
+            recorder: start_recorder(config),
             shared: match config.state.backend {
                 crate::config::state::Backend::Memory => None,
                 crate::config::state::Backend::Redis => {
@@ -203,8 +211,8 @@ impl Guard {
     }
 
     /// [`Guard::on_request`], the response's additions to shared state also
-    /// noted in `outbox`.
-    fn on_request_with(
+    /// noted in `outbox` (see [`shared`]).
+    pub fn on_request_with(
         &self,
         config: &Config,
         request: &RequestView<'_>,
@@ -227,7 +235,7 @@ impl Guard {
         }
         let header = config.sessions.header.as_str();
         let result = catch_unwind(AssertUnwindSafe(|| {
-            self.judge_request(request, header, &settings, agent.as_deref(), outbox)
+            self.judge_request(config, request, header, &settings, agent.as_deref(), outbox)
         }));
         match result {
             Ok((decision, key)) => (decision, Some(key)),
@@ -244,6 +252,7 @@ impl Guard {
     /// the decision ([`crate::plan::request`]).
     fn judge_request(
         &self,
+        config: &Config,
         request: &RequestView<'_>,
         session_header: &str,
         settings: &Arc<Settings>,
@@ -254,12 +263,33 @@ impl Guard {
         if self.wants_panic(request.headers, "request") {
             panic!("fault injection: request-time detector panic");
         }
-        let (detected, session_key) = self.detect(request, &located, summary, settings, agent);
-        let Some(Detected { verdicts, ticket }) = detected else {
+        let now = self.store.now();
+        let (detected, session_key) = self.detect(request, &located, summary, now, settings, agent);
+        let recording_lane = crate::recording::LaneId {
+            session: session_key.clone(),
+            lane: located.lane,
+        };
+        self.record_request(
+            request,
+            &recording_lane,
+            now,
+            detected.as_ref().map(|d| d.verdicts.as_slice()),
+        );
+        let Some(Detected {
+            verdicts,
+            ticket,
+            person_spoke,
+        }) = detected
+        else {
             return (pass(), session_key);
         };
         self.follow_up(&located, ticket, &verdicts, &session_key, settings, agent);
-        let judge = self.stream_reviewer(request, located, &session_key, settings, agent, outbox);
+        let session = Arc::clone(&located.session);
+        let lane = located.lane;
+        let mut judge = self.stream_reviewer(request, located, &session_key, settings, agent, outbox);
+        if let Some(recorder) = &self.recorder {
+            judge.record_into(recorder.clone(), recording_lane);
+        }
         let model = request.model();
         let target = Target {
             dialect: request.dialect,
@@ -267,9 +297,16 @@ impl Guard {
             model: &model,
             include_usage: request.parsed.include_usage,
         };
-        let decision = crate::plan::request(decisive(&verdicts), &target, judge, |warning| {
-            inject(request, warning)
-        });
+        let decisive = decisive(&verdicts);
+        let decision = crate::plan::request(decisive, &target, judge, |warning| inject(request, warning));
+        let seen = escalation::Seen {
+            session: &session,
+            lane,
+            key: &session_key,
+            wants: decisive.is_some_and(|v| v.action == crate::detect::Action::Escalate),
+            person_spoke,
+        };
+        let decision = escalation::apply(config, request, &seen, settings, &model, decision);
         (decision, session_key)
     }
 
@@ -333,11 +370,11 @@ impl Guard {
         request: &RequestView<'_>,
         located: &Located<'_>,
         summary: RequestSummary,
+        now: std::time::Duration,
         settings: &Settings,
         agent: Option<&str>,
     ) -> (Option<Detected>, String) {
         let transcript = located.transcript.as_ref();
-        let now = self.store.now();
         let mut guard = located.session.lock().unwrap_or_else(PoisonError::into_inner);
         guard.agent = agent.map(str::to_owned);
         guard.last_seen = std::time::SystemTime::now();
@@ -368,7 +405,11 @@ impl Guard {
             Classification::Continuation => {}
         }
         lane_state.prev = Some(summary);
-        let absorbed = lane_state.state.absorb(transcript, now, settings);
+        let absorbed = if carries_only_new(request) {
+            lane_state.state.absorb_new(transcript, now, settings)
+        } else {
+            lane_state.state.absorb(transcript, now, settings)
+        };
         let mut verdicts = lane_state.state.judge_request(settings);
         if located.stateful {
             abort_instead_of_block(&mut verdicts);
@@ -380,11 +421,51 @@ impl Guard {
             settings,
             &mut verdicts,
         );
+        let arm = crate::escalate::experiment::arm(&settings.experiment, &session_key);
+        crate::escalate::experiment::apply(arm, &mut verdicts);
         for v in &verdicts {
             lane_state.remember(v);
         }
+        let ended =
+            crate::escalate::outcome::follow(&mut lane_state.stretch, decisive(&verdicts), arm, false);
         drop(guard);
-        (Some(Detected { verdicts, ticket }), session_key)
+        if let Some((stretch, outcome)) = ended {
+            self.store.outcomes().count(&session_key, &stretch, outcome);
+        }
+        let person_spoke = absorbed.person_spoke;
+        (
+            Some(Detected {
+                verdicts,
+                ticket,
+                person_spoke,
+            }),
+            session_key,
+        )
+    }
+
+    /// Hands the request to the recorder, when recording is on: its body as
+    /// received and the request-time verdicts (`None`: a summarizer request).
+    fn record_request(
+        &self,
+        request: &RequestView<'_>,
+        lane: &crate::recording::LaneId,
+        now: std::time::Duration,
+        verdicts: Option<&[Verdict]>,
+    ) {
+        let Some(recorder) = &self.recorder else { return };
+        recorder.send(crate::recording::Record::Request {
+            lane: lane.clone(),
+            dialect: request.dialect,
+            route: request.route.prefix.clone(),
+            t: now,
+            body: request.decoded.clone(),
+            summarizer: verdicts.is_none(),
+            verdicts: verdicts
+                .unwrap_or_default()
+                .iter()
+                .map(|v| (v.detector, v.level))
+                .collect(),
+        });
     }
 
     /// After detection: the semantic check in the background, the lane
@@ -517,10 +598,42 @@ fn with_calls(
     out
 }
 
+/// The recorder for `[recording]`, when it is on (a directory that cannot
+/// be created is logged, and nothing is recorded).
+fn start_recorder(config: &Config) -> Option<crate::recording::Recorder> {
+    let recording = &config.recording;
+    if !recording.enabled {
+        return None;
+    }
+    let cap = config.server.max_response_bytes;
+    match crate::recording::Recorder::start(recording, crate::recording::CHANNEL, cap) {
+        Ok(recorder) => {
+            tracing::info!(dir = %recording.dir.display(), "recording sessions");
+            Some(recorder)
+        }
+        Err(e) => {
+            tracing::error!(dir = %recording.dir.display(), error = %e, "recording: cannot use the directory; not recording");
+            None
+        }
+    }
+}
+
+/// A Responses request chained with `previous_response_id` carries only
+/// the items new since that response (the server holds the rest).
+fn carries_only_new(request: &RequestView<'_>) -> bool {
+    request
+        .parsed
+        .responses
+        .as_ref()
+        .is_some_and(|r| r.previous_response_id.is_some())
+}
+
 fn pass() -> RequestDecision {
     RequestDecision::Forward {
         body: None,
         judge: Box::new(PassJudge),
+        verdict: None,
+        retarget: None,
     }
 }
 

@@ -31,6 +31,8 @@ pub struct StreamReviewer {
     chain: Option<Chain>,
     /// Shared state: what the response adds, written before its end.
     outbox: Option<Arc<crate::state::Outbox>>,
+    /// `[recording]`: the recorder and this response's lane.
+    recording: Option<(crate::recording::Recorder, crate::recording::LaneId)>,
 }
 
 /// What a Responses response leaves for a request that chains to it.
@@ -74,6 +76,24 @@ impl StreamReviewer {
             stateful: false,
             chain: None,
             outbox: None,
+            recording: None,
+        }
+    }
+
+    /// Records this response (its bytes, through the tap) and its
+    /// stream-time verdicts for `lane`.
+    pub fn record_into(&mut self, recorder: crate::recording::Recorder, lane: crate::recording::LaneId) {
+        self.recording = Some((recorder, lane));
+    }
+
+    fn record_verdict(&self, verdict: &crate::detect::Verdict) {
+        if let Some((recorder, lane)) = &self.recording {
+            recorder.send(crate::recording::Record::Verdict {
+                lane: lane.clone(),
+                t: self.store.now(),
+                detector: verdict.detector,
+                level: verdict.level,
+            });
         }
     }
 
@@ -114,7 +134,32 @@ impl StreamReviewer {
     }
 }
 
+impl StreamReviewer {
+    /// A stream-time block or abort ends the lane's loop stretch.
+    fn follow_outcome(&self, verdict: Option<&crate::detect::Verdict>) {
+        let Some(verdict) = verdict else { return };
+        let arm = crate::escalate::experiment::arm(&self.settings.experiment, &self.key);
+        let ended = {
+            let mut session = self.session.lock().unwrap_or_else(PoisonError::into_inner);
+            let lane = session.lane(self.lane);
+            let ended = crate::escalate::outcome::follow(&mut lane.stretch, Some(verdict), arm, true);
+            if let Some(outbox) = &self.outbox {
+                outbox.note_stretch(self.lane, lane.stretch.clone());
+            }
+            ended
+        };
+        if let Some((stretch, outcome)) = ended {
+            self.store.outcomes().count(&self.key, &stretch, outcome);
+        }
+    }
+}
+
 impl StreamJudge for StreamReviewer {
+    fn recording(&mut self) -> Option<crate::recording::ResponseCopy> {
+        let (recorder, lane) = self.recording.as_ref()?;
+        Some(recorder.response(lane.clone(), self.store.now()))
+    }
+
     fn calls(&mut self, calls: &[ToolCall]) -> Decision {
         if let Some(chain) = self.chain.as_mut() {
             chain.calls.extend_from_slice(calls);
@@ -149,7 +194,9 @@ impl StreamJudge for StreamReviewer {
             if let Some(outbox) = &self.outbox {
                 outbox.note_verdict(self.lane, v);
             }
+            self.record_verdict(v);
         }
+        self.follow_outcome(decisive(&verdicts));
         decisive(&verdicts).map_or(Decision::Pass, crate::plan::stream)
     }
 
@@ -166,12 +213,14 @@ impl StreamJudge for StreamReviewer {
         };
         self.chanting_reported = true;
         record(&verdict, &self.key, self.agent.as_deref(), "stream");
+        self.record_verdict(&verdict);
         if let Ok(mut session) = self.session.lock() {
             session.lane(self.lane).remember(&verdict);
         }
         if let Some(outbox) = &self.outbox {
             outbox.note_verdict(self.lane, &verdict);
         }
+        self.follow_outcome(Some(&verdict));
         crate::plan::stream(&verdict)
     }
 }

@@ -46,24 +46,29 @@ impl Admitted<'_> {
     }
 }
 
-/// Lets a request in, or answers it (HTTP 400 for dot segments or a
+/// Lets a request in, or answers it (HTTP 400 for an unsafe path or a
 /// misrouted request, 404 without a route, 413 past the body cap).
 pub(super) async fn admit<'c>(
     guard: &Guard,
+    offload: &super::offload::Offload,
     config: &'c Config,
     request: Request,
 ) -> Result<Admitted<'c>, Answered> {
     let (parts, body) = request.into_parts();
-    let path = parts.uri.path().to_owned();
     let query = parts.uri.query().map(str::to_owned);
-
-    if path.split('/').any(|segment| segment == ".." || segment == ".") {
-        return Err(Box::new(counted(
-            "-",
-            "-",
-            ProxyError::DotSegments { path }.into_response_for(None),
-        )));
-    }
+    // What is routed, judged and forwarded is the normalised path.
+    let path = match super::path::normalise(parts.uri.path()) {
+        Ok(path) => path.into_owned(),
+        Err(refused) => {
+            let path = parts.uri.path().to_owned();
+            let what = refused.describe();
+            return Err(Box::new(counted(
+                "-",
+                "-",
+                ProxyError::UnsafePath { path, what }.into_response_for(None),
+            )));
+        }
+    };
     let Some(matched) = route::resolve(&config.routes, &path, query.as_deref()) else {
         let prefixes = config
             .routes
@@ -82,7 +87,13 @@ pub(super) async fn admit<'c>(
         return Err(Box::new(misrouted(config, matched.route, wanted)));
     }
 
-    let body = match body::read_limited(body, config.server.max_request_bytes).await {
+    let body = match body::read_limited(
+        body,
+        config.server.max_request_bytes,
+        config.server.client_body_timeout,
+    )
+    .await
+    {
         Ok(bytes) => bytes,
         Err(e) => {
             return Err(Box::new(counted(
@@ -95,11 +106,16 @@ pub(super) async fn admit<'c>(
 
     // loopguard's own time on the request starts here: decoding, parsing and detection count.
     let body_read = Instant::now();
-    let side = matched.dialect.and_then(|d| {
-        let route = matched.route.prefix.as_str();
-        let limit = config.server.max_request_bytes;
-        parse_side_copy(guard, d, route, query.as_deref(), &parts.headers, &body, limit)
-    });
+    let heavy = body.len() > config.server.offload_body_bytes;
+    let side = offload
+        .run(heavy, || {
+            matched.dialect.and_then(|d| {
+                let route = matched.route.prefix.as_str();
+                let limit = config.server.max_request_bytes;
+                parse_side_copy(guard, d, route, query.as_deref(), &parts.headers, &body, limit)
+            })
+        })
+        .await;
     Ok(Admitted {
         parts,
         path,

@@ -11,16 +11,33 @@ use http_body_util::{BodyExt, LengthLimitError, Limited};
 
 use super::error::ProxyError;
 
-/// Reads the whole request body, refusing more than `limit` bytes.
+/// Reads the whole request body, refusing more than `limit` bytes (at once
+/// when its declared `Content-Length` is over, before reading any of it, so
+/// an `Expect: 100-continue` client never sends it) and a body not complete
+/// within `timeout`.
 ///
 /// # Errors
-/// [`ProxyError::BodyTooLarge`] past the limit, [`ProxyError::BodyRead`]
-/// when the client's body broke off.
-pub async fn read_limited(body: Body, limit: usize) -> Result<Bytes, ProxyError> {
-    match Limited::new(body, limit).collect().await {
-        Ok(collected) => Ok(collected.to_bytes()),
-        Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => Err(ProxyError::BodyTooLarge { limit }),
-        Err(e) => Err(ProxyError::BodyRead(e.to_string())),
+/// [`ProxyError::BodyTooLarge`] past the limit, [`ProxyError::BodyTimeout`]
+/// when the client is too slow, [`ProxyError::BodyRead`] when the client's
+/// body broke off.
+pub async fn read_limited(
+    body: Body,
+    limit: usize,
+    timeout: std::time::Duration,
+) -> Result<Bytes, ProxyError> {
+    let declared = axum::body::HttpBody::size_hint(&body).lower();
+    if declared > u64::try_from(limit).unwrap_or(u64::MAX) {
+        return Err(ProxyError::BodyTooLarge { limit });
+    }
+    match tokio::time::timeout(timeout, Limited::new(body, limit).collect()).await {
+        Ok(Ok(collected)) => Ok(collected.to_bytes()),
+        Ok(Err(e)) if e.downcast_ref::<LengthLimitError>().is_some() => {
+            Err(ProxyError::BodyTooLarge { limit })
+        }
+        Ok(Err(e)) => Err(ProxyError::BodyRead(e.to_string())),
+        Err(_) => Err(ProxyError::BodyTimeout {
+            secs: timeout.as_secs(),
+        }),
     }
 }
 

@@ -3,14 +3,16 @@
 //! ([`crate::plan`]): forward as received, forward with the warning
 //! injected, or answer in the upstream's place.
 
-use std::time::Instant;
+use std::sync::Arc;
 
 use bytes::Bytes;
 
 use super::Answered;
 use super::admit::Admitted;
+use super::offload::Offload;
 use super::{answer_response, counted};
 use crate::config::Config;
+use crate::guard::shared::Commit;
 use crate::guard::{Guard, RequestDecision, RequestView};
 use crate::plan::{PassJudge, StreamJudge};
 
@@ -26,15 +28,19 @@ pub(super) struct Decided {
     pub(super) session: Option<String>,
     /// Shared state: what the response adds, written before its end.
     pub(super) outbox: Option<std::sync::Arc<crate::state::Outbox>>,
+    /// The request-time verdict that let it go (observe, warn), for the log.
+    pub(super) verdict: Option<String>,
+    /// Escalated: the model and upstream it goes to instead.
+    pub(super) retarget: Option<crate::escalate::Retarget>,
 }
 
 /// Decides what becomes of an admitted request: sent upstream, or answered
 /// by loopguard (a block or an abort).
 pub(super) async fn decide(
     guard: &Guard,
+    offload: &Offload,
     config: &Config,
     admitted: &Admitted<'_>,
-    started: Instant,
 ) -> Result<Decided, Answered> {
     let mut decided = Decided {
         forward: admitted.body.clone(),
@@ -42,6 +48,8 @@ pub(super) async fn decide(
         judge: Box::new(PassJudge),
         session: None,
         outbox: None,
+        verdict: None,
+        retarget: None,
     };
     let (Some(d), Some((decoded, parsed))) = (admitted.matched.dialect, &admitted.side) else {
         return Ok(decided);
@@ -55,34 +63,47 @@ pub(super) async fn decide(
         decoded,
         parsed,
     };
-    let (decision, key, outbox) = guard.on_request_shared(config, &view).await;
+    // Large bodies are judged on the offload pool, never on the async
+    // workers; the shared store's load and write are the async frame around it.
+    let heavy = admitted.body.len() > config.server.offload_body_bytes;
+    let probe = offload.run(heavy, || guard.shared_probe(config, &view)).await;
+    let mut begun = guard.shared_begin(probe).await;
+    let (decision, key) = loop {
+        let outbox = begun.as_ref().map(|b| Arc::clone(b.outbox()));
+        let (decision, key) = offload
+            .run(heavy, || guard.on_request_with(config, &view, outbox))
+            .await;
+        let Some(b) = begun.as_mut() else {
+            break (decision, key);
+        };
+        if guard.shared_commit(b, key.as_deref()).await == Commit::Done {
+            break (decision, key);
+        }
+    };
+    decided.outbox = begun.map(|b| Arc::clone(b.outbox()));
     decided.session = key;
-    decided.outbox = outbox;
     match decision {
         RequestDecision::Forward {
-            body: Some(replaced),
+            body,
             judge,
+            verdict,
+            retarget,
         } => {
-            decided.forward = replaced;
-            decided.body_replaced = true;
+            if let Some(replaced) = body {
+                decided.forward = replaced;
+                decided.body_replaced = true;
+            }
             decided.judge = judge;
+            decided.verdict = verdict;
+            decided.retarget = retarget;
         }
-        RequestDecision::Forward { body: None, judge } => decided.judge = judge,
         RequestDecision::Answer {
             status,
             answer,
             verdict,
         } => {
+            // The `request` event is written by the handler, as for every answer of loopguard's own.
             let route = &admitted.matched.route.prefix;
-            tracing::info!(
-                route = %route,
-                dialect = d.name(),
-                status = status.as_u16(),
-                duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
-                verdict = %verdict,
-                outcome = "answered_by_loopguard",
-                "request"
-            );
             if let Some(outbox) = &decided.outbox {
                 outbox.flush().await;
             }

@@ -32,17 +32,27 @@ pub enum ProxyError {
         /// Where to point it, e.g. ` (prefix /anthropic)`, or empty.
         hint: String,
     },
-    /// The path has `.` or `..` segments, which could escape a route.
-    #[error("loopguard: the path {path} has '.' or '..' segments; send a normalised path")]
-    DotSegments {
+    /// The path has `.` or `..` segments (also percent-encoded), a
+    /// backslash or an encoded slash, which could escape a route or reach
+    /// the upstream as another path than the one judged (see [`super::path`]).
+    #[error("loopguard: the path {path} has {what}; send a normalised path")]
+    UnsafePath {
         /// The request path.
         path: String,
+        /// What is wrong with it.
+        what: &'static str,
     },
     /// The request body exceeded `server.max_request_bytes`.
     #[error("loopguard: request body exceeds server.max_request_bytes ({limit} bytes)")]
     BodyTooLarge {
         /// The configured limit.
         limit: usize,
+    },
+    /// The client did not send its whole body within `client_body_timeout_secs`.
+    #[error("loopguard: the request body did not arrive within {secs} s (server.client_body_timeout_secs)")]
+    BodyTimeout {
+        /// The timeout.
+        secs: u64,
     },
     /// The request body could not be read from the client.
     #[error("loopguard: could not read the request body: {0}")]
@@ -72,9 +82,10 @@ impl ProxyError {
     pub fn status(&self) -> StatusCode {
         match self {
             Self::NoRoute { .. } => StatusCode::NOT_FOUND,
-            Self::Misrouted { .. } | Self::DotSegments { .. } => StatusCode::BAD_REQUEST,
+            Self::Misrouted { .. } | Self::UnsafePath { .. } => StatusCode::BAD_REQUEST,
             Self::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Self::BodyRead(_) => StatusCode::BAD_REQUEST,
+            Self::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
             Self::UpstreamUnreachable { .. } => StatusCode::BAD_GATEWAY,
             Self::UpstreamTimeout { .. } => StatusCode::GATEWAY_TIMEOUT,
         }
@@ -85,9 +96,10 @@ impl ProxyError {
         match self {
             Self::NoRoute { .. } => "loopguard_no_route",
             Self::Misrouted { .. } => "loopguard_misrouted",
-            Self::DotSegments { .. } => "loopguard_dot_segments",
+            Self::UnsafePath { .. } => "loopguard_unsafe_path",
             Self::BodyTooLarge { .. } => "loopguard_body_too_large",
             Self::BodyRead(_) => "loopguard_body_read",
+            Self::BodyTimeout { .. } => "loopguard_body_timeout",
             Self::UpstreamUnreachable { .. } => "loopguard_upstream_unreachable",
             Self::UpstreamTimeout { .. } => "loopguard_upstream_timeout",
         }

@@ -22,29 +22,45 @@ pub(super) struct Upstream {
     pub(super) overhead: Duration,
 }
 
-/// Sends the request upstream: `body` as decided ([`super::decide::Decided::forward`]),
-/// `body_replaced` when it is not the one received.
+/// What is sent upstream, as decided ([`super::decide::Decided`]).
+pub(super) struct Sending<'a> {
+    /// The body.
+    pub(super) body: bytes::Bytes,
+    /// The body is not the one received.
+    pub(super) body_replaced: bool,
+    /// Escalated: the model (Gemini: in the path), upstream and credential.
+    pub(super) retarget: Option<&'a crate::escalate::Retarget>,
+}
+
+/// Sends the request upstream.
 pub(super) async fn forward(
     client: &reqwest::Client,
     config: &Config,
     admitted: &Admitted<'_>,
-    body: bytes::Bytes,
-    body_replaced: bool,
+    sending: Sending<'_>,
 ) -> Result<Upstream, Answered> {
     let dialect = admitted.matched.dialect;
-    let mut headers = headers::upstream_request_headers(&admitted.parts.headers, dialect.is_some());
-    if body_replaced {
+    let bypass = config.server.bypass_header.as_deref();
+    let mut headers = headers::upstream_request_headers(&admitted.parts.headers, dialect.is_some(), bypass);
+    if sending.body_replaced {
         // The injected warning went into the decoded body, which is sent as is.
         headers.remove(http::header::CONTENT_ENCODING);
     }
+    let mut url = admitted.matched.upstream_url.clone();
+    if let (Some(retarget), Some(d)) = (sending.retarget, dialect) {
+        crate::escalate::retarget_url(
+            retarget,
+            d,
+            &admitted.matched.route.upstream,
+            &mut url,
+            &mut headers,
+        );
+    }
     let upstream_req = client
-        .request(
-            admitted.parts.method.clone(),
-            admitted.matched.upstream_url.as_str(),
-        )
+        .request(admitted.parts.method.clone(), url.as_str())
         .headers(headers)
-        .body(body);
-    let origin = admitted.matched.upstream_url.origin().ascii_serialization();
+        .body(sending.body);
+    let origin = url.origin().ascii_serialization();
     let sent = Instant::now();
     let overhead = sent.duration_since(admitted.body_read);
     let provider = Some(admitted.provider);

@@ -1,6 +1,7 @@
 //! Header rules: hop-by-hop headers dropped both ways, `Host` set by the
-//! client library, `Accept-Encoding: identity` on dialect paths, and the
-//! no-buffering headers on event streams.
+//! client library, loopguard's own request headers (`x-loopguard-*`, the
+//! bypass header) and `Expect` kept from the upstream, `Accept-Encoding:
+//! identity` on dialect paths, and the no-buffering headers on event streams.
 
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 
@@ -33,14 +34,30 @@ fn connection_listed(headers: &HeaderMap) -> Vec<String> {
         .collect()
 }
 
+/// Prefix of loopguard's own headers: meant for loopguard, never for the upstream.
+const OWN_PREFIX: &str = "x-loopguard-";
+
 /// The headers to send upstream: the client's end-to-end headers, minus
-/// `Host` and `Content-Length` (the client library sets both), and with
-/// `Accept-Encoding: identity` when loopguard must read the response.
-pub fn upstream_request_headers(incoming: &HeaderMap, read_response: bool) -> HeaderMap {
+/// `Host` and `Content-Length` (the client library sets both), `Expect`
+/// (loopguard answered `100-continue` itself and sends the whole body),
+/// loopguard's own `x-loopguard-*` headers and the `bypass` header; and with
+/// `Accept-Encoding: identity` when loopguard must read the response. An
+/// agent's own header that `sessions.header` names goes on upstream.
+pub fn upstream_request_headers(
+    incoming: &HeaderMap,
+    read_response: bool,
+    bypass: Option<&str>,
+) -> HeaderMap {
     let listed = connection_listed(incoming);
     let mut out = HeaderMap::with_capacity(incoming.len());
     for (name, value) in incoming {
-        if is_hop_by_hop(name, &listed) || name == header::HOST || name == header::CONTENT_LENGTH {
+        if is_hop_by_hop(name, &listed)
+            || name == header::HOST
+            || name == header::CONTENT_LENGTH
+            || name == header::EXPECT
+            || name.as_str().starts_with(OWN_PREFIX)
+            || bypass == Some(name.as_str())
+        {
             continue;
         }
         if read_response && name == header::ACCEPT_ENCODING {
@@ -105,7 +122,7 @@ mod tests {
         h.insert(header::HOST, HeaderValue::from_static("loopguard:8080"));
         h.insert(header::AUTHORIZATION, HeaderValue::from_static("Bearer sk-test"));
         h.insert(header::ACCEPT_ENCODING, HeaderValue::from_static("gzip, zstd"));
-        let out = upstream_request_headers(&h, true);
+        let out = upstream_request_headers(&h, true, None);
         assert_eq!(out.get(header::AUTHORIZATION), h.get(header::AUTHORIZATION));
         assert_eq!(
             out.get(header::ACCEPT_ENCODING).map(|v| v.as_bytes()),
@@ -114,8 +131,31 @@ mod tests {
         for gone in ["connection", "x-private", "transfer-encoding", "host"] {
             assert!(!out.contains_key(gone), "{gone} was forwarded");
         }
-        let out = upstream_request_headers(&h, false);
+        let out = upstream_request_headers(&h, false, None);
         assert_eq!(out.get(header::ACCEPT_ENCODING), h.get(header::ACCEPT_ENCODING));
+    }
+
+    #[test]
+    fn loopguards_own_headers_and_expect_stay_here() {
+        let mut h = HeaderMap::new();
+        h.insert(header::EXPECT, HeaderValue::from_static("100-continue"));
+        h.insert("x-loopguard-session", HeaderValue::from_static("s1"));
+        h.insert("x-loopguard-anything", HeaderValue::from_static("1"));
+        h.insert("x-skip-loopguard", HeaderValue::from_static("1"));
+        h.insert("session_id", HeaderValue::from_static("agent-own"));
+        let out = upstream_request_headers(&h, true, Some("x-skip-loopguard"));
+        for gone in [
+            "expect",
+            "x-loopguard-session",
+            "x-loopguard-anything",
+            "x-skip-loopguard",
+        ] {
+            assert!(!out.contains_key(gone), "{gone} was forwarded");
+        }
+        assert_eq!(
+            out.get("session_id").map(|v| v.as_bytes()),
+            Some(&b"agent-own"[..])
+        );
     }
 
     #[test]

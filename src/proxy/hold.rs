@@ -55,6 +55,9 @@ pub struct Holder {
     mode: Mode,
     include_usage: bool,
     max_held: usize,
+    /// Largest SSE event or array element judged: a longer one (still
+    /// unterminated past this) passes unjudged, unbuffered.
+    max_frame: usize,
     state: State,
     /// Bytes received and not yet released, starting at stream offset `buf_start`.
     buf: BytesMut,
@@ -100,6 +103,7 @@ impl Holder {
             mode,
             include_usage,
             max_held,
+            max_frame: usize::MAX,
             state: State::Streaming,
             buf: BytesMut::new(),
             buf_start: 0,
@@ -119,6 +123,19 @@ impl Holder {
     /// The tap (for the request log and fail-open reasons).
     pub fn tap(&self) -> &Tap {
         &self.tap
+    }
+
+    /// Caps one SSE event or array element at `max` bytes (see
+    /// [`Holder::push`]); without it a frame may grow without bound.
+    #[must_use]
+    pub fn with_max_frame(mut self, max: usize) -> Self {
+        self.max_frame = max;
+        self
+    }
+
+    /// Everything passes unjudged from here (a cap was reached).
+    pub fn passing_through(&self) -> bool {
+        self.state == State::Passthrough
     }
 
     /// Tool-call events are being held.
@@ -154,8 +171,11 @@ impl Holder {
         self.buf.extend_from_slice(chunk);
         self.tap.frame_chunk(chunk);
         if self.state == State::Passthrough {
-            // Unjudged, but still parsed: a truncated stream is still noticed.
-            while self.tap.next_frame().is_some() {}
+            // Still parsed (unless the tap gave up): a truncated stream is
+            // still noticed, and calls past the held cap are still judged.
+            while let Some(frame) = self.tap.next_frame() {
+                self.judge_late(&frame, judge);
+            }
             let all = self.take_upto(self.received);
             out.release.extend(all);
             out.headers_ready = true;
@@ -170,7 +190,42 @@ impl Holder {
             }
         }
         self.check_cap(&mut out);
+        self.check_frame_cap(&mut out);
+        self.release_quiet(&mut out);
         out
+    }
+
+    /// One frame too large to judge (an SSE event without its blank line, a
+    /// huge array element, a whole answer over its cap): everything received
+    /// passes now and the rest unjudged and unbuffered (fail open, counted).
+    fn check_frame_cap(&mut self, out: &mut Output) {
+        if self.state != State::Streaming || self.hold_from.is_some() {
+            return;
+        }
+        let unreleased = self.received.saturating_sub(self.buf_start);
+        let whole_too_large = self.mode == Mode::Whole && self.tap.too_large();
+        if whole_too_large || (self.mode != Mode::Whole && unreleased > self.max_frame as u64) {
+            // Counted (as the tap's failure) once, where the response's end is logged.
+            if !whole_too_large {
+                self.tap.give_up("response_frame_too_large");
+            }
+            self.state = State::Passthrough;
+            out.release.extend(self.take_upto(self.received));
+            out.headers_ready = true;
+        }
+    }
+
+    /// Releases an upstream's comment lines (SSE keep-alives) as they
+    /// arrive, unless a tool call is held (loopguard's own keep-alive covers
+    /// that).
+    fn release_quiet(&mut self, out: &mut Output) {
+        if self.state != State::Streaming || self.hold_from.is_some() {
+            return;
+        }
+        if let Some(quiet) = self.tap.quiet_end().filter(|q| *q > self.released_upto) {
+            out.release.extend(self.take_upto(quiet));
+            self.released_upto = quiet;
+        }
     }
 
     /// The upstream body ended cleanly after everything was pushed.
@@ -185,7 +240,12 @@ impl Holder {
         if self.state == State::Passthrough {
             let rest = self.take_upto(self.received);
             out.release.extend(rest);
-            let end = self.tap.finish(self.received, &mut Vec::new());
+            let mut frames = Vec::new();
+            let end = self.tap.finish(self.received, &mut frames);
+            for frame in &frames {
+                self.judge_late(frame, judge);
+            }
+            self.judge_late_batch(judge);
             return (out, end);
         }
         let mut frames = Vec::new();
@@ -290,6 +350,31 @@ impl Holder {
                 out.headers_ready = true;
                 self.text_released = true;
             }
+        }
+    }
+
+    /// Past the held cap the bytes already went out, but the calls are still
+    /// judged from their assembled arguments when their batch ends: the
+    /// verdict is recorded and acts on the next request.
+    fn judge_late(&mut self, frame: &Frame, judge: &mut dyn StreamJudge) {
+        if !self.capped {
+            return;
+        }
+        for event in &frame.events {
+            match event {
+                StreamEvent::ToolCallComplete { call, .. } => self.batch.push(call.clone()),
+                StreamEvent::Finish { .. } | StreamEvent::Done | StreamEvent::Error { .. } => {
+                    self.judge_late_batch(judge);
+                }
+                _ => {}
+            }
+        }
+    }
+
+    fn judge_late_batch(&mut self, judge: &mut dyn StreamJudge) {
+        if !self.batch.is_empty() {
+            let _ = judge.calls(&self.batch);
+            self.batch.clear();
         }
     }
 

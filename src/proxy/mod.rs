@@ -6,15 +6,19 @@
 //! [`decide`] (request-time detection, carried out as [`crate::plan`]
 //! says) → [`forward`] (the upstream request, first-byte timeout) →
 //! [`reply`] (response headers, the body through the holder, see
-//! [`respond`] and [`stream`]).
+//! [`respond`] and [`stream`]). A large body's parse and judgement run off
+//! the async workers ([`offload`]).
 
 mod admit;
 pub mod body;
 mod decide;
+pub mod encoded;
 pub mod error;
 mod forward;
 pub mod headers;
 pub mod hold;
+pub mod offload;
+pub mod path;
 mod reply;
 pub mod respond;
 pub mod stream;
@@ -42,6 +46,8 @@ pub struct ProxyState {
     pub client: reqwest::Client,
     /// Sessions and detectors.
     pub guard: Guard,
+    /// Where large bodies are parsed and judged, off the async workers.
+    pub offload: offload::Offload,
 }
 
 /// The axum handler for every path on the proxy listener: admit → decide
@@ -50,25 +56,37 @@ pub struct ProxyState {
 pub async fn handle(State(state): State<Arc<ProxyState>>, request: Request) -> Response {
     let started = Instant::now();
     let config: Arc<Config> = state.config.load_full();
-    let admitted = match admit::admit(&state.guard, &config, request).await {
+    let admitted = match admit::admit(&state.guard, &state.offload, &config, request).await {
         Ok(admitted) => admitted,
-        Err(response) => return *response,
+        Err(response) => return logged(*response, started),
     };
-    let decided = match decide::decide(&state.guard, &config, &admitted, started).await {
+    let decided = match decide::decide(&state.guard, &state.offload, &config, &admitted).await {
         Ok(decided) => decided,
-        Err(answered) => return *answered,
+        Err(answered) => return logged(*answered, started),
     };
     let body = decided.forward.clone();
-    let upstream =
-        match forward::forward(&state.client, &config, &admitted, body, decided.body_replaced).await {
-            Ok(upstream) => upstream,
-            Err(response) => return *response,
-        };
+    let sending = forward::Sending {
+        body,
+        body_replaced: decided.body_replaced,
+        retarget: decided.retarget.as_ref(),
+    };
+    let upstream = match forward::forward(&state.client, &config, &admitted, sending).await {
+        Ok(upstream) => upstream,
+        Err(response) => return logged(*response, started),
+    };
     reply::reply(&config, &admitted, upstream, decided, started).await
 }
 
-/// Counts a response loopguard wrote itself in `loopguard_requests_total`.
-fn counted(route: &str, dialect: &'static str, response: Response) -> Response {
+/// Where an answer of loopguard's own belongs, for its `request` event.
+#[derive(Debug, Clone)]
+struct OwnAnswer {
+    route: String,
+    dialect: &'static str,
+}
+
+/// Counts a response loopguard wrote itself in `loopguard_requests_total`
+/// and marks it for its `request` event ([`logged`]).
+fn counted(route: &str, dialect: &'static str, mut response: Response) -> Response {
     metrics::counter!(
         "loopguard_requests_total",
         "route" => route.to_owned(),
@@ -76,6 +94,33 @@ fn counted(route: &str, dialect: &'static str, response: Response) -> Response {
         "status" => response.status().as_u16().to_string()
     )
     .increment(1);
+    response.extensions_mut().insert(OwnAnswer {
+        route: route.to_owned(),
+        dialect,
+    });
+    response
+}
+
+/// Writes the `request` event of an answer of loopguard's own (no route,
+/// unsafe path, misrouted, body too large, upstream unreachable or timed
+/// out, a request-time block or abort).
+fn logged(mut response: Response, started: Instant) -> Response {
+    let own = response.extensions_mut().remove::<OwnAnswer>();
+    let (route, dialect) = own.map_or(("-".to_owned(), "-"), |o| (o.route, o.dialect));
+    let verdict = response
+        .headers()
+        .get("x-loopguard-verdict")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    tracing::info!(
+        route = %route,
+        dialect,
+        status = response.status().as_u16(),
+        duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+        verdict,
+        outcome = "answered_by_loopguard",
+        "request"
+    );
     response
 }
 

@@ -26,7 +26,7 @@ pub(super) async fn reply(
     config: &Config,
     admitted: &Admitted<'_>,
     upstream: Upstream,
-    decided: Decided,
+    mut decided: Decided,
     started: Instant,
 ) -> Response {
     let Upstream { response, overhead } = upstream;
@@ -48,21 +48,39 @@ pub(super) async fn reply(
         status: status.as_u16(),
         started,
         request_messages: admitted.parsed().map(|p| p.transcript.messages.len()),
-        session: decided.session,
+        session: decided.session.take(),
         overhead,
+        verdict: decided.verdict,
     };
     let outbox = decided.outbox.clone();
     let Some(dialect) = dialect.filter(|_| status.is_success()) else {
         let body: Body = stream::client_body(response, config.server.idle_timeout, log);
-        let mut out = (status, body).into_response();
-        *out.headers_mut() = out_headers;
-        return out;
+        return with_headers(status, body, out_headers);
     };
 
     let mode = framing(dialect, &admitted.path, &admitted.query, response.headers());
-    let tap = Tap::new(dialect, mode, config.server.max_response_bytes);
+    if let Some(coding) = super::encoded::coding(response.headers()) {
+        // Encoded although identity was asked for: forwarded as is, never
+        // held, judged on a decoded side copy (verdicts act on the next request).
+        let side = super::encoded::SideJudge::new(
+            &coding,
+            dialect,
+            mode,
+            config.server.max_response_bytes,
+            decided.judge,
+        );
+        let body =
+            stream::client_body_observed(response, config.server.idle_timeout, log, Some(Box::new(side)));
+        return with_headers(status, body, out_headers);
+    }
+    let mut tap = Tap::new(dialect, mode, config.server.max_response_bytes);
+    if let Some(mut copy) = decided.judge.recording() {
+        copy.framed(mode);
+        tap.record_into(copy);
+    }
     let include_usage = admitted.parsed().is_some_and(|p| p.include_usage);
-    let holder = Holder::new(tap, dialect, mode, include_usage, config.server.max_held_bytes);
+    let holder = Holder::new(tap, dialect, mode, include_usage, config.server.max_held_bytes)
+        .with_max_frame(config.server.max_response_bytes);
     let reply = Reply {
         status,
         headers: out_headers,
@@ -111,11 +129,21 @@ async fn whole(
                 set_verdict_header(&mut out_headers, v);
             }
             out_headers.insert(http::header::CONTENT_LENGTH, http::HeaderValue::from(body.len()));
-            let mut out = (status, Body::from(body)).into_response();
-            *out.headers_mut() = out_headers;
-            out
+            with_headers(status, Body::from(body), out_headers)
         }
         respond::Whole::Abort(cut) => abort_response(dialect, &cut),
+        respond::Whole::Stream {
+            prefix,
+            upstream,
+            log,
+        } => {
+            let length = out_headers
+                .get(http::header::CONTENT_LENGTH)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.parse().ok());
+            let body = stream::client_body_after(prefix, upstream, length, idle, log);
+            with_headers(status, body, out_headers)
+        }
         respond::Whole::Broken(detail) => ProxyError::UpstreamUnreachable {
             upstream: admitted.matched.upstream_url.origin().ascii_serialization(),
             detail,
@@ -211,9 +239,7 @@ fn respond_with(
         }
         Some((item, (rx, outbox)))
     });
-    let mut out = (status, Body::from_stream(stream)).into_response();
-    *out.headers_mut() = headers;
-    out
+    with_headers(status, Body::from_stream(stream), headers)
 }
 
 /// How the response body is framed: SSE by its content type, else a JSON
@@ -226,4 +252,12 @@ fn framing(dialect: Dialect, path: &str, query: &Option<String>, headers: &http:
         Mode::JsonArray => Mode::JsonArray,
         Mode::Sse | Mode::Whole => Mode::Whole,
     }
+}
+
+/// A response of `status` with `body` and exactly `headers` (the upstream's,
+/// as filtered, plus loopguard's own).
+fn with_headers(status: http::StatusCode, body: impl Into<Body>, headers: http::HeaderMap) -> Response {
+    let mut out = (status, body.into()).into_response();
+    *out.headers_mut() = headers;
+    out
 }

@@ -62,6 +62,9 @@ pub async fn drive(
     let mut outcome = "complete";
     let mut verdict: Option<String> = None;
     let mut last_write = Instant::now();
+    // Idle means the upstream's silence: only its bytes reset this clock,
+    // never loopguard's own keep-alives.
+    let mut last_read = Instant::now();
     // Time spent in the holder (framing, parsing, judging): loopguard's own share.
     let mut spent = std::time::Duration::ZERO;
     loop {
@@ -69,20 +72,22 @@ pub async fn drive(
         // stopped waiting for them (`header_hold_ms`) and closed the channel.
         let headers_out = head_tx.as_ref().is_none_or(oneshot::Sender::is_closed);
         let keepalive_due = holder.holding() && headers_out;
+        let idle_left = idle.saturating_sub(last_read.elapsed());
         let wait = if keepalive_due {
-            keepalive.saturating_sub(last_write.elapsed())
+            keepalive.saturating_sub(last_write.elapsed()).min(idle_left)
         } else {
-            idle
+            idle_left
         };
         let next = tokio::select! {
             () = body_tx.closed() => {
                 outcome = "client_disconnected";
                 break;
             }
-            next = tokio::time::timeout(wait.min(idle), stream.next()) => next,
+            next = tokio::time::timeout(wait, stream.next()) => next,
         };
         let (out, end) = match next {
             Ok(Some(Ok(chunk))) => {
+                last_read = Instant::now();
                 let t = Instant::now();
                 let out = holder.push(&chunk, judge.as_mut());
                 spent += t.elapsed();
@@ -108,14 +113,17 @@ pub async fn drive(
                     .await;
                 break;
             }
-            Err(_) if keepalive_due && last_write.elapsed() < idle => {
-                if let Some(bytes) = holder.keepalive() {
-                    if body_tx.send(Ok(bytes)).await.is_err() {
-                        outcome = "client_disconnected";
-                        break;
+            Err(_) if last_read.elapsed() < idle => {
+                // The keep-alive's turn, not the upstream's silence.
+                if keepalive_due {
+                    if let Some(bytes) = holder.keepalive() {
+                        if body_tx.send(Ok(bytes)).await.is_err() {
+                            outcome = "client_disconnected";
+                            break;
+                        }
                     }
+                    last_write = Instant::now();
                 }
-                last_write = Instant::now();
                 continue;
             }
             Err(_) => {
@@ -200,14 +208,13 @@ fn finish_log(holder: &Holder, log: &RequestLog, spent: Duration, verdict: Optio
         text_chars = seen.text_chars,
         tool_calls = %seen.tool_calls.join(","),
         finish = %seen.finish.join(","),
-        verdict = verdict.unwrap_or(""),
+        verdict = verdict.or(log.verdict.as_deref()).unwrap_or(""),
         outcome,
         "request"
     );
 }
 
 /// How a whole (non-streaming) answer ended.
-#[derive(Debug)]
 pub enum Whole {
     /// Send this body (the upstream's, or a block's replacement).
     Answer {
@@ -220,6 +227,34 @@ pub enum Whole {
     Abort(Cut),
     /// The upstream's body broke off or went silent: what happened.
     Broken(String),
+    /// The answer is over `max_response_bytes`: `prefix` (what was read)
+    /// and the rest of `upstream` pass unjudged, as they come (fail open).
+    Stream {
+        /// The bytes already read.
+        prefix: Bytes,
+        /// The rest of the upstream's body.
+        upstream: super::stream::Upstream,
+        /// For the request log line, written when the body ends.
+        log: RequestLog,
+    },
+}
+
+impl std::fmt::Debug for Whole {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Answer { verdict, body } => f
+                .debug_struct("Answer")
+                .field("verdict", verdict)
+                .field("body_len", &body.len())
+                .finish(),
+            Self::Abort(cut) => f.debug_tuple("Abort").field(cut).finish(),
+            Self::Broken(why) => f.debug_tuple("Broken").field(why).finish(),
+            Self::Stream { prefix, .. } => f
+                .debug_struct("Stream")
+                .field("prefix_len", &prefix.len())
+                .finish(),
+        }
+    }
 }
 
 /// Reads a whole (non-streaming) answer inline, judges it, and says what to
@@ -232,7 +267,7 @@ pub async fn whole(
     idle: Duration,
     log: RequestLog,
 ) -> Whole {
-    let mut stream = upstream.bytes_stream();
+    let mut stream: super::stream::Upstream = Box::pin(upstream.bytes_stream());
     let mut body = Vec::new();
     let mut spent = Duration::ZERO;
     let mut cut: Option<Decision> = None;
@@ -244,6 +279,18 @@ pub async fn whole(
                 spent += t.elapsed();
                 body.extend(out.release.iter().flat_map(|b| b.iter().copied()));
                 cut = cut.or(out.cut);
+                if holder.passing_through() {
+                    crate::telemetry::fail_open("response_too_large");
+                    let log = RequestLog {
+                        overhead: log.overhead + spent,
+                        ..log
+                    };
+                    return Whole::Stream {
+                        prefix: Bytes::from(body),
+                        upstream: stream,
+                        log,
+                    };
+                }
             }
             Ok(None) => {
                 let t = Instant::now();

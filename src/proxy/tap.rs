@@ -86,6 +86,8 @@ pub struct Tap {
     /// Framed payloads not parsed yet: stream end offset and payload (`None`
     /// for a truncated SSE event, which yields an empty frame).
     pending: VecDeque<(u64, Option<String>)>,
+    /// `[recording]`: a copy of the bytes, sent to the recorder when the tap drops.
+    recording: Option<crate::recording::ResponseCopy>,
 }
 
 impl std::fmt::Debug for Tap {
@@ -120,7 +122,13 @@ impl Tap {
             sse_scratch: Vec::new(),
             array_scratch: Vec::new(),
             pending: VecDeque::new(),
+            recording: None,
         }
+    }
+
+    /// Copies every byte that passes into `copy` (recorded when the tap drops).
+    pub fn record_into(&mut self, copy: crate::recording::ResponseCopy) {
+        self.recording = Some(copy);
     }
 
     /// The dialect parser, whose state is that after the last frame handed
@@ -135,6 +143,8 @@ impl Tap {
         self.failed.as_deref().map(|reason| {
             if reason.starts_with("response_too_large") {
                 "response_too_large"
+            } else if reason.starts_with("response_frame_too_large") {
+                "response_frame_too_large"
             } else if reason.starts_with("json array") {
                 "json_array_invalid"
             } else {
@@ -161,6 +171,9 @@ impl Tap {
     /// completes come out of [`Tap::next_frame`], one at a time, so the
     /// parser's state always matches the last frame handed out.
     pub fn frame_chunk(&mut self, chunk: &[u8]) {
+        if let Some(copy) = self.recording.as_mut() {
+            copy.feed(chunk);
+        }
         if self.failed.is_some() {
             return;
         }
@@ -189,6 +202,36 @@ impl Tap {
                 }
             }
         }
+    }
+
+    /// For an event stream whose frames were all handed out: the stream
+    /// offset up to which the bytes are comments or blank lines outside any
+    /// event (or frames already handed out), which may pass before the next
+    /// event is whole. `None` for other framings or after a failure.
+    pub fn quiet_end(&self) -> Option<u64> {
+        match &self.framer {
+            Framer::Sse(decoder) if self.failed.is_none() && self.pending.is_empty() => {
+                Some(decoder.quiet_end())
+            }
+            _ => None,
+        }
+    }
+
+    /// Stops framing and parsing for good, freeing what the framer buffered
+    /// (a partial event, array element or document): from here the body
+    /// passes unjudged. `reason` is kept for [`Tap::failure`].
+    pub fn give_up(&mut self, reason: &str) {
+        self.failed = Some(reason.to_owned());
+        self.framer = Framer::Json {
+            buf: Vec::new(),
+            cap: 0,
+        };
+        self.pending.clear();
+    }
+
+    /// The body is a whole document over its cap: it will not be judged.
+    pub fn too_large(&self) -> bool {
+        self.failed.as_deref() == Some("response_too_large")
     }
 
     /// Parses the next framed payload.

@@ -224,6 +224,7 @@ pub fn verdict(found: &LoopFound, count: u32, settings: &Settings) -> Verdict {
             "an LLM judge reviewed the recent turns and found no progress ({confidence}): {analysis}"
         ),
         advice: ADVICE,
+        observe_only: false,
     }
     .into_verdict(settings)
 }

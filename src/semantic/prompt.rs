@@ -3,9 +3,6 @@
 //! loopguard's judging instruction (the idea of Gemini CLI's LLM loop check,
 //! in loopguard's own words).
 
-use std::sync::LazyLock;
-
-use regex::Regex;
 use serde_json::{Value, json};
 
 use crate::detect::{Settings, StepUserText, classify_user, truncate};
@@ -70,67 +67,12 @@ pub enum Entry {
     },
 }
 
-static SECRETS: LazyLock<Vec<(Regex, &'static str)>> = LazyLock::new(|| {
-    [
-        // Private-key blocks, also when cut before their END line.
-        (
-            r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----[\s\S]*?(?:-----END [A-Z0-9 ]*PRIVATE KEY-----|\z)",
-            "[REDACTED PRIVATE KEY]",
-        ),
-        // Authorization header values, whatever the scheme.
-        (
-            r#"(?i)((?:proxy-)?authorization"?\s*[:=]\s*"?)[^"\r\n]+"#,
-            "${1}[REDACTED]",
-        ),
-        (r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]{8,}", "$1 [REDACTED]"),
-        // Passwords in connection URLs (postgres://user:pass@host).
-        (r"(?i)\b([a-z][a-z0-9+.-]*://[^\s:/@]+:)[^\s@/]+@", "${1}[REDACTED]@"),
-        // Known key and token shapes.
-        (r"\bsk-[A-Za-z0-9_-]{16,}", "[REDACTED]"),
-        (r"\bAIza[0-9A-Za-z_-]{30,}", "[REDACTED]"),
-        (r"\b(?:gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,})", "[REDACTED]"),
-        (r"\bglpat-[A-Za-z0-9_-]{20,}", "[REDACTED]"),
-        (r"\bxox[abprs]-[A-Za-z0-9-]{10,}", "[REDACTED]"),
-        (r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b", "[REDACTED]"),
-        (
-            r"\beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}",
-            "[REDACTED]",
-        ),
-        // key = value / "key": "value" where the key names a secret.
-        (
-            r#"(?i)([A-Za-z0-9_.-]*(?:api[_-]?key|secret|token|passw(?:or)?d|credential)[A-Za-z0-9_.-]*"?\s*[:=]\s*"?)[A-Za-z0-9_\-+/.=~]{6,}"#,
-            "${1}[REDACTED]",
-        ),
-    ]
-    .into_iter()
-    .filter_map(|(pattern, with)| Regex::new(pattern).ok().map(|r| (r, with)))
-    .collect()
-});
-
-/// Replaces what looks like a credential by `[REDACTED]`: private-key
-/// blocks, `Authorization` values, bearer/basic credentials, API-key and
-/// token shapes (OpenAI/Anthropic `sk-…`, Google `AIza…`, GitHub, GitLab,
-/// Slack, AWS access key ids, JWTs) and values of keys named like a secret.
-pub fn redact(text: &str) -> String {
-    let mut out = text.to_owned();
-    for (re, with) in SECRETS.iter() {
-        if re.is_match(&out) {
-            out = re.replace_all(&out, *with).into_owned();
-        }
-    }
-    out
-}
+pub use crate::redact::{clip, redact};
 
 /// Cut a little past `max` characters: bounded work in the request path;
 /// [`clip`] finishes the job in the background.
 fn rough(text: &str, max: usize) -> String {
     truncate(text, max.saturating_mul(2).max(max + 256))
-}
-
-/// Redacted and cut to `max` characters (after a [`rough`] cut, so a secret
-/// straddling `max` is still recognised whole).
-pub fn clip(text: &str, max: usize) -> String {
-    truncate(&redact(&rough(text, max)), max)
 }
 
 /// The person's request: the latest user message with text of its own (not

@@ -72,5 +72,6 @@ fn line(request: usize, v: &crate::detect::Verdict) -> ReplayLine {
         action: v.action,
         count: v.count,
         message: v.message.clone(),
+        at: None,
     }
 }

@@ -271,7 +271,7 @@ pub fn chain_hashes(seed: u64, start: u128, items: &[&RawValue]) -> Vec<u128> {
 
 /// How many leading hashes two chains share. Chain hashes that are equal at
 /// `i` are equal before `i`, so a binary search finds it.
-fn common_prefix(a: &[u128], b: &[u128]) -> usize {
+pub fn common_prefix(a: &[u128], b: &[u128]) -> usize {
     // a[..low] == b[..low]; the answer is in low..=high.
     let (mut low, mut high) = (0, a.len().min(b.len()));
     while low < high {

@@ -38,11 +38,15 @@ pub struct Lane {
     pub prev: Option<RequestSummary>,
     /// The last verdicts, newest last.
     pub recent: VecDeque<Verdict>,
+    /// When each of `recent` was noted, in the same order (the live page's timeline).
+    pub noted: VecDeque<Noted>,
     /// When the lane last saw a request (this replica's clock; not stored).
     #[serde(skip, default = "Instant::now")]
     pub last_seen: Instant,
     /// The LLM judge's schedule and pending result (see [`semantic_schedule`]).
     pub judge: semantic_schedule::CheckState,
+    /// The loop stretch in progress, for the outcome counters.
+    pub stretch: Option<crate::escalate::outcome::Stretch>,
 }
 
 /// One conversation.
@@ -56,6 +60,8 @@ pub struct Session {
     pub last_seen: SystemTime,
     /// The lanes, most recently used last.
     pub lanes: Vec<Lane>,
+    /// The `escalate` action's state (see [`crate::escalate`]).
+    pub escalation: crate::escalate::EscalationState,
     /// The version of the shared copy this one was read from or last
     /// written as (see [`crate::state`]); 0: never shared.
     #[serde(skip)]
@@ -68,12 +74,13 @@ impl Session {
         Self::new(key)
     }
 
-    fn new(key: &str) -> Self {
+    pub(crate) fn new(key: &str) -> Self {
         Self {
             key: key.to_owned(),
             agent: None,
             last_seen: SystemTime::now(),
             lanes: Vec::new(),
+            escalation: crate::escalate::EscalationState::default(),
             version: 0,
         }
     }
@@ -95,8 +102,10 @@ impl Session {
                     state: SessionState::new(),
                     prev: None,
                     recent: VecDeque::new(),
+                    noted: VecDeque::new(),
                     last_seen: now,
                     judge: semantic_schedule::CheckState::default(),
+                    stretch: None,
                 });
                 self.lanes.len() - 1
             }
@@ -117,9 +126,27 @@ impl Lane {
     pub fn remember(&mut self, verdict: &Verdict) {
         if self.recent.len() >= RECENT_VERDICTS {
             self.recent.pop_front();
+            self.noted.pop_front();
         }
         self.recent.push_back(verdict.clone());
+        self.noted.push_back(Noted {
+            unix_ms: SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+            after_seq: self.state.next_seq(),
+        });
     }
+}
+
+/// When a verdict of [`Lane::recent`] was noted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Noted {
+    /// Wall clock, milliseconds since the Unix epoch.
+    pub unix_ms: u64,
+    /// [`SessionState::next_seq`] at the time: the verdict followed the
+    /// steps before this position (the calls it judged, or the ones before
+    /// the call it withheld at stream time).
+    pub after_seq: u64,
 }
 
 /// A shared, lockable session.
@@ -138,6 +165,8 @@ pub struct Store {
     responses: moka::sync::Cache<String, Arc<StoredResponse>>,
     epoch: Instant,
     epoch_wall: Duration,
+    /// How loop stretches ended (see [`crate::escalate::outcome`]).
+    outcomes: Arc<crate::escalate::outcome::Tally>,
 }
 
 /// A Responses response a later request may chain to.
@@ -163,10 +192,17 @@ impl std::fmt::Debug for Store {
 impl Store {
     /// A store keeping at most `max_sessions`, forgetting a session idle for `idle_ttl`.
     pub fn new(max_sessions: u64, idle_ttl: Duration) -> Self {
+        let outcomes = Arc::new(crate::escalate::outcome::Tally::default());
+        let tally = Arc::clone(&outcomes);
         Self {
             sessions: moka::sync::Cache::builder()
                 .max_capacity(max_sessions)
                 .time_to_idle(idle_ttl)
+                .eviction_listener(move |_key, session: SharedSession, cause| {
+                    if cause.was_evicted() {
+                        went_idle(&session, &tally);
+                    }
+                })
                 .build(),
             lanes: moka::sync::Cache::builder()
                 .max_capacity(max_sessions)
@@ -180,7 +216,13 @@ impl Store {
             epoch_wall: SystemTime::now()
                 .duration_since(SystemTime::UNIX_EPOCH)
                 .unwrap_or_default(),
+            outcomes,
         }
+    }
+
+    /// How loop stretches ended so far.
+    pub fn outcomes(&self) -> &crate::escalate::outcome::Tally {
+        &self.outcomes
     }
 
     /// The detectors' clock: wall-clock time since the Unix epoch, so that
@@ -249,9 +291,45 @@ impl Store {
     }
 }
 
+/// A forgotten session's open stretches ended `idle`.
+fn went_idle(session: &SharedSession, tally: &crate::escalate::outcome::Tally) {
+    let mut s = session.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let key = s.key.clone();
+    for lane in &mut s.lanes {
+        if let Some(stretch) = lane.stretch.take() {
+            tally.count(&key, &stretch, crate::escalate::outcome::Outcome::Idle);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A session forgotten with a loop stretch open counts it `idle`.
+    #[test]
+    fn a_forgotten_session_ends_its_stretch_idle() {
+        let store = Store::new(10, Duration::from_millis(50));
+        let (session, _) = store.get_or_create("k");
+        {
+            let mut s = session.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            s.lane(1).stretch = Some(crate::escalate::outcome::Stretch {
+                detector: "identical_call".to_owned(),
+                arm: crate::escalate::experiment::Arm::Holdout,
+            });
+        }
+        drop(session);
+        std::thread::sleep(Duration::from_millis(120));
+        assert!(store.get("k").is_none());
+        let _ = store.len();
+        let rows = store.outcomes().rows();
+        assert_eq!(
+            rows,
+            vec![
+                serde_json::json!({"arm": "holdout", "detector": "identical_call", "outcome": "idle", "count": 1})
+            ]
+        );
+    }
 
     #[test]
     fn the_store_stays_within_its_capacity() {

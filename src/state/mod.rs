@@ -70,6 +70,9 @@ pub struct Outbox {
 struct Pending {
     responses: Vec<(String, StoredResponse)>,
     verdicts: Vec<(u64, Verdict)>,
+    /// The loop stretch each lane was left with at stream time (the
+    /// outcome counters' state), the last one per lane.
+    stretches: Vec<(u64, Option<crate::escalate::outcome::Stretch>)>,
 }
 
 impl Outbox {
@@ -102,6 +105,13 @@ impl Outbox {
         items.verdicts.push((lane, verdict.clone()));
     }
 
+    /// The loop stretch lane `lane` was left with after a stream-time verdict.
+    pub fn note_stretch(&self, lane: u64, stretch: Option<crate::escalate::outcome::Stretch>) {
+        let mut items = self.items.lock().unwrap_or_else(PoisonError::into_inner);
+        items.stretches.retain(|(known, _)| *known != lane);
+        items.stretches.push((lane, stretch));
+    }
+
     /// Writes what the response added. Never fails: a store problem is
     /// logged and counted, the response goes on.
     pub async fn flush(&self) {
@@ -109,12 +119,16 @@ impl Outbox {
         if !pending.responses.is_empty() {
             self.shared.put_responses(&pending.responses).await;
         }
-        if let (false, Some(session)) = (pending.verdicts.is_empty(), self.session.get()) {
-            let verdicts = pending.verdicts;
+        let changed = !pending.verdicts.is_empty() || !pending.stretches.is_empty();
+        if let (true, Some(session)) = (changed, self.session.get()) {
+            let (verdicts, stretches) = (pending.verdicts, pending.stretches);
             self.shared
                 .save_with(&self.store, session, None, |session| {
                     for (lane, v) in &verdicts {
                         session.lane(*lane).remember(v);
+                    }
+                    for (lane, stretch) in &stretches {
+                        session.lane(*lane).stretch.clone_from(stretch);
                     }
                 })
                 .await;

@@ -8,6 +8,11 @@
 //! `candidates`), is the response to the last request. Output: one JSON line
 //! per verdict, `{"request": i, "detector", "level", "action", "count",
 //! "message"}` with `i` 0-based.
+//!
+//! A recording (`[recording]`, first line `{"loopguard_recording":1,…}`) is
+//! a session of its own, given alone: its requests at their recorded times
+//! and its responses as they streamed ([`super::recorded`]); its lines add
+//! `"at": "request" | "stream"`.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -35,6 +40,14 @@ pub enum ReplayError {
         path: PathBuf,
         /// `:N` for a JSONL line, else empty.
         line: String,
+        /// What went wrong.
+        message: String,
+    },
+    /// A recording that could not be read, or one given with other files.
+    #[error("{path}: {message}")]
+    Recording {
+        /// The file.
+        path: PathBuf,
         /// What went wrong.
         message: String,
     },
@@ -119,6 +132,46 @@ pub fn run(
     dialect: Option<Dialect>,
     interval: Duration,
 ) -> Result<Vec<ReplayLine>, ReplayError> {
+    replay_files(settings, files, dialect, interval).map(|r| r.lines)
+}
+
+/// A replay's result: how many requests it judged and the verdict lines.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Replayed {
+    /// Request bodies replayed.
+    pub requests: usize,
+    /// The verdict lines, in request order.
+    pub lines: Vec<ReplayLine>,
+}
+
+/// As [`run`], with the number of requests replayed.
+///
+/// # Errors
+/// As [`run`].
+pub fn replay_files(
+    settings: &Settings,
+    files: &[PathBuf],
+    dialect: Option<Dialect>,
+    interval: Duration,
+) -> Result<Replayed, ReplayError> {
+    if let Some(recording) = files.iter().find(|p| is_recording_file(p)) {
+        if files.len() > 1 {
+            return Err(ReplayError::Recording {
+                path: recording.clone(),
+                message: "a recording is a session of its own: replay it alone (or use `loopguard tune`)"
+                    .to_owned(),
+            });
+        }
+        let parsed = read_recording(recording)?;
+        return Ok(Replayed {
+            requests: parsed
+                .steps
+                .iter()
+                .filter(|s| matches!(s, super::recorded::ParsedStep::Request { .. }))
+                .count(),
+            lines: super::recorded::judge(&parsed, settings),
+        });
+    }
     let mut requests = Vec::new();
     let mut flags: Vec<Flags> = Vec::new();
     let mut seen_dialect = dialect;
@@ -184,7 +237,33 @@ pub fn run(
         lines.extend(judged);
         lines.sort_by_key(|l| l.request);
     }
-    Ok(lines)
+    Ok(Replayed {
+        requests: requests.len(),
+        lines,
+    })
+}
+
+/// Whether `path` is a recording: its first line is a recording header.
+pub fn is_recording_file(path: &Path) -> bool {
+    use std::io::BufRead as _;
+    let Ok(file) = std::fs::File::open(path) else {
+        return false;
+    };
+    let mut first = String::new();
+    std::io::BufReader::new(file).read_line(&mut first).is_ok()
+        && crate::recording::format::is_recording(first.trim_end())
+}
+
+/// Reads and parses a recording file.
+///
+/// # Errors
+/// [`ReplayError::Read`] or [`ReplayError::Recording`].
+pub fn read_recording(path: &Path) -> Result<super::recorded::Parsed, ReplayError> {
+    let text = read(path)?;
+    super::recorded::parse(&text).map_err(|message| ReplayError::Recording {
+        path: path.to_owned(),
+        message,
+    })
 }
 
 /// Whether any line reaches `level`.

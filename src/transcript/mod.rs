@@ -53,7 +53,8 @@ pub struct Message {
     pub text: String,
     /// Tool calls the model made in this turn (assistant turns only).
     pub tool_calls: Vec<ToolCall>,
-    /// Tool results carried by this turn.
+    /// Tool results carried by this turn (in an assistant turn: the results
+    /// of its server-side calls).
     pub tool_results: Vec<ToolResult>,
 }
 
@@ -82,6 +83,11 @@ pub struct ToolCall {
     /// Name + canonical arguments, hashed (see [`Signature`]).
     #[serde(skip)]
     pub signature: Signature,
+    /// The call ran on the provider's server (Responses `web_search_call`,
+    /// Anthropic `server_tool_use`, Gemini `executableCode`): its result is
+    /// in the same assistant turn, and the agent never executes it.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub server: bool,
 }
 
 impl ToolCall {
@@ -94,6 +100,15 @@ impl ToolCall {
             name,
             arguments,
             signature,
+            server: false,
+        }
+    }
+
+    /// A server-side call (see [`ToolCall::server`]).
+    pub fn server_side(id: Option<String>, name: impl Into<String>, arguments: Arguments) -> Self {
+        Self {
+            server: true,
+            ..Self::new(id, name, arguments)
         }
     }
 }

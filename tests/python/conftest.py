@@ -120,12 +120,14 @@ def loopguard_abort(mock):
 
 
 def mock_requests(mock, session):
-    """The requests the mock received for one session header value."""
+    """The requests the mock received for one session, told by the
+    `x-test-session` header the tests send beside `x-loopguard-session`
+    (loopguard's own headers are not forwarded upstream)."""
     import urllib.request
 
     with urllib.request.urlopen(mock.url + "/_mock/requests") as r:
         every = json.load(r)
-    return [x for x in every if x["headers"].get("x-loopguard-session") == session]
+    return [x for x in every if x["headers"].get("x-test-session") == session]
 
 
 def request_log_lines(proc):

@@ -37,7 +37,7 @@ TOOL_ONLY = json.dumps({"turns": [{"tool_calls": [{"name": "list_directory", "ar
 
 def openai_loop(base_url, session, stream, turns=10, script=None):
     """Runs the agent loop; returns (tool calls executed, last answer text, finish reason)."""
-    headers = {"x-loopguard-session": session}
+    headers = {"x-loopguard-session": session, "x-test-session": session}
     if script:
         headers["x-mock-script"] = script
     client = openai.OpenAI(base_url=base_url + "/v1", api_key="sk-test", max_retries=0, default_headers=headers)
@@ -62,7 +62,7 @@ def openai_loop(base_url, session, stream, turns=10, script=None):
 
 
 def gemini_loop(base_url, session, stream, turns=10, script=None):
-    headers = {"x-loopguard-session": session}
+    headers = {"x-loopguard-session": session, "x-test-session": session}
     if script:
         headers["x-mock-script"] = script
     client = genai.Client(api_key="AIza-test", http_options=types.HttpOptions(base_url=base_url + "/gemini", headers=headers))
@@ -171,7 +171,7 @@ def test_request_time_block_answers_without_calling_upstream(mock, loopguard):
     is answered by loopguard itself, in the mode asked for, with every
     terminal piece the SDK expects."""
     session = session_id()
-    client = openai.OpenAI(base_url=loopguard.url + "/v1", api_key="sk-test", max_retries=0, default_headers={"x-loopguard-session": session})
+    client = openai.OpenAI(base_url=loopguard.url + "/v1", api_key="sk-test", max_retries=0, default_headers={"x-loopguard-session": session, "x-test-session": session})
     messages = [{"role": "user", "content": "List the files."}]
     for i in range(5):
         messages.append({"role": "assistant", "content": None, "tool_calls": [{"id": f"c{i}", "type": "function", "function": {"name": "list_directory", "arguments": '{"path":"."}'}}]})

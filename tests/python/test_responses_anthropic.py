@@ -29,7 +29,7 @@ def session_id():
 
 
 def responses_client(base_url, session, script=None):
-    headers = {"x-loopguard-session": session} if session else {}
+    headers = {"x-loopguard-session": session, "x-test-session": session} if session else {}
     if script:
         headers["x-mock-script"] = script
     return openai.OpenAI(base_url=base_url + "/v1", api_key="sk-test", max_retries=0, default_headers=headers)
@@ -61,7 +61,7 @@ def responses_loop(base_url, session, stream, turns=10, script=None):
 
 
 def anthropic_client(base_url, session, script=None):
-    headers = {"x-loopguard-session": session}
+    headers = {"x-loopguard-session": session, "x-test-session": session}
     if script:
         headers["x-mock-script"] = script
     return anthropic.Anthropic(base_url=base_url + "/anthropic", api_key="sk-ant-test", max_retries=0, default_headers=headers)

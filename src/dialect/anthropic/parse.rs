@@ -6,7 +6,9 @@
 //! input}`, `tool_result {tool_use_id, content, is_error}`, `thinking` /
 //! `redacted_thinking` (opaque; never altered, their signatures stay valid).
 //! `server_tool_use` and `mcp_tool_use` blocks ran on the server and are not
-//! calls the agent executes. Claude Code also sends `role: "system"`
+//! calls the agent executes (never held); they and their `*_tool_result`
+//! blocks still become a server-side call and its result in the assistant
+//! turn, so their repeats count (issue #12 point 10). Claude Code also sends `role: "system"`
 //! messages in the middle of the list; they become [`Role::System`] turns.
 //!
 //! A stream is a sequence of named SSE events (`message_start`,
@@ -95,11 +97,49 @@ fn parse_items(before: &[HistoryItem], messages: &[Value]) -> Vec<HistoryItem> {
     out
 }
 
-/// An assistant message: its text blocks and `tool_use` blocks.
+/// An assistant message: its text blocks and `tool_use` blocks, and its
+/// server-side calls (`server_tool_use`, `mcp_tool_use`, marked
+/// [`ToolCall::server`]) with their `*_tool_result` blocks as the turn's own
+/// results (issue #12 point 10); `encrypted_*` fields are left out of them.
 fn assistant_message(content: Option<&Value>, names: &mut HashMap<String, String>) -> Message {
     let mut out = Message::text(Role::Assistant, text_of(content));
     for block in blocks(content) {
-        if block.get("type").and_then(Value::as_str) != Some("tool_use") {
+        let kind = block.get("type").and_then(Value::as_str).unwrap_or_default();
+        if matches!(kind, "server_tool_use" | "mcp_tool_use") {
+            let id = block.get("id").and_then(Value::as_str).map(str::to_owned);
+            let name = block.get("name").and_then(Value::as_str).unwrap_or_default();
+            if let Some(id) = &id {
+                names.insert(id.clone(), name.to_owned());
+            }
+            let input = block
+                .get("input")
+                .cloned()
+                .unwrap_or_else(|| Value::Object(Map::new()));
+            out.tool_calls
+                .push(ToolCall::server_side(id, name, Arguments::Json(input)));
+            continue;
+        }
+        if kind.ends_with("_tool_result") {
+            let call_id = block
+                .get("tool_use_id")
+                .and_then(Value::as_str)
+                .map(str::to_owned);
+            let mut result = block.get("content").cloned().unwrap_or(Value::Null);
+            drop_encrypted(&mut result);
+            let failed = block.get("is_error").and_then(Value::as_bool).unwrap_or(false)
+                || result
+                    .get("type")
+                    .and_then(Value::as_str)
+                    .is_some_and(|t| t.ends_with("_error"));
+            out.tool_results.push(ToolResult {
+                name: call_id.as_ref().and_then(|id| names.get(id).cloned()),
+                call_id,
+                content: ResultContent::Json(result),
+                is_error: failed,
+            });
+            continue;
+        }
+        if kind != "tool_use" {
             continue;
         }
         let id = block.get("id").and_then(Value::as_str).map(str::to_owned);
@@ -143,6 +183,18 @@ fn user_messages(content: Option<&Value>, names: &HashMap<String, String>, out: 
     }
     if !has_results || !text.is_empty() {
         out.push(Message::text(Role::User, text));
+    }
+}
+
+/// Removes `encrypted_*` fields (opaque, different on every call) at any depth.
+fn drop_encrypted(value: &mut Value) {
+    match value {
+        Value::Object(map) => {
+            map.retain(|k, _| !k.starts_with("encrypted_"));
+            map.values_mut().for_each(drop_encrypted);
+        }
+        Value::Array(items) => items.iter_mut().for_each(drop_encrypted),
+        _ => {}
     }
 }
 

@@ -26,3 +26,10 @@ pub fn push_call_turn(body: &mut Value, n: usize, name: &str, args: &str, result
             {"type": "tool_result", "tool_use_id": id, "content": result}]}));
     }
 }
+
+/// Appends a message of the person (`text`) to the history in `body`.
+pub fn push_user_turn(body: &mut Value, text: &str) {
+    if let Some(items) = body["messages"].as_array_mut() {
+        items.push(json!({"role": "user", "content": text}));
+    }
+}

@@ -5,6 +5,7 @@
 //! conversation for the demo ([`sample`]).
 
 pub(crate) mod ending;
+pub mod model;
 pub mod parse;
 pub mod sample;
 pub mod write;

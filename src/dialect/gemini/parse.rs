@@ -117,6 +117,24 @@ fn content_message(content: &Value, role: Role) -> Message {
                 is_error: content.get("error").is_some(),
                 content: ResultContent::Json(content),
             });
+        } else if let Some(code) =
+            field_of(part, "executableCode", "executable_code").filter(|c| c.is_object())
+        {
+            // Server-side code execution (issue #12 point 10): a call whose
+            // result is the turn's own `codeExecutionResult`.
+            message.tool_calls.push(ToolCall::server_side(
+                None,
+                "code_execution",
+                Arguments::Json(code.clone()),
+            ));
+        } else if let Some(result) = field_of(part, "codeExecutionResult", "code_execution_result") {
+            let outcome = result.get("outcome").and_then(Value::as_str).unwrap_or_default();
+            message.tool_results.push(ToolResult {
+                call_id: None,
+                name: Some("code_execution".to_owned()),
+                is_error: !outcome.is_empty() && outcome != "OUTCOME_OK",
+                content: ResultContent::Json(result.clone()),
+            });
         } else if let Some(text) = part.get("text").and_then(Value::as_str) {
             if !is_thought(part) {
                 texts.push(text);

@@ -24,3 +24,10 @@ pub fn push_call_turn(body: &mut Value, _n: usize, name: &str, args: &str, resul
             {"functionResponse": {"name": name, "response": {"output": result}}}]}));
     }
 }
+
+/// Appends a message of the person (`text`) to the history in `body`.
+pub fn push_user_turn(body: &mut Value, text: &str) {
+    if let Some(items) = body["contents"].as_array_mut() {
+        items.push(json!({"role": "user", "parts": [{"text": text}]}));
+    }
+}

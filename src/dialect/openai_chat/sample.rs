@@ -23,3 +23,10 @@ pub fn push_call_turn(body: &mut Value, n: usize, name: &str, args: &str, result
         messages.push(json!({"role": "tool", "tool_call_id": id, "content": result}));
     }
 }
+
+/// Appends a message of the person (`text`) to the history in `body`.
+pub fn push_user_turn(body: &mut Value, text: &str) {
+    if let Some(items) = body["messages"].as_array_mut() {
+        items.push(json!({"role": "user", "content": text}));
+    }
+}

@@ -7,8 +7,11 @@
 //! `shell_call`, `apply_patch_call` and `computer_call` — are tool calls; their
 //! `*_output` items are tool results, matched by `call_id`. Server-side items
 //! (`web_search_call`, `mcp_call`, `file_search_call`, …) ran on the
-//! server before the model answered: they are not calls the agent can loop
-//! on. `reasoning` and `compaction` items are opaque and passed through.
+//! server before the model answered: they are not calls the agent executes,
+//! and are never held; their repeats still count (issue #12 point 10),
+//! so each becomes an assistant turn holding a server-side call
+//! ([`ToolCall::server`]) and its result. `reasoning` and `compaction` items
+//! are opaque and passed through.
 //!
 //! A stream is a sequence of named SSE events whose `data` repeats the event
 //! name in `type` and carries a `sequence_number`; there is no `[DONE]`.
@@ -235,12 +238,72 @@ fn item_input(item: &Value, any_turn: bool, names: &mut HashMap<String, String>)
             return HistoryItem::Part(turn);
         }
     }
+    if let Some(turn) = server_call(item, kind) {
+        return HistoryItem::Part(turn);
+    }
     match kind {
         "compaction" => HistoryItem::Compaction,
         "compaction_trigger" => HistoryItem::Summarize,
         // reasoning, item_reference, server-side tool items: opaque here.
         _ => HistoryItem::Messages(Vec::new()),
     }
+}
+
+/// Server-side item types: they ran on the server, their result is the item.
+const SERVER_CALLS: [&str; 5] = [
+    "web_search_call",
+    "file_search_call",
+    "mcp_call",
+    "code_interpreter_call",
+    "image_generation_call",
+];
+
+/// A server-side item (`web_search_call`, `mcp_call`, …) as an assistant
+/// turn holding the call (marked [`ToolCall::server`]) and its result: the
+/// item's `status` with its `output` / `error` / `results` / `outputs`
+/// (issue #12 point 10: their repeats count too).
+fn server_call(item: &Value, kind: &str) -> Option<Message> {
+    if !SERVER_CALLS.contains(&kind) {
+        return None;
+    }
+    let id = item.get("id").and_then(Value::as_str).map(str::to_owned);
+    let name = item
+        .get("name")
+        .and_then(Value::as_str)
+        .map_or_else(|| kind.trim_end_matches("_call").to_owned(), str::to_owned);
+    let mut args = Map::new();
+    for key in ["action", "queries", "arguments", "code", "prompt", "server_label"] {
+        if let Some(v) = item.get(key) {
+            let v = match v {
+                Value::String(text) if key == "arguments" => {
+                    serde_json::from_str(text).unwrap_or_else(|_| v.clone())
+                }
+                other => other.clone(),
+            };
+            args.insert(key.to_owned(), v);
+        }
+    }
+    let mut result = Map::new();
+    for key in ["status", "output", "error", "results", "outputs"] {
+        if let Some(v) = item.get(key).filter(|v| !v.is_null()) {
+            result.insert(key.to_owned(), v.clone());
+        }
+    }
+    let failed = item.get("status").and_then(Value::as_str) == Some("failed")
+        || item.get("error").is_some_and(|e| !e.is_null());
+    let mut turn = Message::text(Role::Assistant, "");
+    turn.tool_calls.push(ToolCall::server_side(
+        id.clone(),
+        name.clone(),
+        Arguments::Json(Value::Object(args)),
+    ));
+    turn.tool_results.push(ToolResult {
+        call_id: id,
+        name: Some(name),
+        content: ResultContent::Json(Value::Object(result)),
+        is_error: failed,
+    });
+    Some(turn)
 }
 
 /// Tool names: `tools[].name`, else the tool's `type` (`local_shell`, `web_search`, …).

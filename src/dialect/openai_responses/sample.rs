@@ -23,3 +23,10 @@ pub fn push_call_turn(body: &mut Value, n: usize, name: &str, args: &str, result
         input.push(json!({"type": "function_call_output", "call_id": id, "output": result}));
     }
 }
+
+/// Appends a message of the person (`text`) to the history in `body`.
+pub fn push_user_turn(body: &mut Value, text: &str) {
+    if let Some(items) = body["input"].as_array_mut() {
+        items.push(json!({"role": "user", "content": text}));
+    }
+}

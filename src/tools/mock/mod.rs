@@ -18,6 +18,11 @@
 //! | `x-mock-seed: 7` | seed for `random` writes |
 //! | `x-mock-fault: …` | `die-after:N` (break the connection after N events), `stall-after:N` (go silent after N events), `truncate-after:N` (end the body cleanly after N events), `delay-headers-ms:N`, `status:CODE` (an error answer), `no-terminator` (no `[DONE]`), `gzip` (gzip the body when the request accepts it) |
 //! | `x-mock-id: ID` | name under which the send log is kept |
+//! | `x-mock-signatures: strict` | reject (HTTP 400) a history carrying reasoning signed by another model than the one asked for; `x-mock-signer: MODEL` names the producer of signatures the mock did not make (see [`signatures`]) |
+//!
+//! Two models in one script: a script's `models` maps a model name to the
+//! script that model plays, so a request for `strong` can answer in text
+//! where the default model keeps looping, given the same history.
 //!
 //! Playing an LLM judge (`--judge-script FILE`, for `[loop_detection.semantic_check]`
 //! tests): the file maps a model name to a list of scripted answers,
@@ -36,6 +41,7 @@
 
 pub mod fixture;
 pub mod script;
+pub mod signatures;
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -393,8 +399,6 @@ async fn answer(State(st): State<Arc<MockState>>, request: Request) -> Response 
                 },
                 None => st.script.clone(),
             };
-            let turn = script.answer(&json_body);
-            let seq = st.seq.fetch_add(1, Ordering::SeqCst);
             let model = json_body
                 .get("model")
                 .and_then(Value::as_str)
@@ -406,6 +410,21 @@ async fn answer(State(st): State<Arc<MockState>>, request: Request) -> Response 
                         .map(str::to_owned)
                 })
                 .unwrap_or_else(|| "mock-model".to_owned());
+            if header_str(&parts.headers, "x-mock-signatures") == Some("strict") {
+                let signer = header_str(&parts.headers, "x-mock-signer");
+                if let Some(why) = signatures::rejection(&json_body, &model, signer) {
+                    let body = json!({"type": "error", "error": {"type": "invalid_request_error", "message": why, "code": 400}});
+                    return (
+                        StatusCode::BAD_REQUEST,
+                        [(header::CONTENT_TYPE, "application/json")],
+                        body.to_string(),
+                    )
+                        .into_response();
+                }
+            }
+            let script = script.models.get(&model).cloned().unwrap_or(script);
+            let turn = script.answer(&json_body);
+            let seq = st.seq.fetch_add(1, Ordering::SeqCst);
             match named {
                 Some(named) => named_pieces(named, &turn, &model, seq, mode),
                 None => scripted_pieces(

@@ -57,6 +57,10 @@ pub struct Script {
     /// The turn sent once `stop_after` is reached (default: the text "Done.").
     #[serde(default, rename = "final")]
     pub final_turn: Option<Turn>,
+    /// Other models: a request naming one of these models is answered by
+    /// its script instead (one model loops, another answers in text).
+    #[serde(default)]
+    pub models: std::collections::HashMap<String, Script>,
 }
 
 /// One assistant turn.
@@ -112,6 +116,7 @@ impl Script {
             json: None,
             stop_after: None,
             final_turn: None,
+            models: std::collections::HashMap::new(),
         }
     }
 
@@ -612,7 +617,7 @@ pub fn anthropic_stream(turn: &Turn, model: &str, seq: u64) -> Vec<(String, Stri
         }
         emit(
             "content_block_delta",
-            json!({"index": index, "delta": {"type": "signature_delta", "signature": "bW9jaw=="}}),
+            json!({"index": index, "delta": {"type": "signature_delta", "signature": super::signatures::sign(model)}}),
         );
         emit("content_block_stop", json!({"index": index}));
         index += 1;
@@ -665,7 +670,7 @@ pub fn anthropic_stream(turn: &Turn, model: &str, seq: u64) -> Vec<(String, Stri
 pub fn anthropic_whole(turn: &Turn, model: &str, seq: u64) -> String {
     let mut content = Vec::new();
     if !turn.reasoning.is_empty() {
-        content.push(json!({"type": "thinking", "thinking": turn.reasoning, "signature": "bW9jaw=="}));
+        content.push(json!({"type": "thinking", "thinking": turn.reasoning, "signature": super::signatures::sign(model)}));
     }
     if !turn.text.is_empty() {
         content.push(json!({"type": "text", "text": turn.text}));

@@ -1,0 +1,176 @@
+#!/usr/bin/env python3
+"""Writes the fuzz targets' seed corpora (fuzz/corpus/<target>/) from the
+recorded fixtures (../shared/fixtures, or $LOOPGUARD_FIXTURES), the real
+agent trajectories (../shared/trajectories) and config/. Nothing is copied
+into the repository: the corpora are generated and git-ignored.
+
+Each target's input layout (the leading bytes) is described in its source.
+"""
+
+import hashlib
+import json
+import os
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = Path(os.environ.get("LOOPGUARD_FIXTURES", ROOT.parent / "shared" / "fixtures"))
+TRAJECTORIES = Path(os.environ.get("LOOPGUARD_TRAJECTORIES", ROOT.parent / "shared" / "trajectories"))
+OUT = Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "fuzz" / "corpus"
+# Seeds stay small so the fuzzer's mutations stay fast.
+MAX_SEED = 48 * 1024
+DIALECTS = ["openai-chat", "openai-responses", "anthropic", "gemini"]
+
+
+def put(target, data):
+    if len(data) > MAX_SEED:
+        return
+    d = OUT / target
+    d.mkdir(parents=True, exist_ok=True)
+    (d / hashlib.sha1(data).hexdigest()).write_bytes(data)
+
+
+def sse_payloads(raw):
+    out = []
+    for block in raw.replace(b"\r\n", b"\n").split(b"\n\n"):
+        data = [line[5:].lstrip(b" ") for line in block.split(b"\n") if line.startswith(b"data:")]
+        if data:
+            out.append(b"\n".join(data))
+    return out
+
+
+def responses_of_chat(body):
+    items = []
+    for m in body.get("messages", []):
+        role = m.get("role")
+        if role == "assistant":
+            if m.get("content"):
+                items.append({"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": m["content"]}]})
+            for c in m.get("tool_calls") or []:
+                f = c.get("function", {})
+                items.append({"type": "function_call", "call_id": c.get("id"), "name": f.get("name"), "arguments": f.get("arguments")})
+        elif role == "tool":
+            items.append({"type": "function_call_output", "call_id": m.get("tool_call_id"), "output": m.get("content")})
+        elif role == "system":
+            continue
+        else:
+            items.append({"type": "message", "role": role, "content": m.get("content")})
+    tools = [{"type": "function", "name": t.get("function", {}).get("name")} for t in body.get("tools", [])]
+    system = next((m.get("content") for m in body.get("messages", []) if m.get("role") == "system"), None)
+    return {"model": body.get("model", "m"), "stream": True, "instructions": system, "input": items, "tools": tools}
+
+
+def anthropic_of_chat(body):
+    messages = []
+    for m in body.get("messages", []):
+        role = m.get("role")
+        if role == "assistant":
+            blocks = [{"type": "text", "text": m["content"]}] if m.get("content") else []
+            for c in m.get("tool_calls") or []:
+                f = c.get("function", {})
+                try:
+                    args = json.loads(f.get("arguments") or "{}")
+                except ValueError:
+                    args = {}
+                blocks.append({"type": "tool_use", "id": c.get("id"), "name": f.get("name"), "input": args})
+            messages.append({"role": "assistant", "content": blocks})
+        elif role == "tool":
+            messages.append({"role": "user", "content": [{"type": "tool_result", "tool_use_id": m.get("tool_call_id"), "content": m.get("content")}]})
+        elif role == "user":
+            messages.append({"role": "user", "content": m.get("content")})
+    system = next((m.get("content") for m in body.get("messages", []) if m.get("role") == "system"), None)
+    tools = [{"name": t.get("function", {}).get("name"), "input_schema": {"type": "object"}} for t in body.get("tools", [])]
+    return {"model": "claude", "max_tokens": 1024, "stream": True, "system": system, "messages": messages, "tools": tools}
+
+
+def gemini_of_chat(body):
+    contents = []
+    for m in body.get("messages", []):
+        role = m.get("role")
+        if role == "assistant":
+            parts = [{"text": m["content"]}] if m.get("content") else []
+            for c in m.get("tool_calls") or []:
+                f = c.get("function", {})
+                try:
+                    args = json.loads(f.get("arguments") or "{}")
+                except ValueError:
+                    args = {}
+                parts.append({"functionCall": {"name": f.get("name"), "args": args}})
+            contents.append({"role": "model", "parts": parts})
+        elif role == "tool":
+            contents.append({"role": "user", "parts": [{"functionResponse": {"name": "tool", "response": {"output": m.get("content")}}}]})
+        elif role == "user":
+            contents.append({"role": "user", "parts": [{"text": m.get("content")}]})
+    system = next((m.get("content") for m in body.get("messages", []) if m.get("role") == "system"), None)
+    decls = [{"name": t.get("function", {}).get("name")} for t in body.get("tools", [])]
+    return {"systemInstruction": {"parts": [{"text": system or ""}]}, "contents": contents, "tools": [{"functionDeclarations": decls}]}
+
+
+def shrink(body, keep):
+    """The request with its system text cut and only the first `keep` messages."""
+    body = dict(body)
+    msgs = []
+    for m in body.get("messages", [])[:keep]:
+        m = dict(m)
+        if isinstance(m.get("content"), str):
+            m["content"] = m["content"][:300]
+        msgs.append(m)
+    body["messages"] = msgs
+    return body
+
+
+def requests():
+    """Small chat requests from the trajectories: a few steps of each."""
+    out = []
+    for path in sorted(TRAJECTORIES.glob("*.jsonl"))[:12]:
+        with path.open("rb") as f:
+            line = f.readline()
+            for line in f:
+                pass
+        try:
+            last = json.loads(line)
+        except ValueError:
+            continue
+        for keep in (3, 6, 10):
+            out.append(shrink(last, keep))
+    return out
+
+
+def main():
+    if not FIXTURES.is_dir():
+        sys.exit(f"no fixtures at {FIXTURES} (set LOOPGUARD_FIXTURES)")
+    streams = {d: [p.read_bytes() for p in sorted((FIXTURES / d).glob("*.sse"))] for d in DIALECTS}
+    for i, d in enumerate(DIALECTS):
+        for raw in streams[d]:
+            put("sse_decoder", bytes([i * 37 % 256, 0]) + raw)
+            put("sse_decoder", bytes([i, 16]) + raw)
+            payloads = sse_payloads(raw)
+            put("stream_parser", bytes([i]) + b"\n".join(p.replace(b"\n", b" ") for p in payloads))
+            for behaviour in (0, 1, 2, 0x11, 0x36, 0x80):
+                put("writer", bytes([i, 0, behaviour, i * 11]) + raw)
+            if d == "gemini":
+                array = b"[" + b",\n".join(payloads) + b"]"
+                put("json_array", bytes([i]) + array)
+                for behaviour in (0, 1, 2):
+                    put("writer", bytes([3, 2, behaviour, 5]) + array)
+            else:
+                # The last payload with the whole body shape is close to a non-streaming answer.
+                for behaviour in (0, 1, 2):
+                    put("writer", bytes([i, 1, behaviour, 9]) + (payloads[-1] if payloads else b"{}"))
+    convert = [lambda b: b, responses_of_chat, anthropic_of_chat, gemini_of_chat]
+    for body in requests():
+        for i, to in enumerate(convert):
+            full = json.dumps(to(body)).encode()
+            put("request_parser", bytes([i]) + full)
+            put("warning_injection", bytes([i]) + full)
+            shorter = dict(body, messages=body["messages"][:-2])
+            put("history_chain", bytes([i]) + json.dumps(to(shorter)).encode() + b"\xff" + full)
+    for path in sorted((ROOT / "config").glob("*.toml")):
+        put("config", path.read_bytes())
+    put("config", b'[[routes]]\nprefix = "/v1"\nprovider = "openai"\nupstream = "http://127.0.0.1:1"\n')
+    for target in sorted(p.name for p in OUT.iterdir()):
+        print(f"{target}: {len(list((OUT / target).iterdir()))} seeds")
+
+
+if __name__ == "__main__":
+    main()

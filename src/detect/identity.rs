@@ -1,0 +1,317 @@
+//! Call identity: which calls are "the same call" for the streak detectors.
+//!
+//! Issue #12 point 5. A call's identity is the SHA-256 [`Signature`] of its
+//! tool name and its arguments after two steps:
+//!
+//! - (a) **per-tool identity** (`[loop_detection.call_identity]`): arguments
+//!   that do not identify the call are dropped — free text and output
+//!   shaping only. Defaults: every tool `justification`, `max_output_tokens`
+//!   (Codex); `Bash` and `bash` `description`, `timeout` (Claude Code,
+//!   OpenCode); `run_shell_command` `description` (Gemini CLI); `shell`
+//!   `timeout_ms` (Codex); `execute_command` `requires_approval` (Cline).
+//!   Everything that changes what runs stays: the command, paths, `dir_path`,
+//!   `workdir`, `run_in_background`, …
+//! - (b) **neutral rewrites** are undone: in a shell command (the string, or
+//!   list of strings, under a `command`, `cmd`, `script` or `commandLine`
+//!   key) whitespace runs, comments, quoting, line continuations, the order
+//!   of a command's flags and the bundling of one-letter flags (`-la` =
+//!   `-a -l`) do not count; in every single-token value and command word a
+//!   trailing slash and URL tracking parameters (`utm_*`, `fbclid`, `gclid`,
+//!   `ref`, …) do not count. A different path, URL path, word or identifier
+//!   always makes a different call.
+//!
+//! Why a canonical rewrite and not a similarity sketch (the issue's MinHash
+//! suggestion): every neutral rewrite the issue names can be undone exactly,
+//! while a similarity threshold would also merge calls that differ by one
+//! path segment or identifier — which must never count as the same. The
+//! result is stored as a hash, costs one linear pass over the arguments, and
+//! only counts as a repeat where the detectors also see identical normalised
+//! results (`identical_call` critical, no-progress evidence for warnings).
+//! The raw signature (not this identity) remains the merge key of requests.
+
+use serde_json::{Map, Value};
+
+use super::settings::Settings;
+use crate::transcript::{Arguments, Signature, ToolCall};
+
+/// Keys (folded: lowercase, no `_`/`-`) whose values are shell commands.
+const COMMAND_KEYS: &[&str] = &["command", "cmd", "script", "commandline", "shellcommand"];
+/// URL query parameters that only track (removed); `utm_*` by prefix.
+const TRACKING: &[&str] = &[
+    "fbclid", "gclid", "msclkid", "mc_cid", "mc_eid", "ref", "ref_src", "_ga", "igshid", "si",
+];
+
+/// The identity of a call under `settings` (see the module doc).
+pub(crate) fn of(call: &ToolCall, settings: &Settings) -> Signature {
+    let Arguments::Json(Value::Object(map)) = &call.arguments else {
+        return call.signature;
+    };
+    let ignored: Vec<&str> = settings
+        .call_identity
+        .iter()
+        .filter(|(tool, _)| tool == "*" || *tool == call.name)
+        .flat_map(|(_, args)| args.iter().map(String::as_str))
+        .collect();
+    let mut out = Map::new();
+    for (key, value) in map {
+        if ignored.contains(&key.as_str()) {
+            continue;
+        }
+        out.insert(key.clone(), normal(key, value));
+    }
+    Signature::of(&call.name, &Arguments::Json(Value::Object(out)))
+}
+
+fn fold(key: &str) -> String {
+    key.chars()
+        .filter(char::is_ascii_alphanumeric)
+        .map(|c| c.to_ascii_lowercase())
+        .collect()
+}
+
+/// A value with neutral rewrites undone.
+fn normal(key: &str, value: &Value) -> Value {
+    let command = COMMAND_KEYS.contains(&fold(key).as_str());
+    match value {
+        Value::String(s) if command => Value::String(shell(s)),
+        Value::Array(items) if command && items.iter().all(Value::is_string) => {
+            let joined: Vec<&str> = items.iter().filter_map(Value::as_str).collect();
+            Value::String(shell(&joined.join(" ")))
+        }
+        Value::String(s) if !s.trim().contains(char::is_whitespace) => Value::String(token(s.trim())),
+        Value::Object(map) => Value::Object(map.iter().map(|(k, v)| (k.clone(), normal(k, v))).collect()),
+        Value::Array(items) => Value::Array(items.iter().map(|v| normal(key, v)).collect()),
+        other => other.clone(),
+    }
+}
+
+/// One word: no trailing slash, no tracking parameters.
+fn token(word: &str) -> String {
+    let mut w = word.to_owned();
+    if w.contains("://") {
+        if let Some((head, query)) = w.split_once('?') {
+            let (query, fragment) = match query.split_once('#') {
+                Some((q, f)) => (q, Some(f)),
+                None => (query, None),
+            };
+            let kept: Vec<&str> = query
+                .split('&')
+                .filter(|p| {
+                    let name = p.split('=').next().unwrap_or("");
+                    !name.is_empty() && !name.starts_with("utm_") && !TRACKING.contains(&name)
+                })
+                .collect();
+            let mut rebuilt = head.to_owned();
+            while rebuilt.ends_with('/') && !rebuilt.ends_with("://") {
+                rebuilt.pop();
+            }
+            if !kept.is_empty() {
+                rebuilt.push('?');
+                rebuilt.push_str(&kept.join("&"));
+            }
+            if let Some(f) = fragment {
+                rebuilt.push('#');
+                rebuilt.push_str(f);
+            }
+            w = rebuilt;
+        }
+    }
+    while w.len() > 1 && w.ends_with('/') && !w.ends_with("://") {
+        w.pop();
+    }
+    w
+}
+
+/// A shell word: its text, and whether any of it was quoted.
+struct Word {
+    text: String,
+    quoted: bool,
+}
+
+/// Splits a shell command into words: quotes removed, comments and line
+/// continuations dropped; unquoted `;`, `&&`, `||`, `|`, `&` and newlines
+/// are words of their own.
+fn words(text: &str) -> Vec<Word> {
+    let mut out = Vec::new();
+    let mut cur = String::new();
+    let mut quoted = false;
+    let mut started = false;
+    let mut chars = text.chars().peekable();
+    let flush = |cur: &mut String, quoted: &mut bool, started: &mut bool, out: &mut Vec<Word>| {
+        if *started {
+            out.push(Word {
+                text: std::mem::take(cur),
+                quoted: *quoted,
+            });
+        }
+        *quoted = false;
+        *started = false;
+    };
+    while let Some(c) = chars.next() {
+        match c {
+            '\'' | '"' => {
+                started = true;
+                quoted = true;
+                for q in chars.by_ref() {
+                    if q == c {
+                        break;
+                    }
+                    cur.push(q);
+                }
+            }
+            '\\' => match chars.next() {
+                Some('\n') | None => {}
+                Some(n) => {
+                    started = true;
+                    cur.push(n);
+                }
+            },
+            '#' if !started => {
+                for n in chars.by_ref() {
+                    if n == '\n' {
+                        flush(&mut cur, &mut quoted, &mut started, &mut out);
+                        out.push(Word {
+                            text: "\n".into(),
+                            quoted: false,
+                        });
+                        break;
+                    }
+                }
+            }
+            ';' | '|' | '&' | '\n' => {
+                flush(&mut cur, &mut quoted, &mut started, &mut out);
+                let mut op = c.to_string();
+                if matches!(c, '|' | '&') && chars.peek() == Some(&c) {
+                    op.push(c);
+                    chars.next();
+                }
+                out.push(Word {
+                    text: op,
+                    quoted: false,
+                });
+            }
+            c if c.is_whitespace() => flush(&mut cur, &mut quoted, &mut started, &mut out),
+            c => {
+                started = true;
+                cur.push(c);
+            }
+        }
+    }
+    flush(&mut cur, &mut quoted, &mut started, &mut out);
+    out
+}
+
+/// A shell command with neutral rewrites undone: per simple command, its
+/// flags sorted into the flag positions (one-letter bundles expanded), words
+/// normalised ([`token`]), joined by single separators.
+fn shell(text: &str) -> String {
+    let mut commands: Vec<Vec<String>> = vec![Vec::new()];
+    for w in words(text) {
+        let operator = !w.quoted && matches!(w.text.as_str(), ";" | "|" | "||" | "&" | "&&" | "\n");
+        if operator {
+            let sep = if w.text == "\n" { ";".to_owned() } else { w.text };
+            if commands.last().is_some_and(|c| !c.is_empty()) {
+                commands.push(vec![sep]);
+                commands.push(Vec::new());
+            }
+            continue;
+        }
+        if let Some(current) = commands.last_mut() {
+            let bundle = !w.quoted
+                && w.text.len() >= 3
+                && w.text.starts_with('-')
+                && w.text[1..].chars().all(|c| c.is_ascii_alphabetic());
+            let distinct = {
+                let mut letters: Vec<char> = w.text.chars().skip(1).collect();
+                letters.sort_unstable();
+                letters.dedup();
+                letters.len() + 1 == w.text.len()
+            };
+            if bundle && distinct && !w.text.starts_with("--") {
+                current.extend(w.text[1..].chars().map(|c| format!("-{c}")));
+            } else {
+                current.push(token(&w.text));
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for mut command in commands.into_iter().filter(|c| !c.is_empty()) {
+        let slots: Vec<usize> = (0..command.len())
+            .filter(|&i| i > 0 && command[i].starts_with('-') && command[i] != "-" && command[i] != "--")
+            .collect();
+        let mut flags: Vec<String> = slots.iter().map(|&i| command[i].clone()).collect();
+        flags.sort();
+        for (slot, flag) in slots.into_iter().zip(flags) {
+            command[slot] = flag;
+        }
+        out.push(command.join("\u{1f}"));
+    }
+    out.join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn id(name: &str, args: Value) -> Signature {
+        of(
+            &ToolCall::new(None, name, Arguments::Json(args)),
+            &Settings::default(),
+        )
+    }
+
+    #[test]
+    fn neutral_rewrites_of_a_command_are_the_same_call() {
+        let a = id("bash", json!({"command": "ls -la src/"}));
+        for c in [
+            "ls  -al src",
+            "ls -a -l 'src'",
+            "ls -l -a \"src/\"  # again",
+            "ls \\\n -la src",
+        ] {
+            assert_eq!(a, id("bash", json!({"command": c})), "{c}");
+        }
+        assert_eq!(
+            id("exec_command", json!({"cmd": ["bash", "-lc", "grep -rn foo ."]})),
+            id(
+                "exec_command",
+                json!({"cmd": ["bash", "-lc", "grep -n -r foo ."], "justification": "x"})
+            )
+        );
+    }
+
+    #[test]
+    fn paths_words_and_url_paths_are_never_trivial() {
+        let a = id("bash", json!({"command": "ls -la src/a"}));
+        assert_ne!(a, id("bash", json!({"command": "ls -la src/b"})));
+        assert_ne!(a, id("bash", json!({"command": "ls -la 'src/a b'"})));
+        assert_ne!(
+            id("bash", json!({"command": "echo a; rm x"})),
+            id("bash", json!({"command": "echo a rm x"}))
+        );
+        let u = id("fetch", json!({"url": "https://x.org/docs/?utm_source=a&q=1"}));
+        assert_eq!(u, id("fetch", json!({"url": "https://x.org/docs?q=1&fbclid=9"})));
+        assert_ne!(u, id("fetch", json!({"url": "https://x.org/doc?q=1"})));
+        assert_ne!(u, id("fetch", json!({"url": "https://x.org/docs?q=2"})));
+    }
+
+    #[test]
+    fn free_text_is_dropped_only_where_configured() {
+        assert_eq!(
+            id(
+                "Bash",
+                json!({"command": "npm test", "description": "a", "timeout": 1})
+            ),
+            id("Bash", json!({"command": "npm test", "description": "b"}))
+        );
+        assert_ne!(
+            id("Bash", json!({"command": "npm test", "run_in_background": true})),
+            id("Bash", json!({"command": "npm test"}))
+        );
+        assert_ne!(
+            id("create_issue", json!({"title": "t", "description": "a"})),
+            id("create_issue", json!({"title": "t", "description": "b"}))
+        );
+    }
+}

@@ -1,0 +1,163 @@
+//! Property test of issue #12 point 8: agents rewrite old history (SWE-agent's
+//! last-N observations, OpenCode's prune, Claude Code's context edits); the
+//! session merges requests by stable identity, so rewriting items older than
+//! the newest K never changes a verdict.
+//!
+//! Generator: a session of 4..40 steps, each one of: a call of one of three
+//! tools with one of two arguments and one of two results (repeats are
+//! frequent), a canned format reminder after an assistant text, an assistant
+//! text, or a new user message. Each request is sent twice: as is, and with
+//! every message older than the newest K = 8 (the task prompt excepted)
+//! kept, clipped (`Old output omitted …`, a truncated text), replaced by a
+//! placeholder, or — in the dialect with call ids — dropped (a call with its
+//! result, or a user text), chosen afresh per request. The verdicts (detector,
+//! level) of every request must be the same in both sessions. Without call
+//! ids (Gemini) a dropped item cannot be told from a new identical one, so
+//! drops are generated for the dialect with ids only.
+
+use proptest::prelude::*;
+use serde_json::json;
+
+use super::testkit::{Builder, Dialect};
+use super::{SessionState, Settings};
+use crate::transcript::{Message, ResultContent, Role, Transcript};
+
+const K: usize = 8;
+
+#[derive(Debug, Clone, Copy)]
+enum Op {
+    Keep,
+    Clip,
+    Replace,
+    Drop,
+}
+
+fn requests(d: Dialect, steps: &[u8]) -> Vec<Transcript> {
+    let mut b = Builder::new(d, &["read", "run", "edit"]);
+    let mut out = Vec::new();
+    for (i, s) in steps.iter().enumerate() {
+        match s % 8 {
+            0..=4 => {
+                let tool = ["read", "run", "edit"][usize::from(s % 3)];
+                let arg = (s / 8) % 2;
+                let result = if (s / 16) % 2 == 0 {
+                    "same output"
+                } else {
+                    "other output"
+                };
+                b.call(tool, json!({"a": arg}), result, false);
+            }
+            5 => {
+                b.say(Role::Assistant, "I will continue.");
+                b.say(Role::User, "No tool calls found in the response. Use a tool.");
+            }
+            6 => {
+                b.say(Role::Assistant, "Thinking about it.");
+            }
+            _ => {
+                b.say(Role::User, &format!("Please also check file {i}."));
+            }
+        }
+        out.push(b.request());
+    }
+    out
+}
+
+fn rewrite(t: &Transcript, ops: &[u8], salt: usize, drops: bool) -> Transcript {
+    let n = t.messages.len();
+    let mut out = t.clone();
+    let mut kept: Vec<Message> = Vec::new();
+    let mut skip_results = false;
+    for (i, m) in t.messages.iter().enumerate() {
+        let old = i > 0 && i + K < n;
+        let op = if old {
+            match ops[(i * 31 + salt * 7) % ops.len()] % 4 {
+                0 => Op::Keep,
+                1 => Op::Clip,
+                2 => Op::Replace,
+                _ if drops => Op::Drop,
+                _ => Op::Clip,
+            }
+        } else {
+            Op::Keep
+        };
+        if skip_results && m.role == Role::Tool {
+            continue;
+        }
+        skip_results = false;
+        let mut m = m.clone();
+        match op {
+            Op::Keep => {}
+            Op::Drop => {
+                // A call goes with its results; a text alone.
+                skip_results = m.role == Role::Assistant && !m.tool_calls.is_empty();
+                if m.role != Role::Tool {
+                    continue;
+                }
+            }
+            Op::Clip | Op::Replace => {
+                let placeholder = |text: &str| match op {
+                    Op::Clip => format!(
+                        "Old output omitted (3 lines): {}",
+                        text.chars().take(4).collect::<String>()
+                    ),
+                    _ => "[pruned]".to_owned(),
+                };
+                if !m.text.is_empty() {
+                    m.text = placeholder(&m.text);
+                }
+                for r in &mut m.tool_results {
+                    let text = match &r.content {
+                        ResultContent::Text(t) => t.clone(),
+                        ResultContent::Json(v) => v.to_string(),
+                    };
+                    r.content = match r.content {
+                        ResultContent::Text(_) => ResultContent::Text(placeholder(&text)),
+                        ResultContent::Json(_) => ResultContent::Json(json!({"output": placeholder(&text)})),
+                    };
+                }
+            }
+        }
+        kept.push(m);
+    }
+    out.messages = kept;
+    out
+}
+
+fn verdicts(ts: &[Transcript]) -> Vec<Vec<(super::DetectorKind, super::Level)>> {
+    let s = Settings::default();
+    let mut session = SessionState::new();
+    ts.iter()
+        .enumerate()
+        .map(|(i, t)| {
+            let now = std::time::Duration::from_secs(10 * i as u64);
+            session
+                .on_request(t, now, &s)
+                .into_iter()
+                .map(|v| (v.detector, v.level))
+                .collect()
+        })
+        .collect()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    #[test]
+    #[ignore = "issue #12 point 8 is not complete: a minimal failing case (chat with ids, a dropped canned reminder pair) keeps a warning the plain session drops"]
+    fn rewriting_items_older_than_the_newest_k_never_changes_a_verdict(
+        steps in proptest::collection::vec(any::<u8>(), 4..40),
+        ops in proptest::collection::vec(any::<u8>(), 8..32),
+    ) {
+        for d in [Dialect::OpenAi, Dialect::Gemini] {
+            let plain = requests(d, &steps);
+            let drops = d == Dialect::OpenAi;
+            let rewritten: Vec<Transcript> = plain
+                .iter()
+                .enumerate()
+                .map(|(i, t)| rewrite(t, &ops, i, drops))
+                .collect();
+            prop_assert_eq!(verdicts(&plain), verdicts(&rewritten), "{:?}", d);
+        }
+    }
+}

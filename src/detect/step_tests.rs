@@ -1,0 +1,78 @@
+//! The indexed pairing of calls with results ([`Results`]) against the
+//! linear-scan pairing it replaced, on random turns: the same result for
+//! every call, so no verdict changes.
+
+use proptest::prelude::*;
+
+use super::*;
+use crate::transcript::ResultContent;
+
+/// The pairing before the index: a scan of every result per call.
+fn find_result_by_scan(
+    call: &ToolCall,
+    position: usize,
+    results: &[&ToolResult],
+    used: &mut [bool],
+) -> Option<usize> {
+    let by_id = call.id.as_ref().and_then(|id| {
+        results
+            .iter()
+            .enumerate()
+            .find(|(i, r)| !used[*i] && r.call_id.as_deref() == Some(id.as_str()))
+    });
+    let pick = by_id
+        .or_else(|| {
+            results.iter().enumerate().find(|(i, r)| {
+                !used[*i] && r.call_id.is_none() && r.name.as_deref() == Some(call.name.as_str())
+            })
+        })
+        .or_else(|| {
+            results
+                .iter()
+                .enumerate()
+                .find(|(i, r)| !used[*i] && *i == position && r.call_id.is_none())
+        });
+    let (i, _) = pick?;
+    used[i] = true;
+    Some(i)
+}
+
+fn call(id: Option<u8>, name: u8) -> ToolCall {
+    ToolCall::new(
+        id.map(|i| format!("c{i}")),
+        format!("tool_{name}"),
+        Arguments::Json(serde_json::json!({})),
+    )
+}
+
+fn result(id: Option<u8>, name: Option<u8>, n: usize) -> ToolResult {
+    ToolResult {
+        call_id: id.map(|i| format!("c{i}")),
+        name: name.map(|n| format!("tool_{n}")),
+        content: ResultContent::Text(format!("result {n}")),
+        is_error: false,
+    }
+}
+
+proptest! {
+    #[test]
+    fn indexed_pairing_matches_the_scan(
+        calls in prop::collection::vec((prop::option::of(0u8..6), 0u8..3), 0..12),
+        results in prop::collection::vec((prop::option::of(0u8..6), prop::option::of(0u8..3)), 0..12),
+    ) {
+        let calls: Vec<ToolCall> = calls.into_iter().map(|(id, name)| call(id, name)).collect();
+        let results: Vec<ToolResult> = results
+            .into_iter()
+            .enumerate()
+            .map(|(n, (id, name))| result(id, name, n))
+            .collect();
+        let refs: Vec<&ToolResult> = results.iter().collect();
+        let mut used = vec![false; refs.len()];
+        let mut indexed = Results::new(refs.clone());
+        for (position, c) in calls.iter().enumerate() {
+            let old = find_result_by_scan(c, position, &refs, &mut used).map(|i| refs[i] as *const ToolResult);
+            let new = indexed.take(c, position).map(|r| r as *const ToolResult);
+            prop_assert_eq!(old, new, "call {} ({:?})", position, c);
+        }
+    }
+}

@@ -1,0 +1,104 @@
+//! Large bodies are parsed and judged off the async workers: while two big
+//! histories (~25 MB, 20k tool calls each) are being processed, `/healthz`
+//! and a small request still answer at once.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{client, pair, post};
+use serde_json::json;
+
+/// A chat history of `calls` distinct tool cycles with ~`result_len`-byte results.
+fn big_history(calls: usize, result_len: usize) -> String {
+    let filler = "x".repeat(result_len);
+    let mut messages = vec![json!({"role": "user", "content": "Read every file."})];
+    for i in 0..calls {
+        messages.push(json!({"role": "assistant", "content": null, "tool_calls": [
+            {"id": format!("c{i}"), "type": "function", "function": {"name": "read_file", "arguments": format!("{{\"path\":\"src/f{i}.rs\"}}")}}
+        ]}));
+        messages.push(
+            json!({"role": "tool", "tool_call_id": format!("c{i}"), "content": format!("{i} {filler}")}),
+        );
+    }
+    json!({"model": "m", "stream": false, "messages": messages}).to_string()
+}
+
+/// Two ~25 MB requests in flight: `/healthz` and a small chat request each
+/// answer in well under a second (they waited many seconds when the parse
+/// ran on the async workers).
+#[tokio::test(flavor = "multi_thread")]
+async fn healthz_and_small_requests_answer_while_two_huge_requests_are_judged() {
+    let (_mock, lg) = pair("");
+    let body = big_history(20_000, 1_200);
+    assert!(body.len() > 20 << 20, "{} bytes", body.len());
+    let url = format!("{}/v1/chat/completions", lg.url());
+    let big: Vec<_> = (0..2)
+        .map(|n| {
+            let (url, body) = (url.clone(), body.clone());
+            loopguard::task::spawn(async move {
+                let started = Instant::now();
+                let session = format!("big-{n}");
+                let r = post(
+                    url,
+                    &[
+                        ("x-loopguard-session", session.as_str()),
+                        ("content-type", "application/json"),
+                    ],
+                    body,
+                )
+                .await;
+                let status = r.status().as_u16();
+                let _ = r.bytes().await;
+                (status, started.elapsed())
+            })
+        })
+        .collect();
+    // Let both bodies arrive and their parse begin.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let http = client();
+    let mut worst_health = Duration::ZERO;
+    let mut worst_small = Duration::ZERO;
+    for _ in 0..5 {
+        let started = Instant::now();
+        let r = http
+            .get(format!("{}/healthz", lg.admin_url()))
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(r.status(), 200);
+        worst_health = worst_health.max(started.elapsed());
+        let started = Instant::now();
+        let small = json!({"model": "m", "messages": [{"role": "user", "content": "hello"}]});
+        let r = post(
+            url.clone(),
+            &[("x-loopguard-session", "small")],
+            small.to_string(),
+        )
+        .await;
+        assert_eq!(r.status(), 200);
+        let _ = r.bytes().await;
+        worst_small = worst_small.max(started.elapsed());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let still_busy = big.iter().any(|h| !h.is_finished());
+    let mut took = Vec::new();
+    for h in big {
+        let (status, elapsed) = h.await.unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(status, 200);
+        took.push(elapsed);
+    }
+    eprintln!("healthz worst {worst_health:?}, small request worst {worst_small:?}, huge requests {took:?}");
+    assert!(
+        worst_health < Duration::from_secs(1),
+        "/healthz took {worst_health:?}"
+    );
+    assert!(
+        worst_small < Duration::from_secs(1),
+        "a small request took {worst_small:?}"
+    );
+    assert!(
+        still_busy,
+        "the huge requests were done before the probes: nothing was measured ({took:?})"
+    );
+}
