@@ -128,7 +128,7 @@ impl StreamReviewer {
             calls: chain.calls.clone(),
         };
         if let Some(outbox) = &self.outbox {
-            outbox.note_response(id, record.clone());
+            outbox.note_response(id, &record, &self.settings);
         }
         self.store.note_response(id, record);
     }

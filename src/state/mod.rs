@@ -36,9 +36,10 @@
 //! [`MAX_STATE_BYTES`]: past it the session is judged on the replica's copy
 //! only (counted as `op="oversize"`).
 
+pub mod record;
 mod redis;
 
-pub use redis::{Loaded, Saved, Shared};
+pub use redis::{Loaded, Saved, Shared, StoredRecord};
 pub(crate) use redis::{install, set_version, snapshot};
 
 use std::sync::{Arc, Mutex, PoisonError};
@@ -68,7 +69,7 @@ pub struct Outbox {
 
 #[derive(Debug, Default)]
 struct Pending {
-    responses: Vec<(String, StoredResponse)>,
+    responses: Vec<(String, StoredRecord)>,
     verdicts: Vec<(u64, Verdict)>,
     /// The loop stretch each lane was left with at stream time (the
     /// outcome counters' state), the last one per lane.
@@ -92,11 +93,17 @@ impl Outbox {
     }
 
     /// A Responses response a later request may chain to (the last record
-    /// for one id wins).
-    pub fn note_response(&self, id: &str, response: StoredResponse) {
+    /// for one id wins), its calls in their bounded stored form
+    /// ([`record`], identities under `settings`).
+    pub fn note_response(&self, id: &str, response: &StoredResponse, settings: &crate::detect::Settings) {
+        let stored = StoredRecord {
+            tenant: response.tenant.clone(),
+            session: response.session.clone(),
+            calls: record::encode(&response.calls, settings),
+        };
         let mut items = self.items.lock().unwrap_or_else(PoisonError::into_inner);
         items.responses.retain(|(known, _)| known != id);
-        items.responses.push((id.to_owned(), response));
+        items.responses.push((id.to_owned(), stored));
     }
 
     /// A stream-time verdict the session's lane `lane` remembered.
@@ -135,3 +142,7 @@ impl Outbox {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "state_tests.rs"]
+mod tests;

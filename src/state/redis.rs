@@ -22,8 +22,8 @@ use redis::{Script, Value};
 
 use super::{MAX_RETRIES, MAX_STATE_BYTES, count_error};
 use crate::config::state::StateConfig;
-use crate::session::{Session, Store, StoredResponse};
-use crate::transcript::{Arguments, ToolCall};
+use crate::session::{Session, Store};
+use crate::transcript::ToolCall;
 
 const LOAD: &str = r"
 local out = {false, false, false, false, false, false, false}
@@ -123,12 +123,16 @@ pub enum Saved {
     Conflict(u64, Option<Vec<u8>>),
 }
 
-/// A call as stored in a response record.
-#[derive(serde::Serialize, serde::Deserialize)]
-struct WireCall {
-    id: Option<String>,
-    name: String,
-    arguments: Arguments,
+/// A Responses response record as written: tenant hash, session key and
+/// the calls in their bounded stored form ([`super::record`]).
+#[derive(Debug, Clone)]
+pub struct StoredRecord {
+    /// Hash of the credential of the request that produced it.
+    pub tenant: String,
+    /// The session key.
+    pub session: String,
+    /// [`super::record::encode`]'s JSON.
+    pub calls: Vec<u8>,
 }
 
 impl Shared {
@@ -281,13 +285,9 @@ impl Shared {
         let version = |i: usize| get(i).and_then(|b| std::str::from_utf8(&b).ok()?.parse().ok());
         let mut loaded = Loaded::default();
         if let (Some(session), Some(calls)) = (get(0), get(1)) {
-            let calls: Vec<WireCall> = serde_json::from_slice(&calls).unwrap_or_default();
             loaded.response = Some((
                 String::from_utf8_lossy(&session).into_owned(),
-                calls
-                    .into_iter()
-                    .map(|c| ToolCall::new(c.id, c.name, c.arguments))
-                    .collect(),
+                super::record::decode(&calls),
             ));
         }
         if let Some(v) = version(2) {
@@ -380,27 +380,18 @@ impl Shared {
     }
 
     /// Records Responses responses (id → tenant, session, calls).
-    pub async fn put_responses(&self, responses: &[(String, StoredResponse)]) {
+    pub async fn put_responses(&self, responses: &[(String, StoredRecord)]) {
         let mut pipe = redis::pipe();
         pipe.atomic();
         for (id, r) in responses {
-            let calls: Vec<WireCall> = r
-                .calls
-                .iter()
-                .map(|c| WireCall {
-                    id: c.id.clone(),
-                    name: c.name.clone(),
-                    arguments: c.arguments.clone(),
-                })
-                .collect();
-            let calls = serde_json::to_vec(&calls).unwrap_or_default();
+            let calls = &r.calls;
             let key = format!("{}r:{id}", self.prefix);
             pipe.hset_multiple(
                 &key,
                 &[
                     ("t", r.tenant.as_bytes()),
                     ("s", r.session.as_bytes()),
-                    ("c", &calls),
+                    ("c", calls.as_slice()),
                 ],
             )
             .ignore()
