@@ -388,3 +388,40 @@ async fn parallel_runs_of_one_task_are_separate_sessions() {
         assert!(!sent.body.contains("[loopguard]"), "run {run}: {}", sent.body);
     }
 }
+
+/// A client resending one request unchanged (a replay storm) is stopped by
+/// `replay_storm`'s breaker at the 30th copy within the window: an HTTP 400
+/// `loop_detected` that names the detector; the 29 before it reach the
+/// upstream. The legitimate twin, ten retries of one request (more than any
+/// SDK or agent makes after an error), all pass untouched, in another session.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_request_resent_thirty_times_trips_the_replay_storm_breaker() {
+    let (mock, lg) = pair("");
+    let body = history("summarise the logs", 1, "2 lines");
+    for n in 1..=10 {
+        let sent = send(&lg, &body, &[("x-loopguard-session", "ten-retries")]).await;
+        assert_eq!(sent.status, 200, "retry {n}");
+        assert!(sent.verdict.is_none(), "retry {n}: {:?}", sent.verdict);
+    }
+    let storm = [("x-loopguard-session", "storm")];
+    for n in 1..=29 {
+        let sent = send(&lg, &body, &storm).await;
+        assert_eq!(sent.status, 200, "copy {n}");
+    }
+    let sent = send(&lg, &body, &storm).await;
+    assert_eq!(sent.status, 400, "{}", sent.body);
+    assert!(
+        sent.verdict
+            .as_deref()
+            .is_some_and(|v| v.contains("detector=replay_storm") && v.contains("count=30")),
+        "{:?}",
+        sent.verdict
+    );
+    let answer: Value = serde_json::from_str(&sent.body).unwrap_or_default();
+    assert_eq!(answer["error"]["code"], "loop_detected", "{}", sent.body);
+    assert_eq!(
+        mock_requests(&mock).await.len(),
+        39,
+        "the 30th copy never reached the upstream"
+    );
+}

@@ -42,7 +42,7 @@ use crate::detect::{Action, DetectorKind};
 /// `semantic_loop` counts the judge's positive answers since the person last
 /// spoke (first a warning, then critical); it has no table of its own and is
 /// configured by `[loop_detection.semantic_check]`.
-pub const DETECTOR_DEFAULTS: [[u32; 3]; 14] = [
+pub const DETECTOR_DEFAULTS: [[u32; 3]; DetectorKind::ALL.len()] = [
     [3, 5, 0],   // identical_call
     [6, 8, 0],   // cycle (calls)
     [10, 20, 0], // generic_repeat
@@ -56,6 +56,7 @@ pub const DETECTOR_DEFAULTS: [[u32; 3]; 14] = [
     [0, 0, 1],   // post_compaction
     [0, 0, 3],   // compaction_storm
     [0, 0, 30],  // circuit_breaker
+    [0, 0, 30],  // replay_storm: identical requests in a row within window_secs
     [1, 2, 0],   // semantic_loop: positive judge answers in one stretch
 ];
 
@@ -399,10 +400,11 @@ fn build(raw: &RawLoopDetection, path: &str, problems: &mut Problems) -> Setting
             false,
             problems,
         ),
-        detectors: [Thresholds::new(0, 0, 0); 14],
+        detectors: [Thresholds::new(0, 0, 0); DetectorKind::ALL.len()],
         actions,
         cycle_max_period: 5,
         max_wait: Duration::from_secs(1800),
+        replay_storm_window: Duration::from_secs(900),
         post_compaction_window: 3,
         chanting: ChantingParams {
             chunk_size: 50,

@@ -67,6 +67,7 @@ pub struct RawDetectors {
     pub post_compaction: Option<RawDetector>,
     pub compaction_storm: Option<RawDetector>,
     pub circuit_breaker: Option<RawDetector>,
+    pub replay_storm: Option<RawDetector>,
 }
 
 impl RawDetectors {
@@ -86,6 +87,7 @@ impl RawDetectors {
             &self.post_compaction,
             &self.compaction_storm,
             &self.circuit_breaker,
+            &self.replay_storm,
         ]
         .get(kind.index())
         .and_then(|d| d.as_ref())
@@ -111,6 +113,7 @@ impl RawDetectors {
             post_compaction: m(&self.post_compaction, &over.post_compaction),
             compaction_storm: m(&self.compaction_storm, &over.compaction_storm),
             circuit_breaker: m(&self.circuit_breaker, &over.circuit_breaker),
+            replay_storm: m(&self.replay_storm, &over.replay_storm),
         }
     }
 }
@@ -146,6 +149,7 @@ raw_detector! {
     min_stall_secs: u64, "`poll_no_progress`: older name of `max_wait_secs`.";
     max_wait_secs: u64, "`poll_no_progress`: wall time a stalled poll or wait must span for critical.";
     window_size: usize, "`post_compaction`: cycles watched after a compaction.";
+    window_secs: u64, "`replay_storm`: seconds identical requests are counted in.";
     chunk_size: usize, "`content_chanting`: window bytes.";
     min_repeats: usize, "`content_chanting`: recurrences.";
     max_mean_gap: usize, "`content_chanting`: largest mean gap.";

@@ -101,6 +101,7 @@ pub(crate) fn extras(
         DetectorKind::Cycle => &["max_period"],
         DetectorKind::PollNoProgress => &["min_stall_secs", "max_wait_secs"],
         DetectorKind::PostCompaction => &["window_size"],
+        DetectorKind::ReplayStorm => &["window_secs"],
         DetectorKind::ContentChanting => &[
             "chunk_size",
             "min_repeats",
@@ -117,6 +118,7 @@ pub(crate) fn extras(
         ("min_stall_secs", raw.min_stall_secs.is_some()),
         ("max_wait_secs", raw.max_wait_secs.is_some()),
         ("window_size", raw.window_size.is_some()),
+        ("window_secs", raw.window_secs.is_some()),
         ("chunk_size", raw.chunk_size.is_some()),
         ("min_repeats", raw.min_repeats.is_some()),
         ("max_mean_gap", raw.max_mean_gap.is_some()),
@@ -184,6 +186,14 @@ pub(crate) fn extras(
                 s.max_wait = Duration::from_secs(secs);
             }
         }
+        DetectorKind::ReplayStorm => match raw.window_secs {
+            Some(secs @ 1..=86_400) => s.replay_storm_window = Duration::from_secs(secs),
+            Some(secs) => problems.push(
+                format!("{path}.window_secs"),
+                format!("must be between 1 and 86400, got {secs}"),
+            ),
+            None => {}
+        },
         _ => {}
     }
 }

@@ -13,7 +13,7 @@
 //!   [`poll_no_progress`], [`error_repeat`], [`consecutive_failures`],
 //!   [`tool_budget`], [`unknown_tool`], [`content_chanting`] (stream text,
 //!   [`ContentScanner`]), [`repeated_message`], [`post_compaction`],
-//!   [`compaction_storm`], [`circuit_breaker`].
+//!   [`compaction_storm`], [`circuit_breaker`], [`replay_storm`].
 //! - [`verdict`]: levels, actions, [`Verdict`] and ranking.
 //! - [`compaction`]: summarizer and compacted-request recognition.
 //! - [`rerun`]: the detectors over a recorded session (the core of `loopguard replay`).
@@ -48,6 +48,7 @@ pub mod outcome;
 pub mod poll_no_progress;
 pub mod post_compaction;
 pub mod repeated_message;
+pub mod replay_storm;
 pub mod rerun;
 pub mod session;
 pub mod settings;

@@ -22,6 +22,7 @@ use std::time::Duration;
 
 use super::compaction_storm;
 use super::engine;
+use super::replay_storm::{self, Repeats};
 use super::settings::Settings;
 use super::step::{Cycle, Item, Keys, Step, StepKind, UserText, extract};
 use super::verdict::{Verdict, rank};
@@ -42,6 +43,15 @@ const TAIL_KEYS: usize = 4;
 const ANCHORS: usize = 16;
 /// User-text hashes remembered per session (canned-message recognition).
 const USER_TEXTS: usize = 512;
+
+/// A request's identity for `replay_storm`: its items' keys, in order.
+fn request_identity(keys: &[u64]) -> u64 {
+    let mut bytes = Vec::with_capacity(keys.len() * 8);
+    for k in keys {
+        bytes.extend_from_slice(&k.to_le_bytes());
+    }
+    xxhash_rust::xxh3::xxh3_64(&bytes)
+}
 
 /// How much of the history a request carries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -103,6 +113,8 @@ pub struct SessionState {
     compactions_in_row: u32,
     compactions: u32,
     guard: Option<Guard>,
+    /// The current run of identical requests (`replay_storm`).
+    repeats: Repeats,
 }
 
 impl SessionState {
@@ -146,10 +158,22 @@ impl SessionState {
         carries: Carries,
     ) -> Absorbed {
         self.declared.clone_from(&transcript.tools);
-        let (items, start) = extract(transcript, settings, |keys| match carries {
-            Carries::Whole => self.align(keys),
-            Carries::New => 0,
+        let mut identity = None;
+        let (items, start) = extract(transcript, settings, |keys| {
+            identity = Some(request_identity(keys.keys));
+            match carries {
+                Carries::Whole => self.align(keys),
+                Carries::New => 0,
+            }
         });
+        if let (Carries::Whole, Some(identity)) = (carries, identity) {
+            let keep = settings
+                .thresholds(super::DetectorKind::ReplayStorm)
+                .get(super::Level::Breaker);
+            let keep = usize::try_from(keep).unwrap_or(usize::MAX);
+            self.repeats
+                .observe(identity, now, settings.replay_storm_window, keep);
+        }
         let n = items.len();
         let mut absorbed = Absorbed::default();
         let mut prev_canned = false;
@@ -280,6 +304,9 @@ impl SessionState {
             if let Some(f) = compaction_storm::check(self.compactions_in_row, settings) {
                 verdicts.push(f.into_verdict(settings));
             }
+        }
+        if let Some(f) = replay_storm::check(&self.repeats, settings) {
+            verdicts.push(f.into_verdict(settings));
         }
         rank(&mut verdicts);
         verdicts

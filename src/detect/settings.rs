@@ -235,7 +235,7 @@ pub struct Settings {
     /// User texts the agent injects (skill bodies, caveats): not the person.
     pub injected_patterns: Vec<Regex>,
     /// Per detector thresholds, indexed by [`DetectorKind::index`].
-    pub detectors: [Thresholds; 14],
+    pub detectors: [Thresholds; DetectorKind::ALL.len()],
     /// Default action per level, indexed by [`Level::index`].
     pub actions: [Action; 3],
     /// `cycle.max_period`: longest block (2..=5).
@@ -243,6 +243,8 @@ pub struct Settings {
     /// `poll_no_progress.max_wait_secs` (older name `min_stall_secs`): wall
     /// time a stalled poll or wait streak must span for critical (1800 s).
     pub max_wait: Duration,
+    /// `replay_storm.window_secs`: the window identical requests are counted in (900 s).
+    pub replay_storm_window: Duration,
     /// `post_compaction.window_size`.
     pub post_compaction_window: usize,
     /// `content_chanting` parameters.

@@ -119,6 +119,9 @@ pub enum DetectorKind {
     CompactionStorm,
     /// Any no-progress streak reaching the global limit.
     CircuitBreaker,
+    /// The same request resent again and again (see
+    /// [`crate::detect::replay_storm`]).
+    ReplayStorm,
     /// An LLM judge found the recent turns unproductive (Gemini CLI's LLM
     /// loop check; see [`crate::semantic`]). Not in DESIGN §3's table: it is
     /// last, so any detector of the table wins a tie.
@@ -127,7 +130,7 @@ pub enum DetectorKind {
 
 impl DetectorKind {
     /// Every detector, in table order.
-    pub const ALL: [Self; 14] = [
+    pub const ALL: [Self; 15] = [
         Self::IdenticalCall,
         Self::Cycle,
         Self::GenericRepeat,
@@ -141,6 +144,7 @@ impl DetectorKind {
         Self::PostCompaction,
         Self::CompactionStorm,
         Self::CircuitBreaker,
+        Self::ReplayStorm,
         Self::SemanticLoop,
     ];
 
@@ -160,6 +164,7 @@ impl DetectorKind {
             Self::PostCompaction => "post_compaction",
             Self::CompactionStorm => "compaction_storm",
             Self::CircuitBreaker => "circuit_breaker",
+            Self::ReplayStorm => "replay_storm",
             Self::SemanticLoop => "semantic_loop",
         }
     }
@@ -173,7 +178,9 @@ impl DetectorKind {
     pub fn levels(self) -> &'static [Level] {
         match self {
             Self::ContentChanting => &[Level::Critical],
-            Self::PostCompaction | Self::CompactionStorm | Self::CircuitBreaker => &[Level::Breaker],
+            Self::PostCompaction | Self::CompactionStorm | Self::CircuitBreaker | Self::ReplayStorm => {
+                &[Level::Breaker]
+            }
             _ => &[Level::Warning, Level::Critical],
         }
     }

@@ -526,7 +526,8 @@ impl Guard {
         )
         .with_outbox(outbox);
         Box::new(if request.dialect.chains_responses() {
-            judge.for_responses(located.tenant, located.stateful)
+            let root = !carries_only_new(request) && located.key.source == key::KeySource::Fingerprint;
+            judge.for_responses(located.tenant, located.stateful, root)
         } else {
             judge
         })

@@ -41,6 +41,9 @@ struct Chain {
     tenant: String,
     id: Option<String>,
     calls: Vec<ToolCall>,
+    /// The response starts a chain of its own session (see
+    /// [`StreamReviewer::for_responses`]).
+    root: bool,
 }
 
 impl std::fmt::Debug for StreamReviewer {
@@ -107,13 +110,19 @@ impl StreamReviewer {
     /// For an `openai-responses` response: its id is remembered (with the
     /// calls it carries) for requests of `tenant` that chain to it; a
     /// `stateful` request is aborted where others would be blocked.
+    ///
+    /// A `root` response (its request chained to nothing and had no session
+    /// id but its fingerprint) starts a session of its own for the chain:
+    /// two runs of one script, one after the other or k at once, send the
+    /// same first request, and each run's chain must keep its own state.
     #[must_use]
-    pub fn for_responses(mut self, tenant: String, stateful: bool) -> Self {
+    pub fn for_responses(mut self, tenant: String, stateful: bool, root: bool) -> Self {
         self.stateful = stateful;
         self.chain = Some(Chain {
             tenant,
             id: None,
             calls: Vec::new(),
+            root,
         });
         self
     }
@@ -124,7 +133,11 @@ impl StreamReviewer {
         let Some(id) = &chain.id else { return };
         let record = crate::session::StoredResponse {
             tenant: chain.tenant.clone(),
-            session: self.key.clone(),
+            session: if chain.root {
+                chain_session(&self.key, id)
+            } else {
+                self.key.clone()
+            },
             calls: chain.calls.clone(),
         };
         if let Some(outbox) = &self.outbox {
@@ -132,6 +145,12 @@ impl StreamReviewer {
         }
         self.store.note_response(id, record);
     }
+}
+
+/// The session key of the chain rooted at response `id` of session `key`:
+/// `<key>/chain-<hash of id>`.
+fn chain_session(key: &str, id: &str) -> String {
+    format!("{key}/chain-{:016x}", xxhash_rust::xxh3::xxh3_64(id.as_bytes()))
 }
 
 impl StreamReviewer {

@@ -12,7 +12,8 @@ use crate::transcript::Role;
 
 /// A lane whose detector state every detector has written to: identical
 /// calls, repeated errors, a wait-and-check poll, unparsable arguments, a
-/// repeated assistant text, a canned reminder, a compaction mark.
+/// repeated assistant text, a canned reminder, a compaction mark, a run
+/// of identical requests.
 fn busy_run() -> Run {
     let mut r = Run::new(Dialect::OpenAi, &["read_file", "Bash", "edit_file"]);
     r.b.say(Role::User, "Fix the failing test.");
@@ -36,6 +37,9 @@ fn busy_run() -> Run {
         );
     }
     r.b.raw_call("edit_file", "{\"path\": ", "Error parsing arguments");
+    // The same request resent (replay_storm's run of identical requests).
+    r.send();
+    r.send();
     r.send();
     r.b.say(Role::Assistant, "Let me try again.");
     r.b.say(Role::User, "Continue.");

@@ -227,3 +227,62 @@ def test_request_time_blocks_are_complete_streams(mock, loopguard):
     assert text.startswith("[loopguard]")
     assert final.stop_reason == "end_turn"
     assert mock_requests(mock, session) == [] and mock_requests(mock, session + "-a") == []
+
+
+def stateful_run_steps(client):
+    """One stateful run (no session header): the first request, then each
+    call's output chained with previous_response_id. A generator that yields
+    after each request; it returns the number of calls executed when loopguard
+    answers HTTP 400 with loop_detected."""
+    response = client.responses.create(model="gpt-test", input="List the files, please.", tools=RESPONSES_TOOLS)
+    executed = 0
+    yield
+    for _ in range(8):
+        call = [o for o in response.output if o.type == "function_call"][0]
+        executed += 1
+        try:
+            response = client.responses.create(
+                model="gpt-test",
+                previous_response_id=response.id,
+                input=[{"type": "function_call_output", "call_id": call.call_id, "output": "a.txt"}],
+                tools=RESPONSES_TOOLS,
+            )
+        except openai.BadRequestError as err:
+            assert err.code == "loop_detected"
+            return executed
+        yield
+    raise AssertionError("the run was never stopped")
+
+
+def run_to_end(steps):
+    try:
+        while True:
+            next(steps)
+    except StopIteration as done:
+        return done.value
+
+
+def test_a_second_stateful_run_starts_fresh(mock, loopguard):
+    """Issue #12 point 11: the same script run twice, one run after the other
+    (same first request, no session header): the second run's first request is
+    answered, and the second run is stopped at its own 5th identical call."""
+    client = responses_client(loopguard.url, None, script=TOOL_ONLY)
+    assert run_to_end(stateful_run_steps(client)) == 4
+    assert run_to_end(stateful_run_steps(client)) == 4
+
+
+def test_stateful_runs_at_once_keep_their_own_state(mock, loopguard):
+    """A pass@k harness: three stateful runs of the same task, interleaved
+    request by request, each keep their own chain: each is stopped at its own
+    5th identical call, not earlier from the others' calls."""
+    client = responses_client(loopguard.url, None, script=TOOL_ONLY)
+    runs = [stateful_run_steps(client) for _ in range(3)]
+    executed = [None] * 3
+    while any(e is None for e in executed):
+        for i, run in enumerate(runs):
+            if executed[i] is None:
+                try:
+                    next(run)
+                except StopIteration as done:
+                    executed[i] = done.value
+    assert executed == [4, 4, 4]
