@@ -31,7 +31,9 @@
 //! its own; `/readyz` does not look at the store.
 //!
 //! What is stored: the detector state (hashes, counters, tool names, the
-//! 120-character argument previews), never credentials (session keys and
+//! 120-character argument previews), the verdict history, the loop stretch
+//! and the session's escalation state; Responses records with bounded,
+//! redacted calls ([`record`]); never credentials (session keys and
 //! tenants are hashes) nor raw tool results. A session's blob is capped at
 //! [`MAX_STATE_BYTES`]: past it the session is judged on the replica's copy
 //! only (counted as `op="oversize"`).
