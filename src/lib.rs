@@ -75,3 +75,4 @@ pub mod telemetry;
 pub mod tools;
 pub mod transcript;
 pub mod ui;
+pub mod workers;

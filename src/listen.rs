@@ -51,6 +51,25 @@ pub fn bind(addr: SocketAddr, backlog: u32) -> std::io::Result<TcpListener> {
     socket.listen(backlog)
 }
 
+/// Binds `addr` with `backlog` and `SO_REUSEPORT` (and `SO_REUSEADDR`), so
+/// that each proxy worker can listen on the same address and the kernel
+/// spreads new connections over them (see [`crate::workers`]).
+///
+/// # Errors
+/// The OS error when the socket cannot be created, bound or put to listen.
+#[cfg(unix)]
+pub fn bind_shared(addr: SocketAddr, backlog: u32) -> std::io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        TcpSocket::new_v4()?
+    } else {
+        TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.set_reuseport(true)?;
+    socket.bind(addr)?;
+    socket.listen(backlog)
+}
+
 /// Raises the soft file-descriptor limit to the hard one and logs it; warns
 /// when it is below two descriptors per connection allowed, plus spares.
 pub fn raise_fd_limit(max_connections: usize) {
@@ -74,6 +93,20 @@ pub async fn serve(
     listener: TcpListener,
     app: Router,
     limits: Limits,
+    stop: watch::Receiver<bool>,
+    drain: Duration,
+) {
+    let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
+    serve_with_slots(listener, app, limits, slots, stop, drain).await;
+}
+
+/// [`serve`] with the connection cap's `slots` shared with other listeners
+/// (the proxy workers share one `max_connections`).
+pub async fn serve_with_slots(
+    listener: TcpListener,
+    app: Router,
+    limits: Limits,
+    slots: Arc<Semaphore>,
     mut stop: watch::Receiver<bool>,
     drain: Duration,
 ) {
@@ -84,7 +117,6 @@ pub async fn serve(
         .header_read_timeout(limits.header_timeout);
     let builder = Arc::new(builder);
     let graceful = GracefulShutdown::new();
-    let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
     let mut warned_full = false;
     loop {
         let permit = tokio::select! {

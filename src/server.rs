@@ -43,12 +43,26 @@ pub enum ServeError {
 /// # Errors
 /// When the upstream client cannot be built.
 pub fn proxy_app(config: SharedConfig, guard: Guard) -> Result<Router, reqwest::Error> {
-    let client = crate::http_client::client(config.load().server.connect_timeout)?;
-    let state = Arc::new(ProxyState {
+    proxy_app_shared(&crate::workers::Shared {
         config,
+        guard: Arc::new(guard),
+        offload: Arc::new(proxy::offload::Offload::for_this_machine()),
+    })
+}
+
+/// The proxy app over shared sessions, configuration and offload pool,
+/// with an upstream client (and connection pool) of its own: one per
+/// proxy worker.
+///
+/// # Errors
+/// When the upstream client cannot be built.
+pub fn proxy_app_shared(shared: &crate::workers::Shared) -> Result<Router, reqwest::Error> {
+    let client = crate::http_client::client(shared.config.load().server.connect_timeout)?;
+    let state = Arc::new(ProxyState {
+        config: Arc::clone(&shared.config),
         client,
-        guard,
-        offload: proxy::offload::Offload::for_this_machine(),
+        guard: Arc::clone(&shared.guard),
+        offload: Arc::clone(&shared.offload),
     });
     Ok(Router::new().fallback(proxy::handle).with_state(state))
 }
@@ -78,15 +92,23 @@ pub async fn serve(
         header_timeout: config.server.client_header_timeout,
     };
     crate::listen::raise_fd_limit(limits.max_connections);
-    let proxy_listener = bind(config.server.listen, limits.backlog)?;
+    let workers = config.server.worker_count();
+    let listen = config.server.listen;
+    let (proxy_addr, proxy_listeners) = crate::workers::bind(listen, limits.backlog, workers)
+        .map_err(|source| ServeError::Bind { addr: listen, source })?;
     let admin_listener = bind(config.server.admin_listen, 128)?;
-    let proxy_addr = proxy_listener.local_addr()?;
     let admin_addr = admin_listener.local_addr()?;
     let ready = Arc::new(AtomicBool::new(false));
     let guard = Guard::new(&config);
     let store = Arc::clone(guard.store());
     let state_store = guard.shared().cloned();
-    let app = proxy_app(Arc::clone(&shared), guard)?;
+    let shared_state = crate::workers::Shared {
+        config: Arc::clone(&shared),
+        guard: Arc::new(guard),
+        offload: Arc::new(proxy::offload::Offload::for_this_machine()),
+    };
+    // Fails here, before anything listens, when the client cannot be built.
+    drop(proxy_app_shared(&shared_state)?);
     let admin = admin::app(AdminState {
         metrics,
         ready: Arc::clone(&ready),
@@ -99,10 +121,9 @@ pub async fn serve(
 
     // The admin listener outlives the proxy's drain, so /readyz answers 503
     // (and /metrics stays readable) while in-flight streams finish.
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let (admin_stop_tx, admin_stop_rx) = tokio::sync::watch::channel(false);
     let drain = config.server.drain_timeout;
-    let proxy_task = crate::task::spawn(crate::listen::serve(proxy_listener, app, limits, stop_rx, drain));
+    let proxy_workers = crate::workers::start(proxy_listeners, &shared_state, limits, drain)?;
     let admin_limits = crate::listen::Limits {
         backlog: 128,
         max_connections: 256,
@@ -117,7 +138,7 @@ pub async fn serve(
     ));
     ready.store(true, Ordering::Release);
     println!("loopguard listening proxy={proxy_addr} admin={admin_addr}");
-    tracing::info!(%proxy_addr, %admin_addr, routes = config.routes.len(), "loopguard listening");
+    tracing::info!(%proxy_addr, %admin_addr, routes = config.routes.len(), workers = proxy_workers.len(), "loopguard listening");
     if !admin_addr.ip().is_loopback() {
         tracing::warn!(
             %admin_addr,
@@ -132,9 +153,8 @@ pub async fn serve(
         "shutting down: draining in-flight requests"
     );
     ready.store(false, Ordering::Release);
-    let _ = stop_tx.send(true);
-    // The drain timeout is applied (and reported) by the listener itself.
-    let _ = proxy_task.await;
+    // The drain timeout is applied (and reported) by each worker's listener.
+    proxy_workers.stop().await;
     let _ = admin_stop_tx.send(true);
     let _ = tokio::time::timeout(std::time::Duration::from_secs(2), admin_task).await;
     Ok(())

@@ -425,3 +425,16 @@ async fn a_request_resent_thirty_times_trips_the_replay_storm_breaker() {
         "the 30th copy never reached the upstream"
     );
 }
+
+/// The legitimate twin of a replay storm: one first prompt sampled 40 times
+/// (best-of-n, pass@k) in one session is never stopped.
+#[tokio::test(flavor = "multi_thread")]
+async fn one_prompt_sampled_forty_times_is_not_a_replay_storm() {
+    let (_mock, lg) = pair("");
+    let body = history("write a haiku about the sea", 0, "");
+    for n in 1..=40 {
+        let sent = send(&lg, &body, &[("x-loopguard-session", "best-of-n")]).await;
+        assert_eq!(sent.status, 200, "sample {n}");
+        assert!(sent.verdict.is_none(), "sample {n}: {:?}", sent.verdict);
+    }
+}

@@ -90,6 +90,21 @@ pub struct ServerConfig {
     pub max_connections: usize,
     /// Listen backlog of the proxy listener.
     pub listen_backlog: u32,
+    /// Proxy workers: single-threaded runtimes, each with its own listener
+    /// on `listen` (`SO_REUSEPORT`) and upstream pool; 0 in the file means
+    /// one per core, resolved at start by [`ServerConfig::worker_count`].
+    pub workers: usize,
+}
+
+impl ServerConfig {
+    /// The number of proxy workers to start: `workers`, or one per core
+    /// when it is 0.
+    pub fn worker_count(&self) -> usize {
+        match self.workers {
+            0 => std::thread::available_parallelism().map_or(1, std::num::NonZero::get),
+            n => n,
+        }
+    }
 }
 
 /// The provider behind a route.
@@ -465,6 +480,16 @@ fn validate_server(raw: &RawConfig, problems: &mut Problems) -> ServerConfig {
         max_connections: to_usize(positive(s.max_connections, "server.max_connections", problems)),
         listen_backlog: u32::try_from(positive(s.listen_backlog, "server.listen_backlog", problems))
             .unwrap_or(u32::MAX),
+        workers: match s.workers {
+            0..=1024 => to_usize(s.workers),
+            n => {
+                problems.push(
+                    "server.workers",
+                    format!("must be between 0 (one per core) and 1024, got {n}"),
+                );
+                0
+            }
+        },
     }
 }
 

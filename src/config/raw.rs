@@ -99,6 +99,9 @@ pub struct RawServer {
     /// Listen backlog of the proxy listener (capped by the kernel's `somaxconn`).
     #[serde(default = "default_listen_backlog")]
     pub listen_backlog: u64,
+    /// Proxy workers (single-threaded runtimes); 0 = one per core.
+    #[serde(default)]
+    pub workers: u64,
 }
 
 impl Default for RawServer {
@@ -123,6 +126,7 @@ impl Default for RawServer {
             client_body_timeout_secs: default_client_body_timeout_secs(),
             max_connections: default_max_connections(),
             listen_backlog: default_listen_backlog(),
+            workers: 0,
         }
     }
 }

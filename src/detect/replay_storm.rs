@@ -8,9 +8,10 @@
 //! times, agents up to 10) stay far below it; a load test that resends one
 //! body trips it (switch it off with `enabled = false`). "Identical" is the
 //! history as the detectors read it (every item's key), so a request that
-//! adds anything, even one user message, starts the count again. Requests
-//! chained with `previous_response_id` carry only what is new and are not
-//! counted. Cost: O(1) per request beyond hashing the item keys the
+//! adds anything, even one user message, starts the count again. Not
+//! counted: a first prompt with no model turn in it yet (sampling one prompt
+//! n times, best-of-n or pass@k, is legitimate), and requests chained with
+//! `previous_response_id` (they carry only what is new). Cost: O(1) per request beyond hashing the item keys the
 //! alignment computes anyway; at most `breaker` times are kept.
 
 use std::collections::VecDeque;

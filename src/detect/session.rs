@@ -166,7 +166,10 @@ impl SessionState {
                 Carries::New => 0,
             }
         });
-        if let (Carries::Whole, Some(identity)) = (carries, identity) {
+        // A first prompt (no model turn yet) sent n times is sampling
+        // (best-of-n, pass@k), not a client resending a conversation.
+        let conversation = items.iter().any(|i| !matches!(i, Item::User { .. }));
+        if let (Carries::Whole, Some(identity), true) = (carries, identity, conversation) {
             let keep = settings
                 .thresholds(super::DetectorKind::ReplayStorm)
                 .get(super::Level::Breaker);

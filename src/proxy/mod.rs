@@ -44,10 +44,11 @@ pub struct ProxyState {
     pub config: crate::reload::SharedConfig,
     /// The upstream client (pooled).
     pub client: reqwest::Client,
-    /// Sessions and detectors.
-    pub guard: Guard,
-    /// Where large bodies are parsed and judged, off the async workers.
-    pub offload: offload::Offload,
+    /// Sessions and detectors (shared by the proxy workers).
+    pub guard: Arc<Guard>,
+    /// Where large bodies are parsed and judged, off the async workers
+    /// (one pool for all proxy workers).
+    pub offload: Arc<offload::Offload>,
 }
 
 /// The axum handler for every path on the proxy listener: admit → decide
