@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Layout figures of issue #11: functions over 80 lines, files over 600 lines,
+"""Layout figures of issue #11: functions over 80 lines, files over 600 lines
+(each count also split into product code and the tools under src/tools/),
 non-test files outside src/dialect naming a Dialect variant, import circles
 between top-level modules (comments ignored). Usage: scripts/measure_layout.py [ROOT]"""
 import re,os,sys,subprocess
@@ -45,9 +46,13 @@ for p in files:
             i+=1
         if pat.search('\n'.join(prod)) and not p.startswith('src/dialect/'):
             variant.append((len(pat.findall('\n'.join(prod))),p))
-print("functions >80 lines:",len(long))
+def is_tool(p): return p.startswith('src/tools/')
+def split(xs,path):
+    tools=sum(1 for x in xs if is_tool(path(x)))
+    return "(product %d, tools %d)"%(len(xs)-tools,tools)
+print("functions >80 lines:",len(long),split(long,lambda x:x[1]))
 for x in sorted(long,reverse=True): print("  ",x)
-print("files >600 lines:",len(big))
+print("files >600 lines:",len(big),split(big,lambda x:x[1]))
 for x in big: print("  ",x)
 print("non-test files outside src/dialect naming a Dialect variant:",len(variant))
 for x in variant: print("  ",x)

@@ -220,7 +220,6 @@ fn replay(
     files: &[std::path::PathBuf],
     summary: Option<Summary>,
 ) -> ExitCode {
-    use loopguard::detect::Level;
     use loopguard::dialect::Dialect;
     let loaded = match config {
         Some(p) => config::load_detection_file(p),
@@ -235,64 +234,71 @@ fn replay(
     };
     let dialect = dialect.and_then(|name| Dialect::ALL.into_iter().find(|d| d.name() == name));
     let settings = &loaded.config.loop_detection.defaults;
-    let judge = &settings.semantic_check;
+    announce_semantic_check(&settings.semantic_check);
+    let interval = std::time::Duration::from_secs_f64(interval.max(0.0));
+    let level = fail_level(fail_on);
+    let reached = |lines: &[loopguard::detect::ReplayLine]| {
+        level.is_some_and(|l| loopguard::tools::replay::reaches(lines, l))
+    };
+    let (failed, hit) = match summary {
+        Some(format) => replay_summaries(settings, files, dialect, interval, format, &reached),
+        None => replay_lines(settings, files, dialect, interval, &reached),
+    };
+    if failed {
+        ExitCode::FAILURE
+    } else if hit {
+        ExitCode::from(3)
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+/// Says on stderr whether the semantic check (LLM judge) runs too; when it
+/// is configured but switched off, that it did not (without any
+/// configuration, nothing).
+fn announce_semantic_check(judge: &loopguard::config::semantic::SemanticCheck) {
     if judge.enabled {
         eprintln!(
             "loopguard replay: the semantic check (LLM judge) runs too, calling {}",
             judge.upstream.as_ref().map_or("?", url::Url::as_str)
         );
     } else if judge.upstream.is_some() {
-        // Configured but switched off: say so; without any configuration, nothing.
         eprintln!(
             "loopguard replay: the semantic check (LLM judge) did not run: [loop_detection.semantic_check] is not enabled"
         );
     }
-    let interval = std::time::Duration::from_secs_f64(interval.max(0.0));
-    let level = match fail_on {
+}
+
+/// `--fail-on`: the level whose verdict makes the exit status 3.
+fn fail_level(fail_on: Option<&str>) -> Option<loopguard::detect::Level> {
+    use loopguard::detect::Level;
+    match fail_on {
         Some("warning") => Some(Level::Warning),
         Some("critical") => Some(Level::Critical),
         Some("breaker") => Some(Level::Breaker),
         _ => None,
-    };
-    let reached = |lines: &[loopguard::detect::ReplayLine]| {
-        level.is_some_and(|l| loopguard::tools::replay::reaches(lines, l))
-    };
-    let mut failed = false;
-    let mut hit = false;
-    if let Some(format) = summary {
-        use loopguard::tools::replay_summary::{self, FileSummary};
-        let mut rows = Vec::new();
-        for file in files {
-            match loopguard::tools::replay::replay_files(
-                settings,
-                std::slice::from_ref(file),
-                dialect,
-                interval,
-            ) {
-                Ok(replayed) => {
-                    hit |= reached(&replayed.lines);
-                    rows.push(FileSummary::of(&file.display().to_string(), &replayed));
-                }
-                Err(e) => {
-                    eprintln!("loopguard replay: {e}");
-                    failed = true;
-                }
-            }
-        }
-        match format {
-            Summary::Table => print!("{}", replay_summary::table(&rows)),
-            Summary::Json => println!("{}", replay_summary::json(&rows)),
-        }
-    } else {
-        match loopguard::tools::replay::run(settings, files, dialect, interval) {
-            Ok(lines) => {
-                for line in &lines {
-                    match serde_json::to_string(line) {
-                        Ok(text) => println!("{text}"),
-                        Err(e) => eprintln!("loopguard replay: {e}"),
-                    }
-                }
-                hit = reached(&lines);
+    }
+}
+
+/// `--summary`: one row per file, as a table or JSON. Returns (a file
+/// failed, the fail level was reached).
+fn replay_summaries(
+    settings: &loopguard::detect::Settings,
+    files: &[std::path::PathBuf],
+    dialect: Option<loopguard::dialect::Dialect>,
+    interval: std::time::Duration,
+    format: Summary,
+    reached: &dyn Fn(&[loopguard::detect::ReplayLine]) -> bool,
+) -> (bool, bool) {
+    use loopguard::tools::replay_summary::{self, FileSummary};
+    let (mut failed, mut hit) = (false, false);
+    let mut rows = Vec::new();
+    for file in files {
+        match loopguard::tools::replay::replay_files(settings, std::slice::from_ref(file), dialect, interval)
+        {
+            Ok(replayed) => {
+                hit |= reached(&replayed.lines);
+                rows.push(FileSummary::of(&file.display().to_string(), &replayed));
             }
             Err(e) => {
                 eprintln!("loopguard replay: {e}");
@@ -300,11 +306,35 @@ fn replay(
             }
         }
     }
-    if failed {
-        ExitCode::FAILURE
-    } else if hit {
-        ExitCode::from(3)
-    } else {
-        ExitCode::SUCCESS
+    match format {
+        Summary::Table => print!("{}", replay_summary::table(&rows)),
+        Summary::Json => println!("{}", replay_summary::json(&rows)),
+    }
+    (failed, hit)
+}
+
+/// Every replay line as JSON on stdout. Returns (the replay failed, the
+/// fail level was reached).
+fn replay_lines(
+    settings: &loopguard::detect::Settings,
+    files: &[std::path::PathBuf],
+    dialect: Option<loopguard::dialect::Dialect>,
+    interval: std::time::Duration,
+    reached: &dyn Fn(&[loopguard::detect::ReplayLine]) -> bool,
+) -> (bool, bool) {
+    match loopguard::tools::replay::run(settings, files, dialect, interval) {
+        Ok(lines) => {
+            for line in &lines {
+                match serde_json::to_string(line) {
+                    Ok(text) => println!("{text}"),
+                    Err(e) => eprintln!("loopguard replay: {e}"),
+                }
+            }
+            (false, reached(&lines))
+        }
+        Err(e) => {
+            eprintln!("loopguard replay: {e}");
+            (true, false)
+        }
     }
 }

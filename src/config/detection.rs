@@ -324,9 +324,90 @@ fn action(text: Option<&String>, default: Action, path: &str, problems: &mut Pro
     }))
 }
 
+/// Validates one (merged) `[loop_detection]` table at `path` into its
+/// settings, recording every problem: the actions, the pattern lists, the
+/// built-in constants, then each detector's ladder.
 fn build(raw: &RawLoopDetection, path: &str, problems: &mut Problems) -> Settings {
-    let list = |v: &Option<Vec<String>>, d: &[&str]| v.clone().unwrap_or_else(|| owned(d));
-    let comp = raw.compaction.clone().unwrap_or_default();
+    let at = |key: &str| format!("{path}.{key}");
+    let actions = level_actions(raw, path, problems);
+    let error_pattern = error_pattern(raw, &at("error_patterns"), problems);
+    let mut s = Settings {
+        enabled: raw.enabled.unwrap_or(true),
+        history_size: raw.history_size.unwrap_or(30),
+        volatile_keys: list(&raw.volatile_keys, DEFAULT_VOLATILE_KEYS),
+        outcome_masks: patterns(
+            &raw.outcome_masks,
+            DEFAULT_OUTCOME_MASKS,
+            &at("outcome_masks"),
+            problems,
+        ),
+        dedup_notices: patterns(
+            &raw.dedup_notices,
+            DEFAULT_DEDUP_NOTICES,
+            &at("dedup_notices"),
+            problems,
+        ),
+        error_pattern,
+        poll_tools: matchers(raw.poll_tools.as_ref(), DEFAULT_POLL_TOOLS),
+        exempt_tools: matchers(raw.exempt_tools.as_ref(), &[]),
+        canned_patterns: patterns(
+            &raw.canned_patterns,
+            DEFAULT_CANNED_PATTERNS,
+            &at("canned_patterns"),
+            problems,
+        ),
+        call_identity: call_identity(raw),
+        injected_patterns: patterns(
+            &raw.injected_patterns,
+            DEFAULT_INJECTED_PATTERNS,
+            &at("injected_patterns"),
+            problems,
+        ),
+        detectors: [Thresholds::new(0, 0, 0); DetectorKind::ALL.len()],
+        actions,
+        cycle_max_period: 5,
+        max_wait: Duration::from_secs(1800),
+        replay_storm_window: Duration::from_secs(900),
+        post_compaction_window: 3,
+        chanting: CHANTING,
+        compaction: compaction_patterns(raw, path, problems),
+        semantic_check: crate::config::semantic::SemanticCheck::default(),
+        escalate: super::escalate::escalate_settings(raw.escalate.as_ref(), &at("escalate"), problems),
+        experiment: super::escalate::experiment(raw.experiment.as_ref(), &at("experiment"), problems),
+    };
+    if raw.history_size == Some(0) {
+        problems.push(format!("{path}.history_size"), "must be at least 1, got 0");
+        s.history_size = 1;
+    }
+    ladders(raw, &mut s, path, problems);
+    s
+}
+
+/// The `content_chanting` parameters (not configurable).
+const CHANTING: ChantingParams = ChantingParams {
+    chunk_size: 50,
+    min_repeats: 10,
+    max_mean_gap: 250,
+    max_periods: 5,
+    buffer_chars: 5000,
+    max_line_repeats: 30,
+    low_entropy_repeats: 50,
+};
+
+/// A list key: the table's list, else the built-in one.
+fn list(value: &Option<Vec<String>>, defaults: &[&str]) -> Vec<String> {
+    value.clone().unwrap_or_else(|| owned(defaults))
+}
+
+/// A pattern list key (the table's, else the built-in one), compiled;
+/// problems under `at`.
+fn patterns(value: &Option<Vec<String>>, defaults: &[&str], at: &str, problems: &mut Problems) -> Vec<Regex> {
+    regexes(&list(value, defaults), at, false, problems)
+}
+
+/// `[loop_detection.actions]`: the action of each level (warning, critical,
+/// breaker), the built-in one where a key is absent or bad.
+fn level_actions(raw: &RawLoopDetection, path: &str, problems: &mut Problems) -> [Action; 3] {
     let actions_raw = raw.actions.clone().unwrap_or_default();
     let default_actions = [Action::Warn, Action::Block, Action::Abort];
     let mut actions = default_actions;
@@ -347,13 +428,14 @@ fn build(raw: &RawLoopDetection, path: &str, problems: &mut Problems) -> Setting
             actions[i] = a;
         }
     }
-    let error_patterns = regexes(
-        &list(&raw.error_patterns, DEFAULT_ERROR_PATTERNS),
-        &format!("{path}.error_patterns"),
-        false,
-        problems,
-    );
-    let combined = (!error_patterns.is_empty())
+    actions
+}
+
+/// `error_patterns`, compiled into one anchored alternation (`None` when
+/// the list is empty); problems under `at`.
+fn error_pattern(raw: &RawLoopDetection, at: &str, problems: &mut Problems) -> Option<Regex> {
+    let error_patterns = patterns(&raw.error_patterns, DEFAULT_ERROR_PATTERNS, at, problems);
+    (!error_patterns.is_empty())
         .then(|| {
             let alternation: Vec<String> = error_patterns
                 .iter()
@@ -361,102 +443,54 @@ fn build(raw: &RawLoopDetection, path: &str, problems: &mut Problems) -> Setting
                 .collect();
             Regex::new(&format!("^(?:{})", alternation.join("|"))).ok()
         })
-        .flatten();
-    let mut s = Settings {
-        enabled: raw.enabled.unwrap_or(true),
-        history_size: raw.history_size.unwrap_or(30),
-        volatile_keys: list(&raw.volatile_keys, DEFAULT_VOLATILE_KEYS),
-        outcome_masks: regexes(
-            &list(&raw.outcome_masks, DEFAULT_OUTCOME_MASKS),
-            &format!("{path}.outcome_masks"),
-            false,
-            problems,
-        ),
-        dedup_notices: regexes(
-            &list(&raw.dedup_notices, DEFAULT_DEDUP_NOTICES),
-            &format!("{path}.dedup_notices"),
-            false,
-            problems,
-        ),
-        error_pattern: combined,
-        poll_tools: matchers(raw.poll_tools.as_ref(), DEFAULT_POLL_TOOLS),
-        exempt_tools: matchers(raw.exempt_tools.as_ref(), &[]),
-        canned_patterns: regexes(
-            &list(&raw.canned_patterns, DEFAULT_CANNED_PATTERNS),
-            &format!("{path}.canned_patterns"),
-            false,
-            problems,
-        ),
-        call_identity: match &raw.call_identity {
-            Some(table) => table.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
-            None => DEFAULT_CALL_IDENTITY
-                .iter()
-                .map(|(tool, args)| ((*tool).to_owned(), owned(args)))
-                .collect(),
-        },
-        injected_patterns: regexes(
-            &list(&raw.injected_patterns, DEFAULT_INJECTED_PATTERNS),
-            &format!("{path}.injected_patterns"),
-            false,
-            problems,
-        ),
-        detectors: [Thresholds::new(0, 0, 0); DetectorKind::ALL.len()],
-        actions,
-        cycle_max_period: 5,
-        max_wait: Duration::from_secs(1800),
-        replay_storm_window: Duration::from_secs(900),
-        post_compaction_window: 3,
-        chanting: ChantingParams {
-            chunk_size: 50,
-            min_repeats: 10,
-            max_mean_gap: 250,
-            max_periods: 5,
-            buffer_chars: 5000,
-            max_line_repeats: 30,
-            low_entropy_repeats: 50,
-        },
-        compaction: CompactionPatterns {
-            summarizer: regexes(
-                &list(&comp.summarizer_patterns, DEFAULT_SUMMARIZER_PATTERNS),
-                &format!("{path}.compaction.summarizer_patterns"),
-                false,
-                problems,
-            ),
-            summary_prefixes: regexes(
-                &list(&comp.summary_prefixes, DEFAULT_SUMMARY_PREFIXES),
-                &format!("{path}.compaction.summary_prefixes"),
-                false,
-                problems,
-            ),
-        },
-        semantic_check: crate::config::semantic::SemanticCheck::default(),
-        escalate: super::escalate::escalate_settings(
-            raw.escalate.as_ref(),
-            &format!("{path}.escalate"),
-            problems,
-        ),
-        experiment: super::escalate::experiment(
-            raw.experiment.as_ref(),
-            &format!("{path}.experiment"),
-            problems,
-        ),
-    };
-    if raw.history_size == Some(0) {
-        problems.push(format!("{path}.history_size"), "must be at least 1, got 0");
-        s.history_size = 1;
+        .flatten()
+}
+
+/// `[loop_detection.call_identity]`, else the built-in table.
+fn call_identity(raw: &RawLoopDetection) -> Vec<(String, Vec<String>)> {
+    match &raw.call_identity {
+        Some(table) => table.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+        None => DEFAULT_CALL_IDENTITY
+            .iter()
+            .map(|(tool, args)| ((*tool).to_owned(), owned(args)))
+            .collect(),
     }
+}
+
+/// `[loop_detection.compaction]`: the summarizer and summary patterns.
+fn compaction_patterns(raw: &RawLoopDetection, path: &str, problems: &mut Problems) -> CompactionPatterns {
+    let comp = raw.compaction.clone().unwrap_or_default();
+    CompactionPatterns {
+        summarizer: patterns(
+            &comp.summarizer_patterns,
+            DEFAULT_SUMMARIZER_PATTERNS,
+            &format!("{path}.compaction.summarizer_patterns"),
+            problems,
+        ),
+        summary_prefixes: patterns(
+            &comp.summary_prefixes,
+            DEFAULT_SUMMARY_PREFIXES,
+            &format!("{path}.compaction.summary_prefixes"),
+            problems,
+        ),
+    }
+}
+
+/// Each detector's threshold ladder and extra keys, the history raised to
+/// what they need, and the semantic check (which switches `semantic_loop`).
+fn ladders(raw: &RawLoopDetection, s: &mut Settings, path: &str, problems: &mut Problems) {
+    let actions = s.actions;
     for kind in DetectorKind::ALL {
         let d = raw.detectors.get(kind).cloned().unwrap_or_default();
         s.detectors[kind.index()] =
             super::ladder::thresholds(kind, &d, &format!("{path}.{}", kind.name()), &actions, problems);
-        super::ladder::extras(kind, &d, &mut s, &format!("{path}.{}", kind.name()), problems);
+        super::ladder::extras(kind, &d, s, &format!("{path}.{}", kind.name()), problems);
     }
-    super::ladder::raise_history(&mut s, path, problems);
+    super::ladder::raise_history(s, path, problems);
     s.semantic_check = super::semantic::validate(
         raw.semantic_check.as_ref(),
         &format!("{path}.semantic_check"),
         problems,
     );
     s.detectors[DetectorKind::SemanticLoop.index()].enabled = s.semantic_check.enabled;
-    s
 }

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use super::Problems;
 use super::detection::{DETECTOR_DEFAULTS, RawDetector};
-use crate::detect::settings::{Settings, Thresholds};
+use crate::detect::settings::{ChantingParams, Settings, Thresholds};
 use crate::detect::verdict::{Action, DetectorKind, Level};
 
 /// Validates one detector's levels and action overrides.
@@ -17,6 +17,20 @@ pub(crate) fn thresholds(
     defaults: &[Action; 3],
     problems: &mut Problems,
 ) -> Thresholds {
+    let mut at = levels(kind, raw, path, problems);
+    let actions = action_overrides(kind, raw, path, problems);
+    let _ = defaults;
+    repair_ladder(&mut at, path, problems);
+    Thresholds {
+        enabled: raw.enabled.unwrap_or(true),
+        at,
+        actions,
+    }
+}
+
+/// The detector's levels: its built-in ones, with the levels it has set
+/// from `warning` / `critical` / `breaker` (a flag-only detector has none).
+fn levels(kind: DetectorKind, raw: &RawDetector, path: &str, problems: &mut Problems) -> [u32; 3] {
     let reachable = kind.levels();
     let flag_only = matches!(kind, DetectorKind::ContentChanting | DetectorKind::PostCompaction);
     let mut at = DETECTOR_DEFAULTS[kind.index()];
@@ -40,6 +54,18 @@ pub(crate) fn thresholds(
             at[level.index()] = value;
         }
     }
+    at
+}
+
+/// `action_warning` / `_critical` / `_breaker`, on the levels the detector
+/// has (`content_chanting` blocks at critical unless told otherwise).
+fn action_overrides(
+    kind: DetectorKind,
+    raw: &RawDetector,
+    path: &str,
+    problems: &mut Problems,
+) -> [Option<Action>; 3] {
+    let reachable = kind.levels();
     let mut actions = [None; 3];
     if kind == DetectorKind::ContentChanting {
         actions[Level::Critical.index()] = Some(Action::Block);
@@ -59,8 +85,12 @@ pub(crate) fn thresholds(
             None => problems.push(key, format!("{text:?} is not one of {}", Action::NAMES)),
         }
     }
-    let _ = defaults;
-    // Ladder: among the levels that are on, each must exceed the one below.
+    actions
+}
+
+/// The ladder: among the levels that are on, each must exceed the one
+/// below; one that does not is raised, with a notice.
+fn repair_ladder(at: &mut [u32; 3], path: &str, problems: &mut Problems) {
     let mut below: Option<(Level, u32)> = None;
     for level in Level::ALL {
         let value = at[level.index()];
@@ -82,11 +112,6 @@ pub(crate) fn thresholds(
         }
         below = Some((level, at[level.index()]));
     }
-    Thresholds {
-        enabled: raw.enabled.unwrap_or(true),
-        at,
-        actions,
-    }
 }
 
 /// Validates a detector's own keys (and rejects other detectors' keys).
@@ -97,7 +122,38 @@ pub(crate) fn extras(
     path: &str,
     problems: &mut Problems,
 ) {
-    let own: &[&str] = match kind {
+    reject_foreign_keys(kind, raw, path, problems);
+    let mut keys = Ranges { path, problems };
+    match kind {
+        DetectorKind::Cycle => keys.range("max_period", raw.max_period, 2, 5, &mut s.cycle_max_period),
+        DetectorKind::PostCompaction => keys.range(
+            "window_size",
+            raw.window_size,
+            1,
+            100,
+            &mut s.post_compaction_window,
+        ),
+        DetectorKind::ContentChanting => keys.chanting(raw, &mut s.chanting),
+        DetectorKind::PollNoProgress => {
+            if let Some(secs) = raw.max_wait_secs.or(raw.min_stall_secs) {
+                s.max_wait = Duration::from_secs(secs);
+            }
+        }
+        DetectorKind::ReplayStorm => match raw.window_secs {
+            Some(secs @ 1..=86_400) => s.replay_storm_window = Duration::from_secs(secs),
+            Some(secs) => keys.problems.push(
+                format!("{path}.window_secs"),
+                format!("must be between 1 and 86400, got {secs}"),
+            ),
+            None => {}
+        },
+        _ => {}
+    }
+}
+
+/// The detector-specific keys each detector takes.
+fn own_keys(kind: DetectorKind) -> &'static [&'static str] {
+    match kind {
         DetectorKind::Cycle => &["max_period"],
         DetectorKind::PollNoProgress => &["min_stall_secs", "max_wait_secs"],
         DetectorKind::PostCompaction => &["window_size"],
@@ -112,7 +168,12 @@ pub(crate) fn extras(
             "low_entropy_repeats",
         ],
         _ => &[],
-    };
+    }
+}
+
+/// A problem for each detector-specific key set on a detector it is not a key of.
+fn reject_foreign_keys(kind: DetectorKind, raw: &RawDetector, path: &str, problems: &mut Problems) {
+    let own = own_keys(kind);
     let present = [
         ("max_period", raw.max_period.is_some()),
         ("min_stall_secs", raw.min_stall_secs.is_some()),
@@ -132,69 +193,56 @@ pub(crate) fn extras(
             problems.push(format!("{path}.{key}"), format!("not a key of {}", kind.name()));
         }
     }
-    let mut range = |key: &str, value: Option<usize>, lo: usize, hi: usize, target: &mut usize| {
+}
+
+/// Range checks of one detector's keys: each problem under `{path}.{key}`.
+struct Ranges<'a> {
+    path: &'a str,
+    problems: &'a mut Problems,
+}
+
+impl Ranges<'_> {
+    /// Sets `target` to `value` when it is within `lo..=hi`; a problem otherwise.
+    fn range(&mut self, key: &str, value: Option<usize>, lo: usize, hi: usize, target: &mut usize) {
         if let Some(v) = value {
             if (lo..=hi).contains(&v) {
                 *target = v;
             } else {
-                problems.push(
-                    format!("{path}.{key}"),
+                self.problems.push(
+                    format!("{}.{key}", self.path),
                     format!("must be between {lo} and {hi}, got {v}"),
                 );
             }
         }
-    };
-    match kind {
-        DetectorKind::Cycle => range("max_period", raw.max_period, 2, 5, &mut s.cycle_max_period),
-        DetectorKind::PostCompaction => range(
-            "window_size",
-            raw.window_size,
-            1,
+    }
+
+    /// `content_chanting`'s keys.
+    fn chanting(&mut self, raw: &RawDetector, c: &mut ChantingParams) {
+        self.range("chunk_size", raw.chunk_size, 8, 1000, &mut c.chunk_size);
+        self.range("min_repeats", raw.min_repeats, 2, 10_000, &mut c.min_repeats);
+        self.range("max_mean_gap", raw.max_mean_gap, 1, 100_000, &mut c.max_mean_gap);
+        self.range("max_periods", raw.max_periods, 1, 1000, &mut c.max_periods);
+        self.range(
+            "buffer_chars",
+            raw.buffer_chars,
             100,
-            &mut s.post_compaction_window,
-        ),
-        DetectorKind::ContentChanting => {
-            let c = &mut s.chanting;
-            range("chunk_size", raw.chunk_size, 8, 1000, &mut c.chunk_size);
-            range("min_repeats", raw.min_repeats, 2, 10_000, &mut c.min_repeats);
-            range("max_mean_gap", raw.max_mean_gap, 1, 100_000, &mut c.max_mean_gap);
-            range("max_periods", raw.max_periods, 1, 1000, &mut c.max_periods);
-            range(
-                "buffer_chars",
-                raw.buffer_chars,
-                100,
-                1_000_000,
-                &mut c.buffer_chars,
-            );
-            range(
-                "max_line_repeats",
-                raw.max_line_repeats,
-                0,
-                1_000_000,
-                &mut c.max_line_repeats,
-            );
-            range(
-                "low_entropy_repeats",
-                raw.low_entropy_repeats,
-                0,
-                1_000_000,
-                &mut c.low_entropy_repeats,
-            );
-        }
-        DetectorKind::PollNoProgress => {
-            if let Some(secs) = raw.max_wait_secs.or(raw.min_stall_secs) {
-                s.max_wait = Duration::from_secs(secs);
-            }
-        }
-        DetectorKind::ReplayStorm => match raw.window_secs {
-            Some(secs @ 1..=86_400) => s.replay_storm_window = Duration::from_secs(secs),
-            Some(secs) => problems.push(
-                format!("{path}.window_secs"),
-                format!("must be between 1 and 86400, got {secs}"),
-            ),
-            None => {}
-        },
-        _ => {}
+            1_000_000,
+            &mut c.buffer_chars,
+        );
+        self.range(
+            "max_line_repeats",
+            raw.max_line_repeats,
+            0,
+            1_000_000,
+            &mut c.max_line_repeats,
+        );
+        self.range(
+            "low_entropy_repeats",
+            raw.low_entropy_repeats,
+            0,
+            1_000_000,
+            &mut c.low_entropy_repeats,
+        );
     }
 }
 

@@ -10,13 +10,13 @@ pub mod detection;
 pub mod detection_raw;
 pub mod escalate;
 mod ladder;
+mod problems;
 pub mod raw;
 pub mod recording;
 pub mod semantic;
 mod shape;
 pub mod state;
 
-use std::fmt;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
@@ -24,6 +24,7 @@ use std::time::Duration;
 use url::Url;
 
 pub use detection::LoopDetection;
+pub use problems::{ConfigError, Problem, Problems};
 use raw::RawConfig;
 
 /// The default configuration, also shipped as `config/loopguard.toml`.
@@ -163,71 +164,6 @@ pub struct SessionsConfig {
     pub max_sessions: u64,
     /// Idle time after which a session is forgotten.
     pub idle_ttl: Duration,
-}
-
-/// One configuration problem: the key path and what is wrong with it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Problem {
-    /// Key path, e.g. `routes[1].upstream`; empty for syntax errors.
-    pub path: String,
-    /// What is wrong, naming the bad value.
-    pub message: String,
-}
-
-impl fmt::Display for Problem {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.path.is_empty() {
-            write!(f, "{}", self.message)
-        } else {
-            write!(f, "{}: {}", self.path, self.message)
-        }
-    }
-}
-
-/// Every problem found while validating, plus notices about values that were
-/// adjusted (a raised threshold) rather than rejected.
-#[derive(Debug, Clone, Default)]
-pub struct Problems {
-    /// Errors: the config is rejected when there is at least one.
-    pub errors: Vec<Problem>,
-    /// Adjustments made on load, to be logged.
-    pub notices: Vec<Problem>,
-}
-
-impl Problems {
-    /// Records an error at `path`.
-    pub fn push(&mut self, path: impl Into<String>, message: impl Into<String>) {
-        self.errors.push(Problem {
-            path: path.into(),
-            message: message.into(),
-        });
-    }
-
-    /// Records a notice at `path`.
-    pub fn notice(&mut self, path: impl Into<String>, message: impl Into<String>) {
-        self.notices.push(Problem {
-            path: path.into(),
-            message: message.into(),
-        });
-    }
-}
-
-/// A configuration that could not be loaded: every problem found.
-#[derive(Debug, thiserror::Error)]
-#[error("{source_name}: {} problem(s)\n{}", .errors.len(), render(.errors))]
-pub struct ConfigError {
-    /// The file name (or `<default>`).
-    pub source_name: String,
-    /// Every problem found.
-    pub errors: Vec<Problem>,
-}
-
-fn render(errors: &[Problem]) -> String {
-    errors
-        .iter()
-        .map(|p| format!("  {p}"))
-        .collect::<Vec<_>>()
-        .join("\n")
 }
 
 /// A loaded configuration with the notices produced on load.

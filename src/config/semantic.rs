@@ -102,86 +102,26 @@ pub fn validate(raw: Option<&RawSemanticCheck>, path: &str, problems: &mut Probl
     let Some(raw) = raw else {
         return d;
     };
-    let mut at_least = |key: &str, value: Option<u64>, min: u64, default: u64| match value {
-        Some(v) if v < min => {
-            problems.push(
-                format!("{path}.{key}"),
-                format!("must be at least {min}, got {v}"),
-            );
-            default
-        }
-        Some(v) => v,
-        None => default,
-    };
-    let after_turns = at_least("after_turns", raw.after_turns, 1, d.after_turns);
-    let interval = at_least("interval", raw.interval, 1, d.interval);
-    let min_interval = at_least("min_interval", raw.min_interval, 1, d.min_interval);
-    let max_interval = at_least("max_interval", raw.max_interval, 1, d.max_interval);
-    let history = at_least("history", raw.history.map(|h| h as u64), 2, d.history as u64) as usize;
-    let max_result_chars = at_least(
-        "max_result_chars",
-        raw.max_result_chars.map(|h| h as u64),
-        50,
-        d.max_result_chars as u64,
-    ) as usize;
-    let timeout = Duration::from_secs(at_least("timeout_secs", raw.timeout_secs, 1, 30));
-    let max_concurrent = at_least(
-        "max_concurrent",
-        raw.max_concurrent.map(|h| h as u64),
-        1,
-        d.max_concurrent as u64,
-    ) as usize;
-    if min_interval > max_interval {
-        problems.push(
-            format!("{path}.min_interval"),
-            format!("must not exceed max_interval = {max_interval}, got {min_interval}"),
-        );
-    }
-    let confidence = match raw.confidence {
-        Some(c) if !(c > 0.0 && c <= 1.0) => {
-            problems.push(
-                format!("{path}.confidence"),
-                format!("must be above 0 and at most 1, got {c}"),
-            );
-            d.confidence
-        }
-        Some(c) => c,
-        None => d.confidence,
-    };
+    let mut keys = Keys { path, problems };
+    let after_turns = keys.at_least("after_turns", raw.after_turns, 1, d.after_turns);
+    let interval = keys.at_least("interval", raw.interval, 1, d.interval);
+    let min_interval = keys.at_least("min_interval", raw.min_interval, 1, d.min_interval);
+    let max_interval = keys.at_least("max_interval", raw.max_interval, 1, d.max_interval);
+    let history = keys.at_least_count("history", raw.history, 2, d.history);
+    let max_result_chars =
+        keys.at_least_count("max_result_chars", raw.max_result_chars, 50, d.max_result_chars);
+    let timeout = Duration::from_secs(keys.at_least("timeout_secs", raw.timeout_secs, 1, 30));
+    let max_concurrent = keys.at_least_count("max_concurrent", raw.max_concurrent, 1, d.max_concurrent);
+    keys.interval_order(min_interval, max_interval);
+    let confidence = keys.confidence(raw.confidence, d.confidence);
     let enabled = raw.enabled.unwrap_or(false);
-    let upstream = match raw.upstream.as_deref() {
-        Some(text) => match Url::parse(text) {
-            Ok(url) if matches!(url.scheme(), "http" | "https") && url.host().is_some() => Some(url),
-            _ => {
-                problems.push(format!("{path}.upstream"), format!("{text:?} is not a valid URL"));
-                None
-            }
-        },
-        None => {
-            if enabled {
-                problems.push(
-                    format!("{path}.upstream"),
-                    "required when enabled: the base URL of an OpenAI-compatible endpoint",
-                );
-            }
-            None
-        }
-    };
+    let upstream = keys.upstream(raw.upstream.as_deref(), enabled);
     let model = raw.model.clone().unwrap_or_default();
     if enabled && model.trim().is_empty() {
-        problems.push(format!("{path}.model"), "required when enabled");
+        keys.problems
+            .push(format!("{path}.model"), "required when enabled");
     }
-    let api_key_env = raw.api_key_env.clone().filter(|v| !v.is_empty());
-    if let Some(name) = &api_key_env {
-        if !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
-            problems.push(
-                format!("{path}.api_key_env"),
-                format!(
-                    "{name:?} is not an environment variable name (the key itself goes in the environment)"
-                ),
-            );
-        }
-    }
+    let api_key_env = keys.api_key_env(raw.api_key_env.clone());
     SemanticCheck {
         enabled,
         upstream,
@@ -197,6 +137,100 @@ pub fn validate(raw: Option<&RawSemanticCheck>, path: &str, problems: &mut Probl
         max_result_chars,
         timeout,
         max_concurrent,
+    }
+}
+
+/// The checks of one table's keys: each records its problem under
+/// `{path}.{key}` and yields the value to use (the default when it is bad).
+struct Keys<'a> {
+    path: &'a str,
+    problems: &'a mut Problems,
+}
+
+impl Keys<'_> {
+    /// A whole number of at least `min`.
+    fn at_least(&mut self, key: &str, value: Option<u64>, min: u64, default: u64) -> u64 {
+        match value {
+            Some(v) if v < min => {
+                self.problems.push(
+                    format!("{}.{key}", self.path),
+                    format!("must be at least {min}, got {v}"),
+                );
+                default
+            }
+            Some(v) => v,
+            None => default,
+        }
+    }
+
+    /// A count (`usize`) of at least `min`.
+    fn at_least_count(&mut self, key: &str, value: Option<usize>, min: u64, default: usize) -> usize {
+        self.at_least(key, value.map(|h| h as u64), min, default as u64) as usize
+    }
+
+    /// `min_interval` must not exceed `max_interval`.
+    fn interval_order(&mut self, min_interval: u64, max_interval: u64) {
+        if min_interval > max_interval {
+            self.problems.push(
+                format!("{}.min_interval", self.path),
+                format!("must not exceed max_interval = {max_interval}, got {min_interval}"),
+            );
+        }
+    }
+
+    /// `confidence`: above 0 and at most 1.
+    fn confidence(&mut self, value: Option<f64>, default: f64) -> f64 {
+        match value {
+            Some(c) if !(c > 0.0 && c <= 1.0) => {
+                self.problems.push(
+                    format!("{}.confidence", self.path),
+                    format!("must be above 0 and at most 1, got {c}"),
+                );
+                default
+            }
+            Some(c) => c,
+            None => default,
+        }
+    }
+
+    /// `upstream`: an http(s) URL with a host, required when enabled.
+    fn upstream(&mut self, text: Option<&str>, enabled: bool) -> Option<Url> {
+        let path = self.path;
+        match text {
+            Some(text) => match Url::parse(text) {
+                Ok(url) if matches!(url.scheme(), "http" | "https") && url.host().is_some() => Some(url),
+                _ => {
+                    self.problems
+                        .push(format!("{path}.upstream"), format!("{text:?} is not a valid URL"));
+                    None
+                }
+            },
+            None => {
+                if enabled {
+                    self.problems.push(
+                        format!("{path}.upstream"),
+                        "required when enabled: the base URL of an OpenAI-compatible endpoint",
+                    );
+                }
+                None
+            }
+        }
+    }
+
+    /// `api_key_env`: the name of an environment variable (empty = none).
+    fn api_key_env(&mut self, value: Option<String>) -> Option<String> {
+        let api_key_env = value.filter(|v| !v.is_empty());
+        if let Some(name) = &api_key_env {
+            if !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+                self.problems.push(
+                    format!("{}.api_key_env", self.path),
+                    format!(
+                        "{name:?} is not an environment variable name (the key itself goes in the environment)"
+                    ),
+                );
+            }
+        }
+        api_key_env
     }
 }
 

@@ -12,10 +12,12 @@
 //! text hash for texts). A request sent twice, or retried, therefore adds
 //! nothing; a compacted request whose kept tail matches is aligned by search;
 //! a stale retry of an older request adds nothing. Only the items from the
-//! alignment point on get their outcomes computed (see [`extract`]), so a
+//! alignment point on get their outcomes computed (see [`extract`](super::step::extract)), so a
 //! request costs what is new in it. Memory is O(history_size):
 //! the steps (each with a 120-character argument preview), a few keys, and a
-//! bounded set of 64-bit hashes of user texts.
+//! bounded set of 64-bit hashes of user texts. The merging is in `absorb`.
+
+mod absorb;
 
 use std::collections::{HashSet, VecDeque};
 use std::time::Duration;
@@ -24,7 +26,7 @@ use super::compaction_storm;
 use super::engine;
 use super::replay_storm::{self, Repeats};
 use super::settings::Settings;
-use super::step::{Cycle, Item, Keys, Step, StepKind, UserText, extract};
+use super::step::{Cycle, Step, StepKind};
 use super::verdict::{Verdict, rank};
 use super::view::{Guard, View};
 use crate::transcript::{ToolCall, Transcript};
@@ -35,32 +37,6 @@ use crate::transcript::{ToolCall, Transcript};
 /// the whole history and batch; realistic parallel batches are far shorter.
 pub(crate) fn pending_lookback(settings: &Settings) -> usize {
     (2 * settings.history_size.max(1) + 8).max(256)
-}
-
-/// Previous-request keys kept for alignment.
-const TAIL_KEYS: usize = 4;
-/// Newest call ids of the previous request kept as alignment anchors.
-const ANCHORS: usize = 16;
-/// User-text hashes remembered per session (canned-message recognition).
-const USER_TEXTS: usize = 512;
-
-/// A request's identity for `replay_storm`: its items' keys, in order.
-fn request_identity(keys: &[u64]) -> u64 {
-    let mut bytes = Vec::with_capacity(keys.len() * 8);
-    for k in keys {
-        bytes.extend_from_slice(&k.to_le_bytes());
-    }
-    xxhash_rust::xxh3::xxh3_64(&bytes)
-}
-
-/// How much of the history a request carries.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Carries {
-    /// The whole history (or a compacted / pruned form of it): aligned
-    /// against the previous request to find what is new.
-    Whole,
-    /// Only what is new since the previous request.
-    New,
 }
 
 /// What absorbing a request changed.
@@ -104,7 +80,7 @@ pub struct SessionState {
     tail: Vec<u64>,
     /// The previous request's newest call ids: (id hash, items after it).
     anchors: Vec<(u64, usize)>,
-    /// The previous request's item shapes ([`Item::shape`]).
+    /// The previous request's item shapes ([`Item::shape`](super::step::Item::shape)).
     shapes: Vec<u64>,
     realign: bool,
     user_texts: HashSet<u64>,
@@ -134,141 +110,6 @@ impl SessionState {
     ) -> Vec<Verdict> {
         self.absorb(transcript, now, settings);
         self.judge_request(settings)
-    }
-
-    /// Merges a request's history into the session (see the module doc).
-    pub fn absorb(&mut self, transcript: &Transcript, now: Duration, settings: &Settings) -> Absorbed {
-        self.absorb_from(transcript, now, settings, Carries::Whole)
-    }
-
-    /// Merges a request that carries only what is new since the previous
-    /// one: an OpenAI Responses request chained with `previous_response_id`
-    /// (the server holds the rest). Nothing in it is aligned against the
-    /// previous request, so an identical cycle counts again rather than
-    /// reading as the previous request's tail resent.
-    pub fn absorb_new(&mut self, transcript: &Transcript, now: Duration, settings: &Settings) -> Absorbed {
-        self.absorb_from(transcript, now, settings, Carries::New)
-    }
-
-    fn absorb_from(
-        &mut self,
-        transcript: &Transcript,
-        now: Duration,
-        settings: &Settings,
-        carries: Carries,
-    ) -> Absorbed {
-        self.declared.clone_from(&transcript.tools);
-        let mut identity = None;
-        let (items, start) = extract(transcript, settings, |keys| {
-            identity = Some(request_identity(keys.keys));
-            match carries {
-                Carries::Whole => self.align(keys),
-                Carries::New => 0,
-            }
-        });
-        // A first prompt (no model turn yet) sent n times is sampling
-        // (best-of-n, pass@k), not a client resending a conversation.
-        let conversation = items.iter().any(|i| !matches!(i, Item::User { .. }));
-        if let (Carries::Whole, Some(identity), true) = (carries, identity, conversation) {
-            let keep = settings
-                .thresholds(super::DetectorKind::ReplayStorm)
-                .get(super::Level::Breaker);
-            let keep = usize::try_from(keep).unwrap_or(usize::MAX);
-            self.repeats
-                .observe(identity, now, settings.replay_storm_window, keep);
-        }
-        let n = items.len();
-        let mut absorbed = Absorbed::default();
-        let mut prev_canned = false;
-        for (i, item) in items.iter().enumerate() {
-            let mut next_canned = false;
-            if i < start {
-                if let Item::User {
-                    key,
-                    text: UserText::Own,
-                } = item
-                {
-                    self.remember_user(*key);
-                }
-                prev_canned = matches!(
-                    item,
-                    Item::User {
-                        text: UserText::Canned,
-                        ..
-                    }
-                );
-                continue;
-            }
-            // A canned reply answers a model turn: right after the assistant,
-            // or right after another canned reply (recordings and some agents
-            // drop the empty model turns between a run of format reminders).
-            let after_assistant = (i > 0 && !matches!(items[i - 1], Item::User { .. })) || prev_canned;
-            let kind = match item {
-                Item::User {
-                    text: UserText::Synthetic,
-                    ..
-                } => None,
-                Item::User { key, text } => {
-                    let repeated = *text == UserText::Canned || self.user_texts.contains(key);
-                    if !repeated {
-                        self.epoch += 1;
-                        self.in_epoch = 0;
-                        self.epoch_turns = 0;
-                        absorbed.person_spoke = true;
-                    }
-                    self.remember_user(*key);
-                    // Only a text that matches `canned_patterns` is a canned
-                    // reminder (a failure); any other repeated text is a
-                    // repeated screen (issue #12 point 7).
-                    let canned = *text == UserText::Canned && after_assistant;
-                    next_canned = canned;
-                    if canned {
-                        Some(StepKind::Canned)
-                    } else if repeated {
-                        Some(StepKind::Screen(*key))
-                    } else {
-                        None
-                    }
-                }
-                Item::Said { key } => {
-                    self.turn += 1;
-                    self.epoch_turns += 1;
-                    Some(StepKind::Said(*key))
-                }
-                // Cycles from the alignment point on are always materialised.
-                Item::Cycle { cycle: None, .. } => None,
-                Item::Cycle {
-                    cycle: Some(cycle),
-                    turn_start,
-                    ..
-                } => {
-                    if *turn_start {
-                        self.turn += 1;
-                        self.epoch_turns += 1;
-                    }
-                    self.in_epoch += 1;
-                    self.compactions_in_row = 0;
-                    Some(StepKind::Cycle(self.resolve_dedup(cycle.clone())))
-                }
-            };
-            if let Some(kind) = kind {
-                self.push(kind, item.key(), now, settings);
-                absorbed.new_steps += 1;
-            }
-            prev_canned = next_canned;
-        }
-        self.seen_items = items.len();
-        self.tail = items.iter().rev().take(TAIL_KEYS).rev().map(Item::key).collect();
-        self.anchors = items
-            .iter()
-            .enumerate()
-            .rev()
-            .filter_map(|(i, item)| item.ident().map(|id| (id, n - 1 - i)))
-            .take(ANCHORS)
-            .collect();
-        self.shapes = items.iter().map(Item::shape).collect();
-        self.realign = false;
-        absorbed
     }
 
     /// The request-time verdicts for the current state, ranked. While a
@@ -474,115 +315,6 @@ impl SessionState {
             })
             .map(|f| f.into_verdict(settings))
             .collect()
-    }
-
-    /// Index of the first item not absorbed yet (issue #12 point 8: merge by
-    /// stable identity, so that rewritten older items neither hide nor
-    /// double-count new ones). In order:
-    ///
-    /// 1. the previous request's last keys at the same place: an append;
-    /// 2. an anchor: the newest call whose id the previous request carried
-    ///    (and that occurs once in this one) — the items after it in the
-    ///    previous request are there again (rewritten or not), the rest is
-    ///    new;
-    /// 3. the same item shapes (kind, tool) as the whole previous request,
-    ///    in place: older items were rewritten (clipped, replaced by a
-    ///    placeholder) and the rest is new — id-less histories (Gemini);
-    /// 4. the previous request's last keys anywhere (a compacted or pruned
-    ///    request whose kept tail matches), else its last key known (a
-    ///    stale retry), else everything is new.
-    fn align(&self, k: &Keys) -> usize {
-        let keys = k.keys;
-        if self.tail.is_empty() {
-            return 0;
-        }
-        let seen = self.seen_items;
-        let width = self.tail.len();
-        if !self.realign && keys.len() >= seen && seen >= width && keys[seen - width..seen] == self.tail[..] {
-            return seen;
-        }
-        let anchor = k.idents.iter().enumerate().rev().find_map(|(i, id)| {
-            let id = (*id)?;
-            let after = self.anchors.iter().find(|(a, _)| *a == id)?.1;
-            let unique = k.idents.iter().filter(|x| **x == Some(id)).count() == 1;
-            unique.then_some((i, after))
-        });
-        if let Some((i, after)) = anchor {
-            return (i + 1 + after).min(keys.len());
-        }
-        if !self.realign && k.shapes.len() >= seen && k.shapes[..seen] == self.shapes[..] {
-            return seen;
-        }
-        let k = width;
-        for width in (1..=k).rev() {
-            let tail = &self.tail[k - width..];
-            if let Some(end) = (width..=keys.len())
-                .rev()
-                .find(|&end| keys[end - width..end] == *tail)
-            {
-                return end;
-            }
-        }
-        match keys.last() {
-            Some(last) if self.knows(*last) => keys.len(),
-            _ => 0,
-        }
-    }
-
-    fn knows(&self, key: u64) -> bool {
-        self.user_texts.contains(&key) || self.steps.iter().any(|s| s.key == key)
-    }
-
-    fn remember_user(&mut self, key: u64) {
-        if self.user_texts.insert(key) {
-            self.user_order.push_back(key);
-            if self.user_order.len() > USER_TEXTS {
-                if let Some(old) = self.user_order.pop_front() {
-                    self.user_texts.remove(&old);
-                }
-            }
-        }
-    }
-
-    /// A dedup notice reads as "same as the previous outcome" of that call.
-    fn resolve_dedup(&self, mut cycle: Cycle) -> Cycle {
-        if let Some(outcome) = cycle.outcome.as_mut().filter(|o| o.dedup) {
-            let previous = self
-                .steps
-                .iter()
-                .rev()
-                .filter_map(|s| s.cycle())
-                .filter(|c| c.signature == cycle.signature)
-                .find_map(|c| c.outcome);
-            if let Some(previous) = previous {
-                *outcome = previous;
-            }
-        }
-        cycle
-    }
-
-    fn push(&mut self, kind: StepKind, key: u64, now: Duration, settings: &Settings) {
-        if matches!(kind, StepKind::Cycle(_)) {
-            self.cycles += 1;
-        }
-        self.steps.push_back(Step {
-            kind,
-            key,
-            epoch: self.epoch,
-            in_epoch: self.in_epoch,
-            seq: self.next_seq,
-            turn: self.turn,
-            at: now,
-        });
-        self.next_seq += 1;
-        let limit = settings.history_size.max(1);
-        while self.cycles > limit || self.steps.len() > 2 * limit + 8 {
-            match self.steps.pop_front() {
-                Some(old) if old.cycle().is_some() => self.cycles -= 1,
-                Some(_) => {}
-                None => break,
-            }
-        }
     }
 }
 

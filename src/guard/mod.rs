@@ -9,6 +9,7 @@
 //! Detector faults fail open: logged, counted, traffic passes.
 
 mod escalation;
+mod request;
 pub mod shared;
 pub mod stream;
 
@@ -16,62 +17,24 @@ use std::borrow::Cow;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::{Arc, PoisonError};
 
-use bytes::Bytes;
 use http::HeaderMap;
 
-use crate::config::{Config, Route};
+use crate::config::Config;
 use crate::detect::compaction::{Classification, Evidence, RequestSummary, classify_summarized};
 use crate::detect::outcome::hash64;
 use crate::detect::{Settings, Verdict, decisive};
-use crate::dialect::Mode;
 use crate::dialect::{Dialect, ParsedRequest};
 use crate::plan::{PassJudge, Target};
 pub use crate::plan::{RequestDecision, abort_instead_of_block, abort_message};
 use crate::session::chain::ChainStore;
 use crate::session::key::{self, BodyIds};
 use crate::session::{SharedSession, Store};
+pub use request::RequestView;
 use stream::StreamReviewer;
 
 /// Header that makes the detectors panic, honoured only when the process was
 /// started with `LOOPGUARD_FAULT_INJECTION=1` (tests of the fail-open path).
 pub const TEST_PANIC_HEADER: &str = "x-loopguard-test-panic";
-
-/// The request as the guard needs it.
-#[derive(Debug)]
-pub struct RequestView<'a> {
-    /// The matched route.
-    pub route: &'a Route,
-    /// The dialect.
-    pub dialect: Dialect,
-    /// Path (without query).
-    pub path: &'a str,
-    /// Query string.
-    pub query: Option<&'a str>,
-    /// Request headers.
-    pub headers: &'a HeaderMap,
-    /// The body decoded for parsing.
-    pub decoded: &'a Bytes,
-    /// The parsed body.
-    pub parsed: &'a ParsedRequest,
-}
-
-impl RequestView<'_> {
-    /// How the client asked for the answer.
-    pub fn mode(&self) -> Mode {
-        self.dialect.mode(self.path, self.query, self.parsed.stream)
-    }
-
-    fn model(&self) -> String {
-        self.parsed.model.clone().unwrap_or_else(|| {
-            self.path
-                .rsplit('/')
-                .next()
-                .and_then(|last| last.split(':').next())
-                .unwrap_or_default()
-                .to_owned()
-        })
-    }
-}
 
 /// Where a request belongs, as [`Guard::judge_request`] found it.
 struct Located<'r> {
@@ -298,7 +261,7 @@ impl Guard {
             include_usage: request.parsed.include_usage,
         };
         let decisive = decisive(&verdicts);
-        let decision = crate::plan::request(decisive, &target, judge, |warning| inject(request, warning));
+        let decision = crate::plan::request(decisive, &target, judge, |warning| request.inject(warning));
         let seen = escalation::Seen {
             session: &session,
             lane,
@@ -380,7 +343,7 @@ impl Guard {
         guard.last_seen = std::time::SystemTime::now();
         let session_key = guard.key.clone();
         let lane_state = guard.lane(located.lane);
-        let classification = if explicit_summarizer(request) {
+        let classification = if request.explicit_summarizer() {
             Classification::Summarizer
         } else if located.chained {
             // A chain carries only what is new: never a compaction or a rerun.
@@ -405,7 +368,7 @@ impl Guard {
             Classification::Continuation => {}
         }
         lane_state.prev = Some(summary);
-        let absorbed = if carries_only_new(request) {
+        let absorbed = if request.carries_only_new() {
             lane_state.state.absorb_new(transcript, now, settings)
         } else {
             lane_state.state.absorb(transcript, now, settings)
@@ -526,7 +489,7 @@ impl Guard {
         )
         .with_outbox(outbox);
         Box::new(if request.dialect.chains_responses() {
-            let root = !carries_only_new(request) && located.key.source == key::KeySource::Fingerprint;
+            let root = !request.carries_only_new() && located.key.source == key::KeySource::Fingerprint;
             judge.for_responses(located.tenant, located.stateful, root)
         } else {
             judge
@@ -567,23 +530,6 @@ impl Guard {
     }
 }
 
-/// The request carries an explicit summarizer signal on the wire: Codex's
-/// `POST …/responses/compact` or `"request_kind":"compaction"` in its
-/// `x-codex-turn-metadata` header, a `compaction_trigger` item, Claude
-/// Code's `x-claude-code-compaction` header.
-fn explicit_summarizer(request: &RequestView<'_>) -> bool {
-    let codex_compaction = request
-        .headers
-        .get("x-codex-turn-metadata")
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| serde_json::from_str::<serde_json::Value>(v).ok())
-        .is_some_and(|m| m["request_kind"] == "compaction");
-    request.parsed.summarizer
-        || codex_compaction
-        || request.path.trim_end_matches('/').ends_with("/responses/compact")
-        || request.headers.contains_key("x-claude-code-compaction")
-}
-
 /// The transcript with an assistant turn carrying `calls` put first (the
 /// calls of the response a `previous_response_id` request chains to).
 fn with_calls(
@@ -619,16 +565,6 @@ fn start_recorder(config: &Config) -> Option<crate::recording::Recorder> {
     }
 }
 
-/// A Responses request chained with `previous_response_id` carries only
-/// the items new since that response (the server holds the rest).
-fn carries_only_new(request: &RequestView<'_>) -> bool {
-    request
-        .parsed
-        .responses
-        .as_ref()
-        .is_some_and(|r| r.previous_response_id.is_some())
-}
-
 fn pass() -> RequestDecision {
     RequestDecision::Forward {
         body: None,
@@ -636,15 +572,4 @@ fn pass() -> RequestDecision {
         verdict: None,
         retarget: None,
     }
-}
-
-/// The body with the warning injected, or `None` when it has no tool result
-/// to carry it (then the request is forwarded unchanged).
-fn inject(request: &RequestView<'_>, warning: &str) -> Option<Bytes> {
-    let mut value: serde_json::Value = serde_json::from_slice(request.decoded).ok()?;
-    if !request.dialect.inject_warning(&mut value, warning) {
-        tracing::debug!("no tool result to carry the warning; forwarded unchanged");
-        return None;
-    }
-    serde_json::to_vec(&value).ok().map(Bytes::from)
 }

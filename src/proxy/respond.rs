@@ -8,13 +8,14 @@
 //! then answers. A client that goes away closes the body channel, which the
 //! driver notices at once and drops the upstream request.
 
+use std::ops::ControlFlow;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures_util::StreamExt;
 use tokio::sync::{mpsc, oneshot};
 
-use super::hold::Holder;
+use super::hold::{Holder, Output};
 use super::stream::RequestLog;
 use super::tap::TapEnd;
 use crate::plan::{Cut, Decision, StreamJudge};
@@ -47,145 +48,255 @@ pub struct Timing {
 pub type BodyItem = Result<Bytes, std::io::Error>;
 
 /// Runs one streamed response to the end. See the module docs.
+///
+/// Each turn waits for the upstream's next chunk (or the client's leaving,
+/// or a keep-alive's turn, or the idle timeout), runs it through the holder
+/// and forwards what the holder gives out.
 pub async fn drive(
     upstream: reqwest::Response,
-    mut holder: Holder,
-    mut judge: Box<dyn StreamJudge>,
+    holder: Holder,
+    judge: Box<dyn StreamJudge>,
     head_tx: oneshot::Sender<Head>,
     body_tx: mpsc::Sender<BodyItem>,
     timing: Timing,
     log: RequestLog,
 ) {
-    let Timing { idle, keepalive } = timing;
-    let mut head_tx = Some(head_tx);
     let mut stream = upstream.bytes_stream();
-    let mut outcome = "complete";
-    let mut verdict: Option<String> = None;
-    let mut last_write = Instant::now();
-    // Idle means the upstream's silence: only its bytes reset this clock,
-    // never loopguard's own keep-alives.
-    let mut last_read = Instant::now();
-    // Time spent in the holder (framing, parsing, judging): loopguard's own share.
-    let mut spent = std::time::Duration::ZERO;
+    let mut d = Driver::new(holder, judge, head_tx, body_tx, timing, log);
     loop {
-        // The headers went out when the driver sent them, or when the handler
-        // stopped waiting for them (`header_hold_ms`) and closed the channel.
-        let headers_out = head_tx.as_ref().is_none_or(oneshot::Sender::is_closed);
-        let keepalive_due = holder.holding() && headers_out;
-        let idle_left = idle.saturating_sub(last_read.elapsed());
-        let wait = if keepalive_due {
-            keepalive.saturating_sub(last_write.elapsed()).min(idle_left)
-        } else {
-            idle_left
-        };
+        let keepalive_due = d.keepalive_due();
+        let wait = d.wait(keepalive_due);
         let next = tokio::select! {
-            () = body_tx.closed() => {
-                outcome = "client_disconnected";
+            () = d.body_tx.closed() => {
+                d.outcome = "client_disconnected";
                 break;
             }
             next = tokio::time::timeout(wait, stream.next()) => next,
         };
         let (out, end) = match next {
-            Ok(Some(Ok(chunk))) => {
-                last_read = Instant::now();
-                let t = Instant::now();
-                let out = holder.push(&chunk, judge.as_mut());
-                spent += t.elapsed();
-                (out, None)
-            }
-            Ok(None) => {
-                let t = Instant::now();
-                let (out, end) = holder.finish(judge.as_mut());
-                spent += t.elapsed();
-                (out, Some(end))
-            }
+            Ok(Some(Ok(chunk))) => d.push(&chunk),
+            Ok(None) => d.finish(),
             Ok(Some(Err(e))) => {
-                // Errors name the URL, whose query may carry a `?key=` credential.
-                let e = e.without_url();
-                tracing::warn!(route = %log.route, error = %e, "upstream body broke off; aborting the client's response");
-                outcome = "upstream_broke_off";
-                send_head(&mut head_tx, None);
-                flush(&mut holder, &body_tx).await;
-                let _ = body_tx
-                    .send(Err(std::io::Error::other(format!(
-                        "upstream body broke off: {e}"
-                    ))))
-                    .await;
+                d.broke_off(e).await;
                 break;
             }
-            Err(_) if last_read.elapsed() < idle => {
+            Err(_) if d.last_read.elapsed() < d.timing.idle => {
                 // The keep-alive's turn, not the upstream's silence.
-                if keepalive_due {
-                    if let Some(bytes) = holder.keepalive() {
-                        if body_tx.send(Ok(bytes)).await.is_err() {
-                            outcome = "client_disconnected";
-                            break;
-                        }
-                    }
-                    last_write = Instant::now();
+                if keepalive_due && d.keep_alive().await.is_break() {
+                    break;
                 }
                 continue;
             }
             Err(_) => {
-                tracing::warn!(route = %log.route, idle_secs = idle.as_secs(), "upstream idle timeout; aborting the client's response");
-                outcome = "upstream_idle_timeout";
-                send_head(&mut head_tx, None);
-                flush(&mut holder, &body_tx).await;
-                let _ = body_tx
-                    .send(Err(std::io::Error::other("upstream idle timeout")))
-                    .await;
+                d.idle_timeout().await;
                 break;
             }
         };
-
-        // A verdict that replaces the answer before the headers went out.
-        match &out.cut {
-            Some(Decision::Abort(cut)) => {
-                verdict = Some(cut.header.clone());
-                // When the headers already went out, the in-stream error below.
-                if let Some(tx) = head_tx.take() {
-                    if tx.send(Head::Abort(cut.clone())).is_ok() {
-                        outcome = "aborted";
-                        break;
-                    }
-                }
-                outcome = "aborted_in_stream";
-            }
-            Some(Decision::Block(cut)) => {
-                verdict = Some(cut.header.clone());
-                outcome = "blocked";
-            }
-            Some(Decision::Pass) | None => {}
-        }
-        if out.headers_ready || end.is_some() {
-            let header = if out.cut.is_some() { verdict.clone() } else { None };
-            send_head(&mut head_tx, header);
-        }
-        for bytes in out.release {
-            if body_tx.send(Ok(bytes)).await.is_err() {
-                outcome = "client_disconnected";
-                break;
-            }
-            last_write = Instant::now();
-        }
-        if out.stop_upstream {
-            metrics::counter!("loopguard_generation_cut_total").increment(1);
-            break;
-        }
-        if let Some(end) = end {
-            if let TapEnd::Truncated(reason) = end {
-                tracing::warn!(route = %log.route, %reason, "upstream stream ended early; aborting the client's response");
-                outcome = "upstream_truncated";
-                let _ = body_tx
-                    .send(Err(std::io::Error::other(format!(
-                        "upstream stream truncated: {reason}"
-                    ))))
-                    .await;
-            }
+        if d.forward(out, end).await.is_break() {
             break;
         }
     }
-    finish_log(&holder, &log, spent, verdict.as_deref(), outcome);
+    finish_log(&d.holder, &d.log, d.spent, d.verdict.as_deref(), d.outcome);
+}
+
+/// What [`drive`] keeps across its turns.
+struct Driver {
+    holder: Holder,
+    judge: Box<dyn StreamJudge>,
+    /// `None` once the head was sent.
+    head_tx: Option<oneshot::Sender<Head>>,
+    body_tx: mpsc::Sender<BodyItem>,
+    timing: Timing,
+    log: RequestLog,
+    /// The request log's `outcome`.
+    outcome: &'static str,
+    /// The `x-loopguard-verdict` of a cut, once one was decided.
+    verdict: Option<String>,
+    /// When bytes last went to the client.
+    last_write: Instant,
+    /// When the upstream last sent bytes. Idle means the upstream's silence:
+    /// only its bytes reset this clock, never loopguard's own keep-alives.
+    last_read: Instant,
+    /// Time spent in the holder (framing, parsing, judging): loopguard's own share.
+    spent: Duration,
+}
+
+impl Driver {
+    fn new(
+        holder: Holder,
+        judge: Box<dyn StreamJudge>,
+        head_tx: oneshot::Sender<Head>,
+        body_tx: mpsc::Sender<BodyItem>,
+        timing: Timing,
+        log: RequestLog,
+    ) -> Self {
+        Self {
+            holder,
+            judge,
+            head_tx: Some(head_tx),
+            body_tx,
+            timing,
+            log,
+            outcome: "complete",
+            verdict: None,
+            last_write: Instant::now(),
+            last_read: Instant::now(),
+            spent: Duration::ZERO,
+        }
+    }
+
+    /// Keep-alive bytes are due while a call is held after the headers went
+    /// out: when the driver sent them, or when the handler stopped waiting
+    /// for them (`header_hold_ms`) and closed the channel.
+    fn keepalive_due(&self) -> bool {
+        let headers_out = self.head_tx.as_ref().is_none_or(oneshot::Sender::is_closed);
+        self.holder.holding() && headers_out
+    }
+
+    /// How long to wait for the upstream this turn: until the idle timeout,
+    /// or the next keep-alive if that comes first.
+    fn wait(&self, keepalive_due: bool) -> Duration {
+        let idle_left = self.timing.idle.saturating_sub(self.last_read.elapsed());
+        if keepalive_due {
+            self.timing
+                .keepalive
+                .saturating_sub(self.last_write.elapsed())
+                .min(idle_left)
+        } else {
+            idle_left
+        }
+    }
+
+    /// A chunk of the upstream's body, through the holder.
+    fn push(&mut self, chunk: &[u8]) -> (Output, Option<TapEnd>) {
+        self.last_read = Instant::now();
+        let t = Instant::now();
+        let out = self.holder.push(chunk, self.judge.as_mut());
+        self.spent += t.elapsed();
+        (out, None)
+    }
+
+    /// The upstream's body ended: the holder finishes.
+    fn finish(&mut self) -> (Output, Option<TapEnd>) {
+        let t = Instant::now();
+        let (out, end) = self.holder.finish(self.judge.as_mut());
+        self.spent += t.elapsed();
+        (out, Some(end))
+    }
+
+    /// Writes keep-alive bytes (breaks when the client is gone).
+    async fn keep_alive(&mut self) -> ControlFlow<()> {
+        if let Some(bytes) = self.holder.keepalive() {
+            if self.body_tx.send(Ok(bytes)).await.is_err() {
+                self.outcome = "client_disconnected";
+                return ControlFlow::Break(());
+            }
+        }
+        self.last_write = Instant::now();
+        ControlFlow::Continue(())
+    }
+
+    /// The upstream's body broke off: the client's response is aborted.
+    async fn broke_off(&mut self, e: reqwest::Error) {
+        // Errors name the URL, whose query may carry a `?key=` credential.
+        let e = e.without_url();
+        tracing::warn!(route = %self.log.route, error = %e, "upstream body broke off; aborting the client's response");
+        self.abort("upstream_broke_off", format!("upstream body broke off: {e}"))
+            .await;
+    }
+
+    /// The upstream went silent for `idle`: the client's response is aborted.
+    async fn idle_timeout(&mut self) {
+        tracing::warn!(route = %self.log.route, idle_secs = self.timing.idle.as_secs(), "upstream idle timeout; aborting the client's response");
+        self.abort("upstream_idle_timeout", "upstream idle timeout".to_owned())
+            .await;
+    }
+
+    /// Sends the head (if not sent yet), what the holder kept, then an error
+    /// that aborts the client's body.
+    async fn abort(&mut self, outcome: &'static str, message: String) {
+        self.outcome = outcome;
+        send_head(&mut self.head_tx, None);
+        flush(&mut self.holder, &self.body_tx).await;
+        let _ = self.body_tx.send(Err(std::io::Error::other(message))).await;
+    }
+
+    /// Acts on one step of the holder: its verdict, the headers, the bytes
+    /// it released, and the end (breaks when the response is over).
+    async fn forward(&mut self, out: Output, end: Option<TapEnd>) -> ControlFlow<()> {
+        if self.take_verdict(out.cut.as_ref()).is_break() {
+            return ControlFlow::Break(());
+        }
+        if out.headers_ready || end.is_some() {
+            let header = if out.cut.is_some() {
+                self.verdict.clone()
+            } else {
+                None
+            };
+            send_head(&mut self.head_tx, header);
+        }
+        self.release(out.release).await;
+        if out.stop_upstream {
+            metrics::counter!("loopguard_generation_cut_total").increment(1);
+            return ControlFlow::Break(());
+        }
+        match end {
+            Some(end) => {
+                if let TapEnd::Truncated(reason) = end {
+                    self.truncated(&reason).await;
+                }
+                ControlFlow::Break(())
+            }
+            None => ControlFlow::Continue(()),
+        }
+    }
+
+    /// A verdict's header is kept; an abort before the headers went out
+    /// replaces the whole answer (breaks), after them it ends the stream
+    /// with an in-stream error.
+    fn take_verdict(&mut self, cut: Option<&Decision>) -> ControlFlow<()> {
+        match cut {
+            Some(Decision::Abort(cut)) => {
+                self.verdict = Some(cut.header.clone());
+                if let Some(tx) = self.head_tx.take() {
+                    if tx.send(Head::Abort(cut.clone())).is_ok() {
+                        self.outcome = "aborted";
+                        return ControlFlow::Break(());
+                    }
+                }
+                self.outcome = "aborted_in_stream";
+            }
+            Some(Decision::Block(cut)) => {
+                self.verdict = Some(cut.header.clone());
+                self.outcome = "blocked";
+            }
+            Some(Decision::Pass) | None => {}
+        }
+        ControlFlow::Continue(())
+    }
+
+    /// Sends released bytes to the client (stops at the first that cannot go).
+    async fn release(&mut self, release: Vec<Bytes>) {
+        for bytes in release {
+            if self.body_tx.send(Ok(bytes)).await.is_err() {
+                self.outcome = "client_disconnected";
+                break;
+            }
+            self.last_write = Instant::now();
+        }
+    }
+
+    /// The upstream's stream ended early: the client's body is aborted.
+    async fn truncated(&mut self, reason: &str) {
+        tracing::warn!(route = %self.log.route, %reason, "upstream stream ended early; aborting the client's response");
+        self.outcome = "upstream_truncated";
+        let _ = self
+            .body_tx
+            .send(Err(std::io::Error::other(format!(
+                "upstream stream truncated: {reason}"
+            ))))
+            .await;
+    }
 }
 
 /// Counts a parse failure as fail-open and writes the request log line.

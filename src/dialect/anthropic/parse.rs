@@ -256,6 +256,7 @@ pub struct ResponseParser {
     state: StreamState,
 }
 
+/// A `tool_use` block being streamed.
 #[derive(Debug)]
 struct PendingCall {
     position: u32,
@@ -265,13 +266,35 @@ struct PendingCall {
     partial: String,
 }
 
+impl PendingCall {
+    /// The call a `content_block_start` opens, at `position` among the calls.
+    fn start(position: u32, block: &Value) -> Self {
+        Self {
+            position,
+            id: block
+                .get("id")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned(),
+            name: block
+                .get("name")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned(),
+            input: block.get("input").cloned().unwrap_or(Value::Null),
+            partial: String::new(),
+        }
+    }
+}
+
 impl ResponseParser {
     /// Where the stream stands after the last payload.
     pub fn state(&self) -> &StreamState {
         &self.state
     }
 
-    /// Parses one payload (an SSE `data` field, or a whole message body).
+    /// Parses one payload (an SSE `data` field, or a whole message body):
+    /// notes its block index, then handles it by its `type`.
     ///
     /// # Errors
     /// [`DialectError::Json`] when the payload is not JSON,
@@ -287,109 +310,100 @@ impl ResponseParser {
         match event.get("type").and_then(Value::as_str).unwrap_or_default() {
             "message_start" => self.state.message = event.get("message").cloned(),
             "message" => self.whole(&event, out),
-            "content_block_start" => {
-                let block = event.get("content_block").unwrap_or(&Value::Null);
-                let kind = block.get("type").and_then(Value::as_str).unwrap_or_default();
-                let i = index.unwrap_or(self.state.blocks);
-                self.state.open_block = Some((i, kind.to_owned()));
-                self.state.opened_by_last = true;
-                self.state.blocks = self.state.blocks.max(i.saturating_add(1));
-                match kind {
-                    "tool_use" => {
-                        let position = self.next_position;
-                        self.next_position += 1;
-                        self.calls.insert(
-                            i,
-                            PendingCall {
-                                position,
-                                id: block
-                                    .get("id")
-                                    .and_then(Value::as_str)
-                                    .unwrap_or_default()
-                                    .to_owned(),
-                                name: block
-                                    .get("name")
-                                    .and_then(Value::as_str)
-                                    .unwrap_or_default()
-                                    .to_owned(),
-                                input: block.get("input").cloned().unwrap_or(Value::Null),
-                                partial: String::new(),
-                            },
-                        );
-                        out.push(StreamEvent::ToolCallDelta {
-                            choice: 0,
-                            index: position,
-                            arguments_delta: String::new(),
-                        });
-                    }
-                    "text" => push_text(block.get("text"), false, out),
-                    "thinking" => push_text(block.get("thinking"), true, out),
-                    _ => {}
-                }
-            }
-            "content_block_delta" => {
-                let delta = event.get("delta").unwrap_or(&Value::Null);
-                match delta.get("type").and_then(Value::as_str).unwrap_or_default() {
-                    "text_delta" => push_text(delta.get("text"), false, out),
-                    "thinking_delta" => push_text(delta.get("thinking"), true, out),
-                    "input_json_delta" => {
-                        if let Some(call) = index.and_then(|i| self.calls.get_mut(&i)) {
-                            let part = delta
-                                .get("partial_json")
-                                .and_then(Value::as_str)
-                                .unwrap_or_default();
-                            call.partial.push_str(part);
-                            out.push(StreamEvent::ToolCallDelta {
-                                choice: 0,
-                                index: call.position,
-                                arguments_delta: part.to_owned(),
-                            });
-                        }
-                    }
-                    _ => {}
-                }
-            }
-            "content_block_stop" => {
-                if self.state.open_block.as_ref().map(|(i, _)| Some(*i)) == Some(index) {
-                    self.state.open_block = None;
-                }
-                if let Some(call) = index.and_then(|i| self.calls.remove(&i)) {
-                    out.push(complete(call));
-                }
-            }
-            "message_delta" => {
-                if let Some(usage) = event.get("usage").filter(|u| u.is_object()) {
-                    self.state.delta_usage = Some(usage.clone());
-                    out.push(StreamEvent::Usage { usage: usage.clone() });
-                }
-                if let Some(reason) = event
-                    .get("delta")
-                    .and_then(|d| d.get("stop_reason"))
-                    .and_then(Value::as_str)
-                {
-                    self.complete_all(out);
-                    out.push(StreamEvent::Finish {
-                        choice: 0,
-                        reason: reason.to_owned(),
-                    });
-                }
-            }
+            "content_block_start" => self.block_start(&event, index, out),
+            "content_block_delta" => self.block_delta(&event, index, out),
+            "content_block_stop" => self.block_stop(index, out),
+            "message_delta" => self.message_delta(&event, out),
             "message_stop" => {
                 self.complete_all(out);
                 out.push(StreamEvent::Done);
             }
-            "error" => {
-                let message = event
-                    .get("error")
-                    .and_then(|e| e.get("message"))
-                    .and_then(Value::as_str)
-                    .unwrap_or("error")
-                    .to_owned();
-                out.push(StreamEvent::Error { message });
-            }
+            "error" => out.push(error(&event)),
             _ => {}
         }
         Ok(())
+    }
+
+    /// `content_block_start`: the block opens (at `index`, else the next
+    /// free one); a `tool_use` block starts a call at the next position, a
+    /// `text` / `thinking` block may carry its first text.
+    fn block_start(&mut self, event: &Map<String, Value>, index: Option<u32>, out: &mut Vec<StreamEvent>) {
+        let block = event.get("content_block").unwrap_or(&Value::Null);
+        let kind = block.get("type").and_then(Value::as_str).unwrap_or_default();
+        let i = index.unwrap_or(self.state.blocks);
+        self.state.open_block = Some((i, kind.to_owned()));
+        self.state.opened_by_last = true;
+        self.state.blocks = self.state.blocks.max(i.saturating_add(1));
+        match kind {
+            "tool_use" => {
+                let position = self.next_position;
+                self.next_position += 1;
+                self.calls.insert(i, PendingCall::start(position, block));
+                out.push(StreamEvent::ToolCallDelta {
+                    choice: 0,
+                    index: position,
+                    arguments_delta: String::new(),
+                });
+            }
+            "text" => push_text(block.get("text"), false, out),
+            "thinking" => push_text(block.get("thinking"), true, out),
+            _ => {}
+        }
+    }
+
+    /// `content_block_delta`: text or thinking, or a part of a streaming
+    /// call's `partial_json`.
+    fn block_delta(&mut self, event: &Map<String, Value>, index: Option<u32>, out: &mut Vec<StreamEvent>) {
+        let delta = event.get("delta").unwrap_or(&Value::Null);
+        match delta.get("type").and_then(Value::as_str).unwrap_or_default() {
+            "text_delta" => push_text(delta.get("text"), false, out),
+            "thinking_delta" => push_text(delta.get("thinking"), true, out),
+            "input_json_delta" => {
+                if let Some(call) = index.and_then(|i| self.calls.get_mut(&i)) {
+                    let part = delta
+                        .get("partial_json")
+                        .and_then(Value::as_str)
+                        .unwrap_or_default();
+                    call.partial.push_str(part);
+                    out.push(StreamEvent::ToolCallDelta {
+                        choice: 0,
+                        index: call.position,
+                        arguments_delta: part.to_owned(),
+                    });
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// `content_block_stop`: the block closes; a call in it is complete.
+    fn block_stop(&mut self, index: Option<u32>, out: &mut Vec<StreamEvent>) {
+        if self.state.open_block.as_ref().map(|(i, _)| Some(*i)) == Some(index) {
+            self.state.open_block = None;
+        }
+        if let Some(call) = index.and_then(|i| self.calls.remove(&i)) {
+            out.push(complete(call));
+        }
+    }
+
+    /// `message_delta`: usage, and with a `stop_reason` the open calls
+    /// complete and the message finishes.
+    fn message_delta(&mut self, event: &Map<String, Value>, out: &mut Vec<StreamEvent>) {
+        if let Some(usage) = event.get("usage").filter(|u| u.is_object()) {
+            self.state.delta_usage = Some(usage.clone());
+            out.push(StreamEvent::Usage { usage: usage.clone() });
+        }
+        if let Some(reason) = event
+            .get("delta")
+            .and_then(|d| d.get("stop_reason"))
+            .and_then(Value::as_str)
+        {
+            self.complete_all(out);
+            out.push(StreamEvent::Finish {
+                choice: 0,
+                reason: reason.to_owned(),
+            });
+        }
     }
 
     /// A whole (non-streaming) message.
@@ -454,6 +468,17 @@ fn complete(call: PendingCall) -> StreamEvent {
         index: call.position,
         call: ToolCall::new(id, call.name, arguments),
     }
+}
+
+/// An `error` event: its `error.message`.
+fn error(event: &Map<String, Value>) -> StreamEvent {
+    let message = event
+        .get("error")
+        .and_then(|e| e.get("message"))
+        .and_then(Value::as_str)
+        .unwrap_or("error")
+        .to_owned();
+    StreamEvent::Error { message }
 }
 
 fn push_text(text: Option<&Value>, reasoning: bool, out: &mut Vec<StreamEvent>) {

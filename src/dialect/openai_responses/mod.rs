@@ -1,5 +1,5 @@
-//! The `openai-responses` dialect, whole: request parsing and splitting and stream
-//! parsing ([`parse`]), what loopguard writes in it ([`write`]: warning
+//! The `openai-responses` dialect, whole: request parsing and splitting
+//! ([`parse`]), stream parsing ([`stream`]), what loopguard writes in it ([`write`]: warning
 //! injection, block answers, abort bodies, in-stream errors) and how it ends
 //! a response it withholds part of (`ending`); a sample
 //! conversation for the demo ([`sample`]).
@@ -8,6 +8,8 @@ pub(crate) mod ending;
 pub mod model;
 pub mod parse;
 pub mod sample;
+pub mod stream;
 pub mod write;
 
 pub use parse::*;
+pub use stream::*;

@@ -1,6 +1,7 @@
 use serde_json::{Value, json};
 
 use super::*;
+use crate::dialect::StreamEvent;
 
 fn request(body: Value) -> ParsedRequest {
     crate::dialect::testing::request(crate::dialect::Dialect::OpenaiResponses, &body)

@@ -1,0 +1,323 @@
+//! Merging a request into a [`SessionState`] (see the parent module's
+//! "Merging"): alignment against the previous request, one step per new
+//! item, and what is kept for aligning the next request.
+
+use std::time::Duration;
+
+use super::{Absorbed, SessionState};
+use crate::detect::settings::Settings;
+use crate::detect::step::{Cycle, Item, Keys, Step, StepKind, UserText, extract};
+use crate::transcript::Transcript;
+
+/// Previous-request keys kept for alignment.
+const TAIL_KEYS: usize = 4;
+/// Newest call ids of the previous request kept as alignment anchors.
+const ANCHORS: usize = 16;
+/// User-text hashes remembered per session (canned-message recognition).
+const USER_TEXTS: usize = 512;
+
+/// A request's identity for `replay_storm`: its items' keys, in order.
+fn request_identity(keys: &[u64]) -> u64 {
+    let mut bytes = Vec::with_capacity(keys.len() * 8);
+    for k in keys {
+        bytes.extend_from_slice(&k.to_le_bytes());
+    }
+    xxhash_rust::xxh3::xxh3_64(&bytes)
+}
+
+/// How much of the history a request carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Carries {
+    /// The whole history (or a compacted / pruned form of it): aligned
+    /// against the previous request to find what is new.
+    Whole,
+    /// Only what is new since the previous request.
+    New,
+}
+
+impl SessionState {
+    /// Merges a request's history into the session (see the module doc).
+    pub fn absorb(&mut self, transcript: &Transcript, now: Duration, settings: &Settings) -> Absorbed {
+        self.absorb_from(transcript, now, settings, Carries::Whole)
+    }
+
+    /// Merges a request that carries only what is new since the previous
+    /// one: an OpenAI Responses request chained with `previous_response_id`
+    /// (the server holds the rest). Nothing in it is aligned against the
+    /// previous request, so an identical cycle counts again rather than
+    /// reading as the previous request's tail resent.
+    pub fn absorb_new(&mut self, transcript: &Transcript, now: Duration, settings: &Settings) -> Absorbed {
+        self.absorb_from(transcript, now, settings, Carries::New)
+    }
+
+    fn absorb_from(
+        &mut self,
+        transcript: &Transcript,
+        now: Duration,
+        settings: &Settings,
+        carries: Carries,
+    ) -> Absorbed {
+        self.declared.clone_from(&transcript.tools);
+        let mut identity = None;
+        let (items, start) = extract(transcript, settings, |keys| {
+            identity = Some(request_identity(keys.keys));
+            match carries {
+                Carries::Whole => self.align(keys),
+                Carries::New => 0,
+            }
+        });
+        // A first prompt (no model turn yet) sent n times is sampling
+        // (best-of-n, pass@k), not a client resending a conversation.
+        let conversation = items.iter().any(|i| !matches!(i, Item::User { .. }));
+        if let (Carries::Whole, Some(identity), true) = (carries, identity, conversation) {
+            self.count_repeat(identity, now, settings);
+        }
+        let mut absorbed = Absorbed::default();
+        let mut prev_canned = false;
+        for (i, item) in items.iter().enumerate() {
+            if i < start {
+                prev_canned = self.resent(item);
+                continue;
+            }
+            // A canned reply answers a model turn: right after the assistant,
+            // or right after another canned reply (recordings and some agents
+            // drop the empty model turns between a run of format reminders).
+            let after_assistant = (i > 0 && !matches!(items[i - 1], Item::User { .. })) || prev_canned;
+            let (kind, canned) = self.step_of(item, after_assistant, &mut absorbed);
+            if let Some(kind) = kind {
+                self.push(kind, item.key(), now, settings);
+                absorbed.new_steps += 1;
+            }
+            prev_canned = canned;
+        }
+        self.remember_items(&items);
+        absorbed
+    }
+
+    /// Counts a whole request's identity into the current run of identical
+    /// requests (`replay_storm`), keeping as many as its breaker needs.
+    fn count_repeat(&mut self, identity: u64, now: Duration, settings: &Settings) {
+        let keep = settings
+            .thresholds(crate::detect::DetectorKind::ReplayStorm)
+            .get(crate::detect::Level::Breaker);
+        let keep = usize::try_from(keep).unwrap_or(usize::MAX);
+        self.repeats
+            .observe(identity, now, settings.replay_storm_window, keep);
+    }
+
+    /// An item before the alignment point (already absorbed): only the
+    /// person's own text is remembered again. Returns whether it is a
+    /// canned reply.
+    fn resent(&mut self, item: &Item) -> bool {
+        if let Item::User {
+            key,
+            text: UserText::Own,
+        } = item
+        {
+            self.remember_user(*key);
+        }
+        matches!(
+            item,
+            Item::User {
+                text: UserText::Canned,
+                ..
+            }
+        )
+    }
+
+    /// The step a new item makes, if any, and whether it is a canned reply.
+    fn step_of(
+        &mut self,
+        item: &Item,
+        after_assistant: bool,
+        absorbed: &mut Absorbed,
+    ) -> (Option<StepKind>, bool) {
+        match item {
+            Item::User {
+                text: UserText::Synthetic,
+                ..
+            } => (None, false),
+            Item::User { key, text } => self.user_step(*key, *text, after_assistant, absorbed),
+            Item::Said { key } => {
+                self.turn += 1;
+                self.epoch_turns += 1;
+                (Some(StepKind::Said(*key)), false)
+            }
+            // Cycles from the alignment point on are always materialised.
+            Item::Cycle { cycle: None, .. } => (None, false),
+            Item::Cycle {
+                cycle: Some(cycle),
+                turn_start,
+                ..
+            } => {
+                if *turn_start {
+                    self.turn += 1;
+                    self.epoch_turns += 1;
+                }
+                self.in_epoch += 1;
+                self.compactions_in_row = 0;
+                (Some(StepKind::Cycle(self.resolve_dedup(cycle.clone()))), false)
+            }
+        }
+    }
+
+    /// A user text: a new one is the person speaking (a new epoch); a
+    /// canned one after a model turn is a canned reminder; any other
+    /// repeated text a repeated screen. Returns the step and whether it is
+    /// a canned reply.
+    fn user_step(
+        &mut self,
+        key: u64,
+        text: UserText,
+        after_assistant: bool,
+        absorbed: &mut Absorbed,
+    ) -> (Option<StepKind>, bool) {
+        let repeated = text == UserText::Canned || self.user_texts.contains(&key);
+        if !repeated {
+            self.epoch += 1;
+            self.in_epoch = 0;
+            self.epoch_turns = 0;
+            absorbed.person_spoke = true;
+        }
+        self.remember_user(key);
+        // Only a text that matches `canned_patterns` is a canned
+        // reminder (a failure); any other repeated text is a
+        // repeated screen (issue #12 point 7).
+        let canned = text == UserText::Canned && after_assistant;
+        let kind = if canned {
+            Some(StepKind::Canned)
+        } else if repeated {
+            Some(StepKind::Screen(key))
+        } else {
+            None
+        };
+        (kind, canned)
+    }
+
+    /// Remembers the request's items for aligning the next one: their
+    /// count, tail keys, anchors and shapes.
+    fn remember_items(&mut self, items: &[Item]) {
+        let n = items.len();
+        self.seen_items = n;
+        self.tail = items.iter().rev().take(TAIL_KEYS).rev().map(Item::key).collect();
+        self.anchors = items
+            .iter()
+            .enumerate()
+            .rev()
+            .filter_map(|(i, item)| item.ident().map(|id| (id, n - 1 - i)))
+            .take(ANCHORS)
+            .collect();
+        self.shapes = items.iter().map(Item::shape).collect();
+        self.realign = false;
+    }
+
+    /// Index of the first item not absorbed yet (issue #12 point 8: merge by
+    /// stable identity, so that rewritten older items neither hide nor
+    /// double-count new ones). In order:
+    ///
+    /// 1. the previous request's last keys at the same place: an append;
+    /// 2. an anchor: the newest call whose id the previous request carried
+    ///    (and that occurs once in this one) — the items after it in the
+    ///    previous request are there again (rewritten or not), the rest is
+    ///    new;
+    /// 3. the same item shapes (kind, tool) as the whole previous request,
+    ///    in place: older items were rewritten (clipped, replaced by a
+    ///    placeholder) and the rest is new — id-less histories (Gemini);
+    /// 4. the previous request's last keys anywhere (a compacted or pruned
+    ///    request whose kept tail matches), else its last key known (a
+    ///    stale retry), else everything is new.
+    fn align(&self, k: &Keys) -> usize {
+        let keys = k.keys;
+        if self.tail.is_empty() {
+            return 0;
+        }
+        let seen = self.seen_items;
+        let width = self.tail.len();
+        if !self.realign && keys.len() >= seen && seen >= width && keys[seen - width..seen] == self.tail[..] {
+            return seen;
+        }
+        let anchor = k.idents.iter().enumerate().rev().find_map(|(i, id)| {
+            let id = (*id)?;
+            let after = self.anchors.iter().find(|(a, _)| *a == id)?.1;
+            let unique = k.idents.iter().filter(|x| **x == Some(id)).count() == 1;
+            unique.then_some((i, after))
+        });
+        if let Some((i, after)) = anchor {
+            return (i + 1 + after).min(keys.len());
+        }
+        if !self.realign && k.shapes.len() >= seen && k.shapes[..seen] == self.shapes[..] {
+            return seen;
+        }
+        let k = width;
+        for width in (1..=k).rev() {
+            let tail = &self.tail[k - width..];
+            if let Some(end) = (width..=keys.len())
+                .rev()
+                .find(|&end| keys[end - width..end] == *tail)
+            {
+                return end;
+            }
+        }
+        match keys.last() {
+            Some(last) if self.knows(*last) => keys.len(),
+            _ => 0,
+        }
+    }
+
+    fn knows(&self, key: u64) -> bool {
+        self.user_texts.contains(&key) || self.steps.iter().any(|s| s.key == key)
+    }
+
+    fn remember_user(&mut self, key: u64) {
+        if self.user_texts.insert(key) {
+            self.user_order.push_back(key);
+            if self.user_order.len() > USER_TEXTS {
+                if let Some(old) = self.user_order.pop_front() {
+                    self.user_texts.remove(&old);
+                }
+            }
+        }
+    }
+
+    /// A dedup notice reads as "same as the previous outcome" of that call.
+    fn resolve_dedup(&self, mut cycle: Cycle) -> Cycle {
+        if let Some(outcome) = cycle.outcome.as_mut().filter(|o| o.dedup) {
+            let previous = self
+                .steps
+                .iter()
+                .rev()
+                .filter_map(|s| s.cycle())
+                .filter(|c| c.signature == cycle.signature)
+                .find_map(|c| c.outcome);
+            if let Some(previous) = previous {
+                *outcome = previous;
+            }
+        }
+        cycle
+    }
+
+    /// Appends a step, dropping the oldest beyond the history bounds.
+    fn push(&mut self, kind: StepKind, key: u64, now: Duration, settings: &Settings) {
+        if matches!(kind, StepKind::Cycle(_)) {
+            self.cycles += 1;
+        }
+        self.steps.push_back(Step {
+            kind,
+            key,
+            epoch: self.epoch,
+            in_epoch: self.in_epoch,
+            seq: self.next_seq,
+            turn: self.turn,
+            at: now,
+        });
+        self.next_seq += 1;
+        let limit = settings.history_size.max(1);
+        while self.cycles > limit || self.steps.len() > 2 * limit + 8 {
+            match self.steps.pop_front() {
+                Some(old) if old.cycle().is_some() => self.cycles -= 1,
+                Some(_) => {}
+                None => break,
+            }
+        }
+    }
+}

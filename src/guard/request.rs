@@ -1,0 +1,85 @@
+//! The request as the guard sees it ([`RequestView`]) and what it tells:
+//! the answer's mode, the model, an explicit summarizer signal, a chained
+//! Responses request; and the body with a warning injected.
+
+use bytes::Bytes;
+use http::HeaderMap;
+
+use crate::config::Route;
+use crate::dialect::{Dialect, Mode, ParsedRequest};
+
+/// The request as the guard needs it.
+#[derive(Debug)]
+pub struct RequestView<'a> {
+    /// The matched route.
+    pub route: &'a Route,
+    /// The dialect.
+    pub dialect: Dialect,
+    /// Path (without query).
+    pub path: &'a str,
+    /// Query string.
+    pub query: Option<&'a str>,
+    /// Request headers.
+    pub headers: &'a HeaderMap,
+    /// The body decoded for parsing.
+    pub decoded: &'a Bytes,
+    /// The parsed body.
+    pub parsed: &'a ParsedRequest,
+}
+
+impl RequestView<'_> {
+    /// How the client asked for the answer.
+    pub fn mode(&self) -> Mode {
+        self.dialect.mode(self.path, self.query, self.parsed.stream)
+    }
+
+    /// The model asked for: the body's `model`, else the last path
+    /// segment before a `:` (Gemini's `models/{model}:generateContent`).
+    pub(super) fn model(&self) -> String {
+        self.parsed.model.clone().unwrap_or_else(|| {
+            self.path
+                .rsplit('/')
+                .next()
+                .and_then(|last| last.split(':').next())
+                .unwrap_or_default()
+                .to_owned()
+        })
+    }
+
+    /// The request carries an explicit summarizer signal on the wire: Codex's
+    /// `POST …/responses/compact` or `"request_kind":"compaction"` in its
+    /// `x-codex-turn-metadata` header, a `compaction_trigger` item, Claude
+    /// Code's `x-claude-code-compaction` header.
+    pub(super) fn explicit_summarizer(&self) -> bool {
+        let codex_compaction = self
+            .headers
+            .get("x-codex-turn-metadata")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| serde_json::from_str::<serde_json::Value>(v).ok())
+            .is_some_and(|m| m["request_kind"] == "compaction");
+        self.parsed.summarizer
+            || codex_compaction
+            || self.path.trim_end_matches('/').ends_with("/responses/compact")
+            || self.headers.contains_key("x-claude-code-compaction")
+    }
+
+    /// A Responses request chained with `previous_response_id` carries only
+    /// the items new since that response (the server holds the rest).
+    pub(super) fn carries_only_new(&self) -> bool {
+        self.parsed
+            .responses
+            .as_ref()
+            .is_some_and(|r| r.previous_response_id.is_some())
+    }
+
+    /// The body with the warning injected, or `None` when it has no tool result
+    /// to carry it (then the request is forwarded unchanged).
+    pub(super) fn inject(&self, warning: &str) -> Option<Bytes> {
+        let mut value: serde_json::Value = serde_json::from_slice(self.decoded).ok()?;
+        if !self.dialect.inject_warning(&mut value, warning) {
+            tracing::debug!("no tool result to carry the warning; forwarded unchanged");
+            return None;
+        }
+        serde_json::to_vec(&value).ok().map(Bytes::from)
+    }
+}
