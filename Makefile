@@ -14,7 +14,7 @@ AGENTS := tests/agents
 test: $(VENV)/.installed agents
 	cargo build --locked
 	cargo test --locked
-	LOOPGUARD_BIN=$(TARGET_DIR)/debug/loopguard $(PY) -m pytest tests/python -q
+	LOOPGUARD_BIN=$(TARGET_DIR)/debug/loopguard $(PY) -m pytest tests/python -q -rs
 
 lint:
 	cargo fmt --all -- --check

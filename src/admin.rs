@@ -34,6 +34,9 @@ pub struct AdminState {
     pub ready: Arc<AtomicBool>,
     /// The session store.
     pub store: Arc<Store>,
+    /// The shared store (`[state] backend = "redis"`): the session list and
+    /// `DELETE` cover every replica.
+    pub shared: Option<Arc<crate::state::Shared>>,
     /// The configuration in force (the admin token is read from it).
     pub config: SharedConfig,
     /// Re-reads the config file.
@@ -109,13 +112,23 @@ fn summary(s: &Session) -> Value {
     })
 }
 
+/// Most sessions the list reads from the shared store.
+const SHARED_LIST_LIMIT: usize = 1_000;
+
 async fn sessions(State(state): State<AdminState>) -> Response {
-    let list: Vec<Value> = state
+    let mut list: Vec<Value> = state
         .store
         .all()
         .iter()
         .map(|s| summary(&s.lock().unwrap_or_else(PoisonError::into_inner)))
         .collect();
+    if let Some(shared) = &state.shared {
+        // Every replica's sessions, as stored; this replica's copies are a
+        // cache of them (shown alone only while the store is unreachable).
+        if let Some(stored) = shared.list(SHARED_LIST_LIMIT).await {
+            list = stored.iter().map(summary).collect();
+        }
+    }
     axum::Json(json!({"sessions": list})).into_response()
 }
 
@@ -191,7 +204,12 @@ async fn forget(State(state): State<AdminState>, headers: HeaderMap, Path(key): 
     if let Some(refused) = refusal(&state, &headers) {
         return refused;
     }
-    if state.store.remove(&key) {
+    let removed = state.store.remove(&key);
+    let removed_shared = match &state.shared {
+        Some(shared) => shared.delete(&key).await.unwrap_or(false),
+        None => false,
+    };
+    if removed || removed_shared {
         StatusCode::NO_CONTENT.into_response()
     } else {
         (

@@ -69,6 +69,7 @@ pub mod semantic;
 pub mod server;
 pub mod session;
 pub mod sse;
+pub mod state;
 pub mod task;
 pub mod telemetry;
 pub mod tools;

@@ -131,6 +131,11 @@ fn check_config(path: &Path) -> ExitCode {
                 println!("{e}");
                 return ExitCode::FAILURE;
             }
+            if config.state.backend == config::state::Backend::Redis {
+                if let Some(url) = &config.state.url {
+                    println!("state: redis at {url} (key prefix {:?})", config.state.key_prefix);
+                }
+            }
             println!("{}: ok", path.display());
             ExitCode::SUCCESS
         }

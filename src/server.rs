@@ -84,6 +84,7 @@ pub async fn serve(
     let ready = Arc::new(AtomicBool::new(false));
     let guard = Guard::new(&config);
     let store = Arc::clone(guard.store());
+    let state_store = guard.shared().cloned();
     let shared_state = crate::workers::Shared {
         config: Arc::clone(&shared),
         guard: Arc::new(guard),
@@ -95,6 +96,7 @@ pub async fn serve(
         metrics,
         ready: Arc::clone(&ready),
         store,
+        shared: state_store,
         config: Arc::clone(&shared),
         reloader: reloader.clone(),
     });

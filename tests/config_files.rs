@@ -77,3 +77,55 @@ fn check_config_accepts_the_default_file() {
         .unwrap_or_else(|e| panic!("{e}"));
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
 }
+
+/// `[state]`: `check-config` names the store with the URL's password
+/// blanked out (from the file or `LOOPGUARD_STATE_URL`), and reports a bad
+/// backend, timeout and URL by key path without the password.
+#[test]
+fn check_config_validates_state_and_never_shows_its_password() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("config/replicas.toml");
+    let out = Command::new(env!("CARGO_BIN_EXE_loopguard"))
+        .arg("check-config")
+        .arg(&path)
+        .env(
+            "LOOPGUARD_STATE_URL",
+            "rediss://lg:s3cret-pw@cache.internal:6380/2",
+        )
+        .output()
+        .unwrap_or_else(|e| panic!("{e}"));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    assert!(
+        stdout.contains("state: redis at rediss://lg:***@cache.internal:6380/2"),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("s3cret-pw"), "{stdout}");
+
+    let bad = std::env::temp_dir().join(format!("loopguard-state-{}.toml", std::process::id()));
+    std::fs::write(
+        &bad,
+        "[state]\nbackend = \"etcd\"\nurl = \"http://lg:s3cret-pw@cache:6379\"\ntimeout_ms = 0\n",
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let out = Command::new(env!("CARGO_BIN_EXE_loopguard"))
+        .arg("check-config")
+        .arg(&bad)
+        .output()
+        .unwrap_or_else(|e| panic!("{e}"));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(
+        stdout.contains("state.backend: \"etcd\" is not a backend"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("state.url: \"http://lg:***@cache:6379/\" is not a redis://"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("state.timeout_ms: must be 1..=10000, got 0"),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("s3cret-pw"), "{stdout}");
+    assert!(stdout.contains("4 problem(s)"), "{stdout}"); // and no [[routes]]
+}

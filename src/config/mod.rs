@@ -15,6 +15,7 @@ pub mod raw;
 pub mod recording;
 pub mod semantic;
 mod shape;
+pub mod state;
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -42,6 +43,8 @@ pub struct Config {
     pub loop_detection: LoopDetection,
     /// `[recording]` (read at start; a reload does not change it).
     pub recording: recording::RecordingConfig,
+    /// `[state]`.
+    pub state: state::StateConfig,
 }
 
 /// Validated `[server]`.
@@ -308,12 +311,14 @@ fn validate(raw: &RawConfig, problems: &mut Problems) -> Config {
     }
     let loop_detection = detection::validate(&raw.loop_detection, &raw.agents, problems);
     let recording = recording::validate(&raw.recording, problems);
+    let state = state::validate(&raw.state, problems);
     Config {
         server,
         routes,
         sessions,
         loop_detection,
         recording,
+        state,
     }
 }
 
@@ -520,6 +525,7 @@ fn validate_routes(raw: &RawConfig, problems: &mut Problems) -> Vec<Route> {
 /// - `LOOPGUARD_LISTEN`: `server.listen`
 /// - `LOOPGUARD_ADMIN_LISTEN`: `server.admin_listen`
 /// - `LOOPGUARD_ADMIN_TOKEN`: `server.admin_token`
+/// - `LOOPGUARD_STATE_URL`: `state.url` (its password is never shown)
 /// - `LOOPGUARD_OPENAI_UPSTREAM`, `LOOPGUARD_GEMINI_UPSTREAM`,
 ///   `LOOPGUARD_ANTHROPIC_UPSTREAM`: the `upstream` of every route of that
 ///   provider.
@@ -536,6 +542,12 @@ pub fn apply_env(config: &mut Config, get: impl Fn(&str) -> Option<String>) -> R
     }
     if let Some(v) = get("LOOPGUARD_ADMIN_TOKEN") {
         config.server.admin_token = Some(v).filter(|t| !t.is_empty());
+    }
+    if let Some(v) = get("LOOPGUARD_STATE_URL") {
+        match state::parse_url(&v) {
+            Ok(url) => config.state.url = Some(url),
+            Err(e) => problems.push("env LOOPGUARD_STATE_URL", e),
+        }
     }
     for provider in [Provider::Openai, Provider::Gemini, Provider::Anthropic] {
         let var = format!("LOOPGUARD_{}_UPSTREAM", provider.name().to_ascii_uppercase());

@@ -24,6 +24,9 @@ pub struct RawConfig {
     /// `[loop_detection]`.
     #[serde(default)]
     pub loop_detection: RawLoopDetection,
+    /// `[state]`.
+    #[serde(default)]
+    pub state: super::state::RawState,
     /// `[[agents]]`.
     #[serde(default)]
     pub agents: Vec<RawAgent>,

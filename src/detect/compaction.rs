@@ -29,7 +29,7 @@ use super::step::{UserText, classify_user, own_text};
 use crate::transcript::{Role, Transcript};
 
 /// What the compaction classifier needs to remember of a lane's previous request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 pub struct RequestSummary {
     /// Hash of the system text.
     pub system: u64,

@@ -43,6 +43,11 @@ const TRACKING: &[&str] = &[
 
 /// The identity of a call under `settings` (see the module doc).
 pub(crate) fn of(call: &ToolCall, settings: &Settings) -> Signature {
+    if let Some(digest) = &call.digest {
+        // Read back from the shared store with bounded arguments: the
+        // identity of the full ones, computed when they were stored.
+        return digest.identity;
+    }
     let Arguments::Json(Value::Object(map)) = &call.arguments else {
         return call.signature;
     };

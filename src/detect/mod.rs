@@ -61,7 +61,7 @@ pub mod unknown_tool;
 pub mod verdict;
 
 #[cfg(test)]
-mod testkit;
+pub(crate) mod testkit;
 
 pub use compaction::{Classification, RequestSummary, classify, classify_summarized, is_summarizer};
 pub use content_chanting::{Channel, ContentScanner};

@@ -49,7 +49,7 @@ use super::settings::Settings;
 use crate::transcript::{Arguments, ResultContent, ToolCall, ToolResult, canonical_json};
 
 /// A normalised tool result.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct Outcome {
     /// Hash of the normalised result.
     pub hash: u128,
@@ -133,18 +133,10 @@ struct Echo(HashSet<u64>);
 
 impl Echo {
     fn of(call: Option<&ToolCall>) -> Self {
-        let mut lines = HashSet::new();
-        let mut add = |text: &str| {
-            for line in text.lines().map(str::trim).filter(|l| l.len() >= 4) {
-                lines.insert(hash64(line.as_bytes()));
-            }
-        };
-        match call.map(|c| &c.arguments) {
-            Some(Arguments::Json(value)) => strings(value, &mut |s| add(s)),
-            Some(Arguments::Unparsable(raw)) => add(raw),
-            None => {}
+        if let Some(digest) = call.and_then(|c| c.digest.as_ref()) {
+            return Self(digest.echo.iter().copied().collect());
         }
-        Self(lines)
+        Self(echo_lines(call).collect())
     }
 
     /// The text without the lines it echoes.
@@ -157,6 +149,23 @@ impl Echo {
             .collect::<Vec<_>>()
             .join("\n")
     }
+}
+
+/// Hashes of the (trimmed, at least 4 bytes) lines of `call`'s string
+/// arguments, in argument order (duplicates possible).
+pub(crate) fn echo_lines(call: Option<&ToolCall>) -> impl Iterator<Item = u64> {
+    let mut lines = Vec::new();
+    let mut add = |text: &str| {
+        for line in text.lines().map(str::trim).filter(|l| l.len() >= 4) {
+            lines.push(hash64(line.as_bytes()));
+        }
+    };
+    match call.map(|c| &c.arguments) {
+        Some(Arguments::Json(value)) => strings(value, &mut |s| add(s)),
+        Some(Arguments::Unparsable(raw)) => add(raw),
+        None => {}
+    }
+    lines.into_iter()
 }
 
 fn strings(value: &Value, f: &mut impl FnMut(&str)) {

@@ -24,7 +24,7 @@ const ADVICE: &str =
     "The client keeps resending the same request unchanged; stop the run and check its retry loop.";
 
 /// The current run of identical requests of one lane.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
 pub struct Repeats {
     /// Hash of the request (its items' keys, in order).
     request: u64,

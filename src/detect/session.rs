@@ -67,7 +67,7 @@ pub struct CallView {
 }
 
 /// Detector state of one session lane.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
 pub struct SessionState {
     steps: VecDeque<Step>,
     cycles: usize,

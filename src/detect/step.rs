@@ -23,7 +23,7 @@ use crate::transcript::{
 pub(crate) const ARGS_PREVIEW: usize = 120;
 
 /// One tool call with its outcome (unknown while the call is pending).
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub(crate) struct Cycle {
     pub name: String,
     pub args: String,
@@ -57,7 +57,7 @@ impl Cycle {
 }
 
 /// What a step is.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub(crate) enum StepKind {
     /// A tool cycle.
     Cycle(Cycle),
@@ -72,7 +72,7 @@ pub(crate) enum StepKind {
 }
 
 /// A step in the session's history.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub(crate) struct Step {
     pub kind: StepKind,
     /// Identity for merging requests (call id or signature + outcome, text hash).

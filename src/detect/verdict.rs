@@ -1,11 +1,11 @@
 //! Verdicts: what a detector found, at which level, and what loopguard does about it.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::settings::Settings;
 
 /// How serious a finding is. Ordered: `Warning < Critical < Breaker`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Level {
     /// The agent may be looping; tell it.
@@ -41,7 +41,7 @@ impl Level {
 }
 
 /// What loopguard does about a verdict (DESIGN §4).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Action {
     /// Log and count only.
@@ -90,7 +90,7 @@ impl Action {
 
 /// The detectors, in DESIGN §3's table order (which breaks ties between
 /// verdicts of the same level).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum DetectorKind {
     /// Same signature N times in a row.
@@ -197,7 +197,7 @@ impl DetectorKind {
 
 /// A detector's finding, with the action configured for it and a message a
 /// person (or the agent) can read.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Verdict {
     /// Which detector fired.
     pub detector: DetectorKind,

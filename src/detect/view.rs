@@ -11,7 +11,7 @@ use crate::transcript::Signature;
 
 /// The armed `post_compaction` guard: where the compaction happened and the
 /// (signature, outcome) pairs seen before it.
-#[derive(Debug, Clone, PartialEq, Default)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
 pub(crate) struct Guard {
     /// Steps with `seq` above this came after the compaction.
     pub mark: u64,

@@ -10,6 +10,7 @@
 
 mod escalation;
 mod request;
+pub mod shared;
 pub mod stream;
 
 use std::borrow::Cow;
@@ -72,6 +73,8 @@ pub struct Guard {
     fault_injection: bool,
     /// `[recording]`, when on.
     recorder: Option<crate::recording::Recorder>,
+    /// The shared store (`[state] backend = "redis"`), see [`crate::state`].
+    shared: Option<Arc<crate::state::Shared>>,
 }
 
 /// Logs a verdict and counts it.
@@ -120,6 +123,12 @@ impl Guard {
             judge: crate::semantic::Checker::new(config),
             fault_injection: std::env::var("LOOPGUARD_FAULT_INJECTION").is_ok_and(|v| v == "1"),
             recorder: start_recorder(config),
+            shared: match config.state.backend {
+                crate::config::state::Backend::Memory => None,
+                crate::config::state::Backend::Redis => {
+                    crate::state::Shared::start(&config.state, config.sessions.idle_ttl)
+                }
+            },
         }
     }
 
@@ -161,6 +170,17 @@ impl Guard {
         config: &Config,
         request: &RequestView<'_>,
     ) -> (RequestDecision, Option<String>) {
+        self.on_request_with(config, request, None)
+    }
+
+    /// [`Guard::on_request`], the response's additions to shared state also
+    /// noted in `outbox` (see [`shared`]).
+    pub fn on_request_with(
+        &self,
+        config: &Config,
+        request: &RequestView<'_>,
+        outbox: Option<Arc<crate::state::Outbox>>,
+    ) -> (RequestDecision, Option<String>) {
         let header_pairs = request
             .headers
             .iter()
@@ -178,7 +198,7 @@ impl Guard {
         }
         let header = config.sessions.header.as_str();
         let result = catch_unwind(AssertUnwindSafe(|| {
-            self.judge_request(config, request, header, &settings, agent.as_deref())
+            self.judge_request(config, request, header, &settings, agent.as_deref(), outbox)
         }));
         match result {
             Ok((decision, key)) => (decision, Some(key)),
@@ -200,6 +220,7 @@ impl Guard {
         session_header: &str,
         settings: &Arc<Settings>,
         agent: Option<&str>,
+        outbox: Option<Arc<crate::state::Outbox>>,
     ) -> (RequestDecision, String) {
         let (located, summary) = self.locate(request, session_header, settings);
         if self.wants_panic(request.headers, "request") {
@@ -228,7 +249,7 @@ impl Guard {
         self.follow_up(&located, ticket, &verdicts, &session_key, settings, agent);
         let session = Arc::clone(&located.session);
         let lane = located.lane;
-        let mut judge = self.stream_reviewer(request, located, &session_key, settings, agent);
+        let mut judge = self.stream_reviewer(request, located, &session_key, settings, agent, outbox);
         if let Some(recorder) = &self.recorder {
             judge.record_into(recorder.clone(), recording_lane);
         }
@@ -451,6 +472,7 @@ impl Guard {
         session_key: &str,
         settings: &Arc<Settings>,
         agent: Option<&str>,
+        outbox: Option<Arc<crate::state::Outbox>>,
     ) -> Box<StreamReviewer> {
         let judge = StreamReviewer::new(
             Arc::clone(&located.session),
@@ -464,7 +486,8 @@ impl Guard {
                     .headers
                     .get(TEST_PANIC_HEADER)
                     .is_some_and(|v| v == "stream"),
-        );
+        )
+        .with_outbox(outbox);
         Box::new(if request.dialect.chains_responses() {
             let root = !request.carries_only_new() && located.key.source == key::KeySource::Fingerprint;
             judge.for_responses(located.tenant, located.stateful, root)

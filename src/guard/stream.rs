@@ -29,6 +29,8 @@ pub struct StreamReviewer {
     /// Responses only: the tenant, to remember the response's id with its
     /// calls for a later `previous_response_id` request.
     chain: Option<Chain>,
+    /// Shared state: what the response adds, written before its end.
+    outbox: Option<Arc<crate::state::Outbox>>,
     /// `[recording]`: the recorder and this response's lane.
     recording: Option<(crate::recording::Recorder, crate::recording::LaneId)>,
 }
@@ -76,6 +78,7 @@ impl StreamReviewer {
             panic_for_test,
             stateful: false,
             chain: None,
+            outbox: None,
             recording: None,
         }
     }
@@ -95,6 +98,13 @@ impl StreamReviewer {
                 level: verdict.level,
             });
         }
+    }
+
+    /// With shared state: the response's additions also go to `outbox`.
+    #[must_use]
+    pub fn with_outbox(mut self, outbox: Option<Arc<crate::state::Outbox>>) -> Self {
+        self.outbox = outbox;
+        self
     }
 
     /// For an `openai-responses` response: its id is remembered (with the
@@ -121,18 +131,19 @@ impl StreamReviewer {
     fn note_chain(&self) {
         let Some(chain) = &self.chain else { return };
         let Some(id) = &chain.id else { return };
-        self.store.note_response(
-            id,
-            crate::session::StoredResponse {
-                tenant: chain.tenant.clone(),
-                session: if chain.root {
-                    chain_session(&self.key, id)
-                } else {
-                    self.key.clone()
-                },
-                calls: chain.calls.clone(),
+        let record = crate::session::StoredResponse {
+            tenant: chain.tenant.clone(),
+            session: if chain.root {
+                chain_session(&self.key, id)
+            } else {
+                self.key.clone()
             },
-        );
+            calls: chain.calls.clone(),
+        };
+        if let Some(outbox) = &self.outbox {
+            outbox.note_response(id, &record, &self.settings);
+        }
+        self.store.note_response(id, record);
     }
 }
 
@@ -149,7 +160,12 @@ impl StreamReviewer {
         let arm = crate::escalate::experiment::arm(&self.settings.experiment, &self.key);
         let ended = {
             let mut session = self.session.lock().unwrap_or_else(PoisonError::into_inner);
-            crate::escalate::outcome::follow(&mut session.lane(self.lane).stretch, Some(verdict), arm, true)
+            let lane = session.lane(self.lane);
+            let ended = crate::escalate::outcome::follow(&mut lane.stretch, Some(verdict), arm, true);
+            if let Some(outbox) = &self.outbox {
+                outbox.note_stretch(self.lane, lane.stretch.clone());
+            }
+            ended
         };
         if let Some((stretch, outcome)) = ended {
             self.store.outcomes().count(&self.key, &stretch, outcome);
@@ -194,6 +210,9 @@ impl StreamJudge for StreamReviewer {
         }
         for v in &verdicts {
             record(v, &self.key, self.agent.as_deref(), "stream");
+            if let Some(outbox) = &self.outbox {
+                outbox.note_verdict(self.lane, v);
+            }
             self.record_verdict(v);
         }
         self.follow_outcome(decisive(&verdicts));
@@ -216,6 +235,9 @@ impl StreamJudge for StreamReviewer {
         self.record_verdict(&verdict);
         if let Ok(mut session) = self.session.lock() {
             session.lane(self.lane).remember(&verdict);
+        }
+        if let Some(outbox) = &self.outbox {
+            outbox.note_verdict(self.lane, &verdict);
         }
         self.follow_outcome(Some(&verdict));
         crate::plan::stream(&verdict)

@@ -3,12 +3,16 @@
 //! ([`crate::plan`]): forward as received, forward with the warning
 //! injected, or answer in the upstream's place.
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 
 use super::Answered;
 use super::admit::Admitted;
+use super::offload::Offload;
 use super::{answer_response, counted};
 use crate::config::Config;
+use crate::guard::shared::Commit;
 use crate::guard::{Guard, RequestDecision, RequestView};
 use crate::plan::{PassJudge, StreamJudge};
 
@@ -22,6 +26,8 @@ pub(super) struct Decided {
     pub(super) judge: Box<dyn StreamJudge>,
     /// The session key (a hash, for logs).
     pub(super) session: Option<String>,
+    /// Shared state: what the response adds, written before its end.
+    pub(super) outbox: Option<std::sync::Arc<crate::state::Outbox>>,
     /// The request-time verdict that let it go (observe, warn), for the log.
     pub(super) verdict: Option<String>,
     /// Escalated: the model and upstream it goes to instead.
@@ -30,12 +36,18 @@ pub(super) struct Decided {
 
 /// Decides what becomes of an admitted request: sent upstream, or answered
 /// by loopguard (a block or an abort).
-pub(super) fn decide(guard: &Guard, config: &Config, admitted: &Admitted<'_>) -> Result<Decided, Answered> {
+pub(super) async fn decide(
+    guard: &Guard,
+    offload: &Offload,
+    config: &Config,
+    admitted: &Admitted<'_>,
+) -> Result<Decided, Answered> {
     let mut decided = Decided {
         forward: admitted.body.clone(),
         body_replaced: false,
         judge: Box::new(PassJudge),
         session: None,
+        outbox: None,
         verdict: None,
         retarget: None,
     };
@@ -51,7 +63,24 @@ pub(super) fn decide(guard: &Guard, config: &Config, admitted: &Admitted<'_>) ->
         decoded,
         parsed,
     };
-    let (decision, key) = guard.on_request(config, &view);
+    // Large bodies are judged on the offload pool, never on the async
+    // workers; the shared store's load and write are the async frame around it.
+    let heavy = admitted.body.len() > config.server.offload_body_bytes;
+    let probe = offload.run(heavy, || guard.shared_probe(config, &view)).await;
+    let mut begun = guard.shared_begin(probe).await;
+    let (decision, key) = loop {
+        let outbox = begun.as_ref().map(|b| Arc::clone(b.outbox()));
+        let (decision, key) = offload
+            .run(heavy, || guard.on_request_with(config, &view, outbox))
+            .await;
+        let Some(b) = begun.as_mut() else {
+            break (decision, key);
+        };
+        if guard.shared_commit(b, key.as_deref()).await == Commit::Done {
+            break (decision, key);
+        }
+    };
+    decided.outbox = begun.map(|b| Arc::clone(b.outbox()));
     decided.session = key;
     match decision {
         RequestDecision::Forward {
@@ -75,6 +104,9 @@ pub(super) fn decide(guard: &Guard, config: &Config, admitted: &Admitted<'_>) ->
         } => {
             // The `request` event is written by the handler, as for every answer of loopguard's own.
             let route = &admitted.matched.route.prefix;
+            if let Some(outbox) = &decided.outbox {
+                outbox.flush().await;
+            }
             return Err(Box::new(counted(
                 route,
                 d.name(),

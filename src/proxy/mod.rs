@@ -61,12 +61,7 @@ pub async fn handle(State(state): State<Arc<ProxyState>>, request: Request) -> R
         Ok(admitted) => admitted,
         Err(response) => return logged(*response, started),
     };
-    let heavy = admitted.body.len() > config.server.offload_body_bytes;
-    let decision = state
-        .offload
-        .run(heavy, || decide::decide(&state.guard, &config, &admitted))
-        .await;
-    let decided = match decision {
+    let decided = match decide::decide(&state.guard, &state.offload, &config, &admitted).await {
         Ok(decided) => decided,
         Err(answered) => return logged(*answered, started),
     };

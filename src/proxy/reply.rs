@@ -52,6 +52,7 @@ pub(super) async fn reply(
         overhead,
         verdict: decided.verdict,
     };
+    let outbox = decided.outbox.clone();
     let Some(dialect) = dialect.filter(|_| status.is_success()) else {
         let body: Body = stream::client_body(response, config.server.idle_timeout, log);
         return with_headers(status, body, out_headers);
@@ -87,9 +88,14 @@ pub(super) async fn reply(
         log,
     };
     if mode == Mode::Whole {
-        whole(config, admitted, response, holder, decided.judge, reply).await
+        let out = whole(config, admitted, response, holder, decided.judge, reply).await;
+        if let Some(outbox) = outbox {
+            // Written before any byte of the answer goes out.
+            outbox.flush().await;
+        }
+        out
     } else {
-        streamed(config, response, holder, decided.judge, reply).await
+        streamed(config, response, holder, decided.judge, reply, outbox).await
     }
 }
 
@@ -154,6 +160,7 @@ async fn streamed(
     holder: Holder,
     judge: Box<dyn StreamJudge>,
     reply: Reply,
+    outbox: Option<std::sync::Arc<crate::state::Outbox>>,
 ) -> Response {
     let Reply {
         status,
@@ -190,11 +197,11 @@ async fn streamed(
                 set_verdict_header(&mut out_headers, v);
             }
             out_headers.remove(http::header::CONTENT_LENGTH);
-            respond_with(status, out_headers, body_rx)
+            respond_with(status, out_headers, body_rx, outbox)
         }
         None => {
             out_headers.remove(http::header::CONTENT_LENGTH);
-            respond_with(status, out_headers, body_rx)
+            respond_with(status, out_headers, body_rx, outbox)
         }
     }
 }
@@ -214,15 +221,23 @@ fn respond_with(
     status: http::StatusCode,
     headers: http::HeaderMap,
     body_rx: mpsc::Receiver<respond::BodyItem>,
+    outbox: Option<std::sync::Arc<crate::state::Outbox>>,
 ) -> Response {
-    let stream = futures_util::stream::unfold(body_rx, |mut rx| async move {
-        let item = rx.recv().await?;
+    let stream = futures_util::stream::unfold((body_rx, outbox), |(mut rx, outbox)| async move {
+        let Some(item) = rx.recv().await else {
+            // Shared state: what the response added is written before the
+            // body ends (the end of the chunked body is its last byte).
+            if let Some(outbox) = outbox {
+                outbox.flush().await;
+            }
+            return None;
+        };
         if item.is_err() {
             // Let the server write out what came before (headers included)
             // before the error aborts the response.
             tokio::time::sleep(std::time::Duration::from_millis(10)).await;
         }
-        Some((item, rx))
+        Some((item, (rx, outbox)))
     });
     with_headers(status, Body::from_stream(stream), headers)
 }

@@ -28,7 +28,7 @@ pub const MAX_LANES: usize = 8;
 pub const RECENT_VERDICTS: usize = 10;
 
 /// One lane of a session: requests with one system text and tool set.
-#[derive(Debug)]
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
 pub struct Lane {
     /// Hash of the system text and tool set.
     pub id: u64,
@@ -40,7 +40,8 @@ pub struct Lane {
     pub recent: VecDeque<Verdict>,
     /// When each of `recent` was noted, in the same order (the live page's timeline).
     pub noted: VecDeque<Noted>,
-    /// When the lane last saw a request.
+    /// When the lane last saw a request (this replica's clock; not stored).
+    #[serde(skip, default = "Instant::now")]
     pub last_seen: Instant,
     /// The LLM judge's schedule and pending result (see [`semantic_schedule`]).
     pub judge: semantic_schedule::CheckState,
@@ -49,7 +50,7 @@ pub struct Lane {
 }
 
 /// One conversation.
-#[derive(Debug)]
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
 pub struct Session {
     /// The session key (hashes only).
     pub key: String,
@@ -61,9 +62,18 @@ pub struct Session {
     pub lanes: Vec<Lane>,
     /// The `escalate` action's state (see [`crate::escalate`]).
     pub escalation: crate::escalate::EscalationState,
+    /// The version of the shared copy this one was read from or last
+    /// written as (see [`crate::state`]); 0: never shared.
+    #[serde(skip)]
+    pub version: u64,
 }
 
 impl Session {
+    /// A session with no lanes yet.
+    pub fn empty(key: &str) -> Self {
+        Self::new(key)
+    }
+
     pub(crate) fn new(key: &str) -> Self {
         Self {
             key: key.to_owned(),
@@ -71,6 +81,7 @@ impl Session {
             last_seen: SystemTime::now(),
             lanes: Vec::new(),
             escalation: crate::escalate::EscalationState::default(),
+            version: 0,
         }
     }
 
@@ -128,7 +139,7 @@ impl Lane {
 }
 
 /// When a verdict of [`Lane::recent`] was noted.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Noted {
     /// Wall clock, milliseconds since the Unix epoch.
     pub unix_ms: u64,
@@ -153,6 +164,7 @@ pub struct Store {
     /// items new since) finds its session and the calls it answers.
     responses: moka::sync::Cache<String, Arc<StoredResponse>>,
     epoch: Instant,
+    epoch_wall: Duration,
     /// How loop stretches ended (see [`crate::escalate::outcome`]).
     outcomes: Arc<crate::escalate::outcome::Tally>,
 }
@@ -201,6 +213,9 @@ impl Store {
                 .time_to_idle(idle_ttl)
                 .build(),
             epoch: Instant::now(),
+            epoch_wall: SystemTime::now()
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .unwrap_or_default(),
             outcomes,
         }
     }
@@ -210,9 +225,12 @@ impl Store {
         &self.outcomes
     }
 
-    /// The detectors' clock: time since the store was created.
+    /// The detectors' clock: wall-clock time since the Unix epoch, so that
+    /// replicas sharing sessions ([`crate::state`]) read one clock. Never
+    /// goes backwards within this process (a wall clock stepped back reads
+    /// as the last value plus the monotonic time since).
     pub fn now(&self) -> Duration {
-        self.epoch.elapsed()
+        self.epoch_wall + self.epoch.elapsed()
     }
 
     /// The session for `key`, and whether it was just created.

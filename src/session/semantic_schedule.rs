@@ -7,7 +7,7 @@ use crate::detect::settings::SemanticCheck;
 
 /// A positive answer: the judge (and the double check, when configured)
 /// reached the confidence bar.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct LoopFound {
     /// The judge's analysis (already truncated for reading).
     pub analysis: String,
@@ -41,7 +41,7 @@ pub struct Plan {
 }
 
 /// Judge state of one session lane.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
 pub struct CheckState {
     /// Bumped whenever the person speaks or the lane is reset: the answer of
     /// a check started under an older generation is dropped.

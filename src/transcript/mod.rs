@@ -88,6 +88,24 @@ pub struct ToolCall {
     /// in the same assistant turn, and the agent never executes it.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub server: bool,
+    /// A call read back from the shared store with bounded arguments
+    /// (see `crate::state::record`): what detection derives from the full
+    /// arguments, computed before they were bounded. `None` for calls
+    /// parsed from traffic.
+    #[serde(skip)]
+    pub digest: Option<std::sync::Arc<Digest>>,
+}
+
+/// What detection derives from a call's full arguments, kept when only a
+/// bounded form of them is stored (the shared store's response records).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Digest {
+    /// The call's identity under the settings of the response that carried
+    /// it (`detect::identity`).
+    pub identity: Signature,
+    /// Hashes of the argument lines a failing result may echo (the first
+    /// ones, see `crate::state::record::ECHO_MAX`).
+    pub echo: Vec<u64>,
 }
 
 impl ToolCall {
@@ -101,6 +119,7 @@ impl ToolCall {
             arguments,
             signature,
             server: false,
+            digest: None,
         }
     }
 
@@ -114,7 +133,7 @@ impl ToolCall {
 }
 
 /// A tool call's arguments.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(tag = "kind", content = "value", rename_all = "snake_case")]
 pub enum Arguments {
     /// Arguments that parsed as JSON (OpenAI's argument string after parsing,

@@ -13,7 +13,9 @@ use super::Arguments;
 /// insignificant whitespace (see [`canonical_json`]). Unparsable arguments are
 /// hashed as their raw text. Call ids never take part, so two calls that
 /// differ only by id have the same signature.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, Default, PartialOrd, Ord)]
+#[derive(
+    Clone, Copy, PartialEq, Eq, Hash, Default, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 pub struct Signature(pub [u8; 32]);
 
 impl Signature {

@@ -1,0 +1,176 @@
+//! `[state]`: where session state lives — in the process (`memory`, the
+//! default) or in a Redis-compatible server shared by several replicas
+//! (`redis`, see [`crate::state`]). The URL's password never appears in an
+//! error, a log line or `check-config` output ([`StateUrl`]'s `Display` and
+//! `Debug` redact it).
+
+use std::fmt;
+use std::time::Duration;
+
+use serde::Deserialize;
+use url::Url;
+
+use super::Problems;
+
+/// `[state]` as written in the file.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawState {
+    /// `"memory"` or `"redis"`.
+    #[serde(default = "default_backend")]
+    pub backend: String,
+    /// `redis://[user:password@]host:port[/db]` or `rediss://…` (TLS).
+    #[serde(default = "default_url")]
+    pub url: String,
+    /// Prefix of every key loopguard writes.
+    #[serde(default = "default_prefix")]
+    pub key_prefix: String,
+    /// Longest wait for one store call, in milliseconds.
+    #[serde(default = "default_timeout_ms")]
+    pub timeout_ms: u64,
+}
+
+impl Default for RawState {
+    fn default() -> Self {
+        Self {
+            backend: default_backend(),
+            url: default_url(),
+            key_prefix: default_prefix(),
+            timeout_ms: default_timeout_ms(),
+        }
+    }
+}
+
+fn default_backend() -> String {
+    "memory".to_owned()
+}
+fn default_url() -> String {
+    "redis://127.0.0.1:6379/0".to_owned()
+}
+fn default_prefix() -> String {
+    "loopguard:".to_owned()
+}
+fn default_timeout_ms() -> u64 {
+    50
+}
+
+/// Which store keeps the sessions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    /// In the process only (one replica, or sticky routing).
+    Memory,
+    /// In Redis, shared by every replica.
+    Redis,
+}
+
+/// A store URL whose password is never shown.
+#[derive(Clone, PartialEq, Eq)]
+pub struct StateUrl(Url);
+
+impl StateUrl {
+    /// The full URL, password included (for the client only).
+    pub fn secret(&self) -> &str {
+        self.0.as_str()
+    }
+}
+
+impl fmt::Display for StateUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&redacted(&self.0))
+    }
+}
+
+impl fmt::Debug for StateUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "StateUrl({self})")
+    }
+}
+
+/// The URL with its password (and a user name) replaced by `***`.
+fn redacted(url: &Url) -> String {
+    let mut shown = url.clone();
+    if shown.password().is_some() {
+        let _ = shown.set_password(Some("***"));
+    }
+    shown.to_string()
+}
+
+/// Validated `[state]`.
+#[derive(Debug, Clone)]
+pub struct StateConfig {
+    /// Which store.
+    pub backend: Backend,
+    /// The Redis URL (used with [`Backend::Redis`]); `None` only in a
+    /// configuration that failed validation.
+    pub url: Option<StateUrl>,
+    /// Prefix of every key.
+    pub key_prefix: String,
+    /// Longest wait for one store call.
+    pub timeout: Duration,
+}
+
+/// Parses a store URL; the error names the URL without its password.
+pub(super) fn parse_url(text: &str) -> Result<StateUrl, String> {
+    match Url::parse(text) {
+        Ok(url) if matches!(url.scheme(), "redis" | "rediss") && url.host().is_some() => Ok(StateUrl(url)),
+        Ok(url) => Err(format!(
+            "{:?} is not a redis:// or rediss:// URL with a host",
+            redacted(&url)
+        )),
+        // Not a URL: show only what precedes a possible `user:password@`.
+        Err(e) => Err(format!(
+            "{:?} is not a URL ({e})",
+            text.rsplit('@').next().unwrap_or_default()
+        )),
+    }
+}
+
+/// Validates `[state]`, every problem reported with its key path.
+pub(super) fn validate(raw: &RawState, problems: &mut Problems) -> StateConfig {
+    let backend = match raw.backend.as_str() {
+        "memory" => Backend::Memory,
+        "redis" => Backend::Redis,
+        other => {
+            problems.push(
+                "state.backend",
+                format!("{other:?} is not a backend (memory or redis)"),
+            );
+            Backend::Memory
+        }
+    };
+    let url = parse_url(&raw.url)
+        .map_err(|e| problems.push("state.url", e))
+        .ok();
+    if raw.key_prefix.is_empty() {
+        problems.push("state.key_prefix", "must not be empty");
+    }
+    if raw.timeout_ms == 0 || raw.timeout_ms > 10_000 {
+        problems.push(
+            "state.timeout_ms",
+            format!("must be 1..=10000, got {}", raw.timeout_ms),
+        );
+    }
+    StateConfig {
+        backend,
+        url,
+        key_prefix: raw.key_prefix.clone(),
+        timeout: Duration::from_millis(raw.timeout_ms.max(1)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_password_never_shows() {
+        let url = parse_url("redis://user:hunter2@cache:6380/1").unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(url.to_string(), "redis://user:***@cache:6380/1");
+        assert!(!format!("{url:?}").contains("hunter2"));
+        assert!(url.secret().contains("hunter2"));
+        let bad = parse_url("http://user:hunter2@cache:6380").map_or_else(|e| e, |_| panic!("accepted"));
+        assert!(!bad.contains("hunter2"), "{bad}");
+        let unparsable = parse_url("redis://user:hunter2@[::1").map_or_else(|e| e, |_| panic!("accepted"));
+        assert!(!unparsable.contains("hunter2"), "{unparsable}");
+    }
+}

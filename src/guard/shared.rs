@@ -1,0 +1,211 @@
+//! Request-time detection over the shared state ([`crate::state`]), async
+//! around a synchronous core: [`Guard::shared_probe`] (sync) names the keys,
+//! [`Guard::shared_begin`] (async, one round trip) loads them into the
+//! process copy, detection runs synchronously on it
+//! ([`Guard::on_request_with`], on the offload pool for a large body), and
+//! [`Guard::shared_commit`] (async) writes it compare-and-set, asking for
+//! detection again on the fresh state after a conflict. Any store failure
+//! leaves the request judged on this replica's copy.
+
+use std::sync::Arc;
+
+use super::{Guard, RequestView, lane_id};
+use crate::config::Config;
+use crate::detect::compaction::RequestSummary;
+use crate::session::StoredResponse;
+use crate::session::key::{self, BodyIds};
+use crate::state::{MAX_RETRIES, Outbox, Saved, Shared, count_error};
+
+/// Where a request's session is looked for in the store (computed
+/// synchronously, see [`Guard::shared_probe`]).
+#[derive(Debug)]
+pub struct Probe {
+    key: String,
+    tenant: String,
+    response_id: Option<String>,
+    lane: u64,
+    fingerprint: bool,
+}
+
+/// A request between its load and its write (see [`Guard::shared_begin`]).
+pub struct Begun<'a> {
+    shared: &'a Arc<Shared>,
+    probe: Probe,
+    outbox: Arc<Outbox>,
+    attempts: usize,
+    /// The load answered: the write is attempted.
+    reachable: bool,
+    _held: Option<tokio::sync::MutexGuard<'a, ()>>,
+}
+
+impl Begun<'_> {
+    /// The outbox the response's additions go to (write it with
+    /// [`Outbox::flush`] before the response ends).
+    pub fn outbox(&self) -> &Arc<Outbox> {
+        &self.outbox
+    }
+}
+
+/// What follows a write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Commit {
+    /// Written, or nothing to write, or the store failed (counted).
+    Done,
+    /// Version conflict: run detection again on the installed state.
+    Again,
+}
+
+impl Guard {
+    /// The shared store, with `[state] backend = "redis"`.
+    pub fn shared(&self) -> Option<&Arc<Shared>> {
+        self.shared.as_ref()
+    }
+
+    /// The first phase over the shared state, asynchronous: reads what the
+    /// store holds for `probe` (ONE round trip) and installs it in the
+    /// process copy. `None` without a shared store or when detection does
+    /// not run for the request. The session's process lock is held until
+    /// the returned value is dropped, so that requests of one session on
+    /// this replica are judged one after another.
+    pub async fn shared_begin(&self, probe: Option<Probe>) -> Option<Begun<'_>> {
+        let shared = self.shared.as_ref()?;
+        let probe = probe?;
+        let outbox = Outbox::new(Arc::clone(shared), Arc::clone(&self.store));
+        let Some(loaded) = shared
+            .load(
+                &probe.key,
+                &probe.tenant,
+                probe.response_id.as_deref(),
+                probe.fingerprint.then_some(probe.lane),
+            )
+            .await
+        else {
+            // Store down or slow: this replica's copy decides (nothing is
+            // written back for this request).
+            return Some(Begun {
+                shared,
+                probe,
+                outbox,
+                attempts: 0,
+                reachable: false,
+                _held: None,
+            });
+        };
+        let effective = loaded
+            .response
+            .as_ref()
+            .map_or_else(|| probe.key.clone(), |(session, _)| session.clone());
+        let held = shared.lock(&effective).await;
+        if let (Some((session, calls)), Some(id)) = (loaded.response, &probe.response_id) {
+            self.store.note_response(
+                id,
+                StoredResponse {
+                    tenant: probe.tenant.clone(),
+                    session,
+                    calls,
+                },
+            );
+        }
+        match &loaded.session {
+            Some((version, blob)) => crate::state::install(&self.store, &effective, *version, blob),
+            None if self.store.get(&effective).is_some() => {
+                crate::state::install(&self.store, &effective, 0, &[]);
+            }
+            None => {}
+        }
+        if let Some((lane_key, version, blob)) = &loaded.lane {
+            crate::state::install(&self.store, lane_key, *version, blob);
+            self.store.note_lane(&probe.tenant, probe.lane, lane_key);
+        }
+        Some(Begun {
+            shared,
+            probe,
+            outbox,
+            attempts: 0,
+            reachable: true,
+            _held: Some(held),
+        })
+    }
+
+    /// The last phase, asynchronous: writes the session `key` that the
+    /// synchronous detection ([`Guard::on_request_with`]) just changed,
+    /// compare-and-set on the version it was read at. [`Commit::Again`]:
+    /// another replica wrote first; its state is installed and detection
+    /// must run again (at most [`MAX_RETRIES`] times, then the process copy
+    /// decides, counted as `op="conflict"`).
+    pub async fn shared_commit(&self, begun: &mut Begun<'_>, key: Option<&str>) -> Commit {
+        let Some(key) = key else { return Commit::Done };
+        begun.outbox.set_session(key);
+        if !begun.reachable {
+            return Commit::Done;
+        }
+        let lane_index = begun
+            .probe
+            .fingerprint
+            .then_some((begun.probe.tenant.as_str(), begun.probe.lane));
+        let Some((expected, blob)) = crate::state::snapshot(&self.store, key) else {
+            return Commit::Done;
+        };
+        match begun.shared.save(key, lane_index, expected, &blob).await {
+            Some(Saved::Written(version)) => {
+                crate::state::set_version(&self.store, key, version);
+                Commit::Done
+            }
+            Some(Saved::Conflict(version, fresh)) if begun.attempts < MAX_RETRIES => {
+                begun.attempts += 1;
+                tracing::debug!(session = %key, version, attempts = begun.attempts, "state version conflict; detection runs again on the stored state");
+                crate::state::install(&self.store, key, version, fresh.as_deref().unwrap_or_default());
+                Commit::Again
+            }
+            Some(Saved::Conflict(..)) => {
+                count_error("conflict");
+                Commit::Done
+            }
+            None => Commit::Done,
+        }
+    }
+
+    /// The store keys for a request, `None` when detection does not run
+    /// for it (disabled, bypassed). Mirrors [`Guard::locate`]'s key choice
+    /// before a chained response is resolved (the load script does that).
+    /// Synchronous (run it where the request's parse ran: it hashes the
+    /// system text and tool set). `None` without a shared store.
+    pub fn shared_probe(&self, config: &Config, request: &RequestView<'_>) -> Option<Probe> {
+        self.shared.as_ref()?;
+        let header_pairs = request
+            .headers
+            .iter()
+            .filter_map(|(n, v)| v.to_str().ok().map(|v| (n.as_str(), v)));
+        let (_, settings) = config.loop_detection.select(header_pairs);
+        let bypass = config
+            .server
+            .bypass_header
+            .as_deref()
+            .is_some_and(|h| request.headers.contains_key(h));
+        if !settings.enabled || bypass {
+            return None;
+        }
+        let summary = RequestSummary::of(&request.parsed.transcript, settings);
+        let lane = lane_id(&request.route.prefix, &summary);
+        let ids = || -> BodyIds { request.parsed.ids.clone() };
+        let key = key::resolve(
+            request.headers,
+            request.query,
+            config.sessions.header.as_str(),
+            ids,
+            &request.route.prefix,
+            &summary,
+        );
+        Some(Probe {
+            fingerprint: key.source == key::KeySource::Fingerprint,
+            key: key.key,
+            tenant: key.tenant,
+            response_id: request
+                .parsed
+                .responses
+                .as_ref()
+                .and_then(|r| r.previous_response_id.clone()),
+            lane,
+        })
+    }
+}

@@ -1,0 +1,150 @@
+//! Shared session state (`[state] backend = "redis"`): several replicas
+//! behind a plain round-robin balancer judge one conversation as one
+//! instance would.
+//!
+//! The seam: with `backend = "memory"` (the default) the guard keeps
+//! sessions in the process only ([`crate::session::Store`]) and nothing here
+//! runs. With `"redis"` the process store becomes a cache of what Redis
+//! holds ([`Shared`]):
+//!
+//! - before the verdict, ONE round trip ([`Shared::load`], one Lua script)
+//!   reads the session, resolves a Responses `previous_response_id` to its
+//!   session and calls, and finds a fingerprinted lane's latest session;
+//!   what it read replaces the process copy when the versions differ;
+//! - after request-time detection, [`Shared::save`] writes the session with
+//!   compare-and-set on its version (a second Lua script); on a conflict the
+//!   fresh state is installed and detection runs again on it (at most
+//!   [`MAX_RETRIES`] times, then the request is judged on the process copy,
+//!   counted as `loopguard_state_errors_total{op="conflict"}`). The write is
+//!   acknowledged before the request goes upstream, so the verdict that goes
+//!   out is the one computed on the stored state;
+//! - what the response adds (the Responses id → session and calls index, the
+//!   stream-time verdicts for the admin API) is collected in an [`Outbox`]
+//!   and written before the response's end ([`Outbox::flush`]);
+//! - no store call while a call is held: stream-time judgement works on the
+//!   state read at request time.
+//!
+//! Failure: Redis unreachable, slower than `timeout_ms` or answering an
+//! error → the request is judged on the process copy and passes normally;
+//! logged without URL credentials, counted in
+//! `loopguard_state_errors_total{op}`; the connection manager reconnects on
+//! its own; `/readyz` does not look at the store.
+//!
+//! What is stored: the detector state (hashes, counters, tool names, the
+//! 120-character argument previews), the verdict history, the loop stretch
+//! and the session's escalation state; Responses records with bounded,
+//! redacted calls ([`record`]); never credentials (session keys and
+//! tenants are hashes) nor raw tool results. A session's blob is capped at
+//! [`MAX_STATE_BYTES`]: past it the session is judged on the replica's copy
+//! only (counted as `op="oversize"`).
+
+pub mod record;
+mod redis;
+
+pub use redis::{Loaded, Saved, Shared, StoredRecord};
+pub(crate) use redis::{install, set_version, snapshot};
+
+use std::sync::{Arc, Mutex, PoisonError};
+
+use crate::detect::Verdict;
+use crate::session::StoredResponse;
+
+/// CAS retries after a version conflict before the process copy decides.
+pub const MAX_RETRIES: usize = 3;
+/// Largest serialised session written to the store, bytes.
+pub const MAX_STATE_BYTES: usize = 1 << 20;
+
+/// Counts a store failure (`op`: load, save, response, delete, list,
+/// conflict, oversize, decode).
+pub fn count_error(op: &'static str) {
+    metrics::counter!("loopguard_state_errors_total", "op" => op).increment(1);
+}
+
+/// What one response adds to the shared state, written before its end.
+#[derive(Debug)]
+pub struct Outbox {
+    shared: Arc<Shared>,
+    store: Arc<crate::session::Store>,
+    session: std::sync::OnceLock<String>,
+    items: Mutex<Pending>,
+}
+
+#[derive(Debug, Default)]
+struct Pending {
+    responses: Vec<(String, StoredRecord)>,
+    verdicts: Vec<(u64, Verdict)>,
+    /// The loop stretch each lane was left with at stream time (the
+    /// outcome counters' state), the last one per lane.
+    stretches: Vec<(u64, Option<crate::escalate::outcome::Stretch>)>,
+}
+
+impl Outbox {
+    /// An empty outbox for one response.
+    pub fn new(shared: Arc<Shared>, store: Arc<crate::session::Store>) -> Arc<Self> {
+        Arc::new(Self {
+            shared,
+            store,
+            session: std::sync::OnceLock::new(),
+            items: Mutex::new(Pending::default()),
+        })
+    }
+
+    /// Names the session the response belongs to (the first name stands).
+    pub fn set_session(&self, key: &str) {
+        let _ = self.session.set(key.to_owned());
+    }
+
+    /// A Responses response a later request may chain to (the last record
+    /// for one id wins), its calls in their bounded stored form
+    /// ([`record`], identities under `settings`).
+    pub fn note_response(&self, id: &str, response: &StoredResponse, settings: &crate::detect::Settings) {
+        let stored = StoredRecord {
+            tenant: response.tenant.clone(),
+            session: response.session.clone(),
+            calls: record::encode(&response.calls, settings),
+        };
+        let mut items = self.items.lock().unwrap_or_else(PoisonError::into_inner);
+        items.responses.retain(|(known, _)| known != id);
+        items.responses.push((id.to_owned(), stored));
+    }
+
+    /// A stream-time verdict the session's lane `lane` remembered.
+    pub fn note_verdict(&self, lane: u64, verdict: &Verdict) {
+        let mut items = self.items.lock().unwrap_or_else(PoisonError::into_inner);
+        items.verdicts.push((lane, verdict.clone()));
+    }
+
+    /// The loop stretch lane `lane` was left with after a stream-time verdict.
+    pub fn note_stretch(&self, lane: u64, stretch: Option<crate::escalate::outcome::Stretch>) {
+        let mut items = self.items.lock().unwrap_or_else(PoisonError::into_inner);
+        items.stretches.retain(|(known, _)| *known != lane);
+        items.stretches.push((lane, stretch));
+    }
+
+    /// Writes what the response added. Never fails: a store problem is
+    /// logged and counted, the response goes on.
+    pub async fn flush(&self) {
+        let pending = std::mem::take(&mut *self.items.lock().unwrap_or_else(PoisonError::into_inner));
+        if !pending.responses.is_empty() {
+            self.shared.put_responses(&pending.responses).await;
+        }
+        let changed = !pending.verdicts.is_empty() || !pending.stretches.is_empty();
+        if let (true, Some(session)) = (changed, self.session.get()) {
+            let (verdicts, stretches) = (pending.verdicts, pending.stretches);
+            self.shared
+                .save_with(&self.store, session, None, |session| {
+                    for (lane, v) in &verdicts {
+                        session.lane(*lane).remember(v);
+                    }
+                    for (lane, stretch) in &stretches {
+                        session.lane(*lane).stretch.clone_from(stretch);
+                    }
+                })
+                .await;
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "state_tests.rs"]
+mod tests;

@@ -1,0 +1,541 @@
+//! The Redis client of the shared state: one multiplexed connection
+//! (redis-rs `ConnectionManager`, which reconnects on its own), two Lua
+//! scripts (load, compare-and-set save), every call bounded by `timeout_ms`.
+//!
+//! Keys (all with the session TTL, `sessions.idle_ttl_secs`):
+//! - `<prefix>s:<session key>`: hash `v` (version, bumped by every write),
+//!   `d` (the session, JSON; empty: deleted through the admin API);
+//! - `<prefix>r:<response id>`: hash `t` (tenant hash), `s` (session key),
+//!   `c` (the calls the response carried, JSON);
+//! - `<prefix>l:<tenant>:<lane>`: the lane's latest fingerprinted session.
+//!
+//! The load script builds the session key of a chained response from its
+//! record, so the store must be one Redis (or a Valkey/Redis-compatible
+//! server), not a Redis Cluster.
+
+use std::sync::{Arc, PoisonError};
+use std::time::Duration;
+
+use arc_swap::ArcSwapOption;
+use redis::aio::ConnectionManager;
+use redis::{Script, Value};
+
+use super::{MAX_RETRIES, MAX_STATE_BYTES, count_error};
+use crate::config::state::StateConfig;
+use crate::session::{Session, Store};
+use crate::transcript::ToolCall;
+
+const LOAD: &str = r"
+local out = {false, false, false, false, false, false, false}
+local skey = KEYS[1]
+if KEYS[2] ~= '' then
+  local r = redis.call('HMGET', KEYS[2], 't', 's', 'c')
+  if r[1] == ARGV[2] and r[2] then
+    out[1] = r[2]
+    out[2] = r[3]
+    skey = ARGV[1] .. r[2]
+  end
+end
+local s = redis.call('HMGET', skey, 'v', 'd')
+out[3] = s[1]
+out[4] = s[2]
+if KEYS[3] ~= '' and not s[1] then
+  local lk = redis.call('GET', KEYS[3])
+  if lk then
+    local l = redis.call('HMGET', ARGV[1] .. lk, 'v', 'd')
+    if l[1] then
+      out[5] = lk
+      out[6] = l[1]
+      out[7] = l[2]
+    end
+  end
+end
+return out
+";
+
+const SAVE: &str = r"
+local v = tonumber(redis.call('HGET', KEYS[1], 'v') or '0')
+if v ~= tonumber(ARGV[1]) then
+  return {0, v, redis.call('HGET', KEYS[1], 'd')}
+end
+redis.call('HSET', KEYS[1], 'v', v + 1, 'd', ARGV[2])
+redis.call('EXPIRE', KEYS[1], ARGV[3])
+if KEYS[2] ~= '' then
+  redis.call('SET', KEYS[2], ARGV[4], 'EX', ARGV[3])
+end
+return {1, v + 1}
+";
+
+const DELETE: &str = r"
+local v = tonumber(redis.call('HGET', KEYS[1], 'v') or '0')
+local d = redis.call('HGET', KEYS[1], 'd')
+if v == 0 or d == '' then
+  return 0
+end
+redis.call('HSET', KEYS[1], 'v', v + 1, 'd', '')
+redis.call('EXPIRE', KEYS[1], ARGV[1])
+return 1
+";
+
+/// Lock stripes serialising one session's load → detect → save on this
+/// replica (other replicas are kept apart by the version check).
+const STRIPES: usize = 64;
+
+/// The shared store: a connection (once one was made) and the scripts.
+pub struct Shared {
+    conn: ArcSwapOption<ConnectionManager>,
+    prefix: String,
+    timeout: Duration,
+    ttl_secs: u64,
+    password: Option<String>,
+    load: Script,
+    save: Script,
+    delete: Script,
+    stripes: Vec<tokio::sync::Mutex<()>>,
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shared")
+            .field("prefix", &self.prefix)
+            .field("connected", &self.conn.load().is_some())
+            .finish()
+    }
+}
+
+/// What [`Shared::load`] found.
+#[derive(Debug, Default)]
+pub struct Loaded {
+    /// The chained response's session key and calls (same tenant only).
+    pub response: Option<(String, Vec<ToolCall>)>,
+    /// The session: (version, blob; empty blob: deleted).
+    pub session: Option<(u64, Vec<u8>)>,
+    /// No session under the key: the lane's latest session (key, version, blob).
+    pub lane: Option<(String, u64, Vec<u8>)>,
+}
+
+/// The answer of a compare-and-set write.
+#[derive(Debug)]
+pub enum Saved {
+    /// Written as this version.
+    Written(u64),
+    /// Another write came first: the stored version and blob.
+    Conflict(u64, Option<Vec<u8>>),
+}
+
+/// A Responses response record as written: tenant hash, session key and
+/// the calls in their bounded stored form ([`super::record`]).
+#[derive(Debug, Clone)]
+pub struct StoredRecord {
+    /// Hash of the credential of the request that produced it.
+    pub tenant: String,
+    /// The session key.
+    pub session: String,
+    /// [`super::record::encode`]'s JSON.
+    pub calls: Vec<u8>,
+}
+
+impl Shared {
+    /// The store for `[state]`; connects in the background (retrying every
+    /// half second until the first connection; after that the connection
+    /// manager reconnects by itself). Store calls before the first
+    /// connection fail fast and are counted.
+    pub fn start(config: &StateConfig, idle_ttl: Duration) -> Option<Arc<Self>> {
+        let url = config.url.as_ref()?;
+        let password = url::Url::parse(url.secret())
+            .ok()
+            .and_then(|u| u.password().map(str::to_owned));
+        let shared = Arc::new(Self {
+            conn: ArcSwapOption::empty(),
+            prefix: config.key_prefix.clone(),
+            timeout: config.timeout,
+            ttl_secs: idle_ttl.as_secs().max(1),
+            password,
+            load: Script::new(LOAD),
+            save: Script::new(SAVE),
+            delete: Script::new(DELETE),
+            stripes: (0..STRIPES).map(|_| tokio::sync::Mutex::new(())).collect(),
+        });
+        let client = match redis::Client::open(url.secret()) {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::error!(url = %url, error = %shared.clean(&e), "state store URL rejected; sessions stay in the process");
+                return None;
+            }
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return Some(shared);
+        };
+        let connecting = Arc::clone(&shared);
+        let shown = url.to_string();
+        crate::task::spawn_on(&runtime, async move {
+            let config = redis::aio::ConnectionManagerConfig::new()
+                .set_connection_timeout(Some(Duration::from_secs(2)))
+                .set_response_timeout(Some(Duration::from_secs(2)))
+                .set_max_delay(Duration::from_secs(1));
+            loop {
+                match ConnectionManager::new_with_config(client.clone(), config.clone()).await {
+                    Ok(conn) => {
+                        tracing::info!(url = %shown, "state store connected");
+                        connecting.conn.store(Some(Arc::new(conn)));
+                        return;
+                    }
+                    Err(e) => {
+                        tracing::warn!(url = %shown, error = %connecting.clean(&e), "state store unreachable; retrying");
+                        count_error("connect");
+                        tokio::time::sleep(Duration::from_millis(500)).await;
+                    }
+                }
+            }
+        });
+        Some(shared)
+    }
+
+    /// An error's text with the URL password, if any, blanked out.
+    fn clean(&self, e: &redis::RedisError) -> String {
+        let text = e.to_string();
+        match &self.password {
+            Some(p) if !p.is_empty() => text.replace(p.as_str(), "***"),
+            _ => text,
+        }
+    }
+
+    fn session_key(&self, key: &str) -> String {
+        format!("{}s:{key}", self.prefix)
+    }
+
+    fn lane_key(&self, tenant: &str, lane: u64) -> String {
+        format!("{}l:{tenant}:{lane:016x}", self.prefix)
+    }
+
+    /// The lock serialising this replica's work on one session.
+    pub async fn lock(&self, key: &str) -> tokio::sync::MutexGuard<'_, ()> {
+        let i = crate::detect::outcome::hash64(key.as_bytes()) as usize % STRIPES;
+        self.stripes[i].lock().await
+    }
+
+    /// Runs one store call within `timeout_ms`; a failure is logged and
+    /// counted under `op`.
+    async fn call<T>(
+        &self,
+        op: &'static str,
+        run: impl AsyncFnOnce(ConnectionManager) -> redis::RedisResult<T>,
+    ) -> Option<T> {
+        let Some(conn) = self.conn.load_full() else {
+            count_error(op);
+            tracing::debug!(
+                op,
+                "state store not connected yet; judged on this replica's state"
+            );
+            return None;
+        };
+        match tokio::time::timeout(self.timeout, run(ConnectionManager::clone(&conn))).await {
+            Ok(Ok(v)) => Some(v),
+            Ok(Err(e)) => {
+                count_error(op);
+                tracing::warn!(op, error = %self.clean(&e), "state store error; judged on this replica's state");
+                None
+            }
+            Err(_) => {
+                count_error(op);
+                tracing::warn!(
+                    op,
+                    timeout_ms = self.timeout.as_millis() as u64,
+                    "state store too slow; judged on this replica's state"
+                );
+                None
+            }
+        }
+    }
+
+    /// One round trip: the session under `key`, or — when `response_id`
+    /// names a response of `tenant` — the session that response belongs to
+    /// (and its calls), and, when no session is stored under the key, the
+    /// latest session of the fingerprinted `lane`.
+    pub async fn load(
+        &self,
+        key: &str,
+        tenant: &str,
+        response_id: Option<&str>,
+        lane: Option<u64>,
+    ) -> Option<Loaded> {
+        let keys = [
+            self.session_key(key),
+            response_id.map_or_else(String::new, |id| format!("{}r:{id}", self.prefix)),
+            lane.map_or_else(String::new, |l| self.lane_key(tenant, l)),
+        ];
+        let prefix = format!("{}s:", self.prefix);
+        let value: Value = self
+            .call("load", async |mut conn| {
+                self.load
+                    .key(&keys[0])
+                    .key(&keys[1])
+                    .key(&keys[2])
+                    .arg(&prefix)
+                    .arg(tenant)
+                    .invoke_async(&mut conn)
+                    .await
+            })
+            .await?;
+        let Value::Array(items) = value else {
+            count_error("decode");
+            return None;
+        };
+        let get = |i: usize| items.get(i).and_then(bytes);
+        let version = |i: usize| get(i).and_then(|b| std::str::from_utf8(&b).ok()?.parse().ok());
+        let mut loaded = Loaded::default();
+        if let (Some(session), Some(calls)) = (get(0), get(1)) {
+            loaded.response = Some((
+                String::from_utf8_lossy(&session).into_owned(),
+                super::record::decode(&calls),
+            ));
+        }
+        if let Some(v) = version(2) {
+            loaded.session = Some((v, get(3).unwrap_or_default()));
+        }
+        if let (Some(k), Some(v)) = (get(4), version(5)) {
+            loaded.lane = Some((
+                String::from_utf8_lossy(&k).into_owned(),
+                v,
+                get(6).unwrap_or_default(),
+            ));
+        }
+        Some(loaded)
+    }
+
+    /// Compare-and-set: writes `blob` as the session `key` if the stored
+    /// version is still `expected` (also noting it as the latest session of
+    /// `lane_index` = (tenant, lane), for fingerprinted sessions).
+    pub async fn save(
+        &self,
+        key: &str,
+        lane_index: Option<(&str, u64)>,
+        expected: u64,
+        blob: &[u8],
+    ) -> Option<Saved> {
+        let skey = self.session_key(key);
+        let lkey = lane_index.map_or_else(String::new, |(t, l)| self.lane_key(t, l));
+        let value: Value = self
+            .call("save", async |mut conn| {
+                self.save
+                    .key(&skey)
+                    .key(&lkey)
+                    .arg(expected)
+                    .arg(blob)
+                    .arg(self.ttl_secs)
+                    .arg(key)
+                    .invoke_async(&mut conn)
+                    .await
+            })
+            .await?;
+        let Value::Array(items) = value else {
+            count_error("decode");
+            return None;
+        };
+        let version = items.get(1).and_then(int).unwrap_or(0);
+        match items.first().and_then(int) {
+            Some(1) => Some(Saved::Written(version)),
+            Some(0) => {
+                metrics::counter!("loopguard_state_conflicts_total").increment(1);
+                Some(Saved::Conflict(version, items.get(2).and_then(bytes)))
+            }
+            _ => {
+                count_error("decode");
+                None
+            }
+        }
+    }
+
+    /// Writes the process copy of session `key` with compare-and-set; on a
+    /// conflict installs the stored state, applies `redo` to it and tries
+    /// again (at most [`MAX_RETRIES`] times). `true` when written.
+    pub async fn save_with(
+        &self,
+        store: &Store,
+        key: &str,
+        lane_index: Option<(&str, u64)>,
+        mut redo: impl FnMut(&mut Session),
+    ) -> bool {
+        let _held = self.lock(key).await;
+        for _ in 0..=MAX_RETRIES {
+            let Some((expected, blob)) = snapshot(store, key) else {
+                return false;
+            };
+            match self.save(key, lane_index, expected, &blob).await {
+                Some(Saved::Written(v)) => {
+                    set_version(store, key, v);
+                    return true;
+                }
+                Some(Saved::Conflict(v, fresh)) => {
+                    install(store, key, v, fresh.as_deref().unwrap_or_default());
+                    if let Some(session) = store.get(key) {
+                        redo(&mut session.lock().unwrap_or_else(PoisonError::into_inner));
+                    }
+                }
+                None => return false,
+            }
+        }
+        count_error("conflict");
+        false
+    }
+
+    /// Records Responses responses (id → tenant, session, calls).
+    pub async fn put_responses(&self, responses: &[(String, StoredRecord)]) {
+        let mut pipe = redis::pipe();
+        pipe.atomic();
+        for (id, r) in responses {
+            let calls = &r.calls;
+            let key = format!("{}r:{id}", self.prefix);
+            pipe.hset_multiple(
+                &key,
+                &[
+                    ("t", r.tenant.as_bytes()),
+                    ("s", r.session.as_bytes()),
+                    ("c", calls.as_slice()),
+                ],
+            )
+            .ignore()
+            .expire(&key, i64::try_from(self.ttl_secs).unwrap_or(i64::MAX))
+            .ignore();
+        }
+        let _: Option<()> = self
+            .call("response", async |mut conn| pipe.query_async(&mut conn).await)
+            .await;
+    }
+
+    /// Deletes session `key` for every replica (a tombstone the others see
+    /// on their next load). `Some(true)` when there was one to delete.
+    pub async fn delete(&self, key: &str) -> Option<bool> {
+        let skey = self.session_key(key);
+        let n: i64 = self
+            .call("delete", async |mut conn| {
+                self.delete
+                    .key(&skey)
+                    .arg(self.ttl_secs)
+                    .invoke_async(&mut conn)
+                    .await
+            })
+            .await?;
+        Some(n == 1)
+    }
+
+    /// Up to `limit` stored sessions (key, session), for the admin API.
+    pub async fn list(&self, limit: usize) -> Option<Vec<Session>> {
+        let pattern = format!("{}s:*", self.prefix);
+        let keys: Vec<String> = self
+            .call("list", async |mut conn| {
+                let mut out = Vec::new();
+                let mut cursor: u64 = 0;
+                loop {
+                    let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
+                        .arg(cursor)
+                        .arg("MATCH")
+                        .arg(&pattern)
+                        .arg("COUNT")
+                        .arg(200)
+                        .query_async(&mut conn)
+                        .await?;
+                    out.extend(batch);
+                    cursor = next;
+                    if cursor == 0 || out.len() >= limit {
+                        break;
+                    }
+                }
+                out.truncate(limit);
+                Ok(out)
+            })
+            .await?;
+        if keys.is_empty() {
+            return Some(Vec::new());
+        }
+        let blobs: Vec<Option<Vec<u8>>> = self
+            .call("list", async |mut conn| {
+                let mut pipe = redis::pipe();
+                for k in &keys {
+                    pipe.hget(k, "d");
+                }
+                pipe.query_async(&mut conn).await
+            })
+            .await?;
+        Some(
+            blobs
+                .into_iter()
+                .flatten()
+                .filter_map(|b| serde_json::from_slice::<Session>(&b).ok())
+                .collect(),
+        )
+    }
+}
+
+/// A reply element as bytes (`None` for nil).
+fn bytes(v: &Value) -> Option<Vec<u8>> {
+    match v {
+        Value::BulkString(b) => Some(b.clone()),
+        Value::SimpleString(s) => Some(s.clone().into_bytes()),
+        Value::Int(i) => Some(i.to_string().into_bytes()),
+        _ => None,
+    }
+}
+
+fn int(v: &Value) -> Option<u64> {
+    match v {
+        Value::Int(i) => u64::try_from(*i).ok(),
+        other => std::str::from_utf8(&bytes(other)?).ok()?.parse().ok(),
+    }
+}
+
+/// The process copy's version and JSON, `None` when there is no session or
+/// it is past [`MAX_STATE_BYTES`] (then it stays on this replica).
+pub(crate) fn snapshot(store: &Store, key: &str) -> Option<(u64, Vec<u8>)> {
+    let session = store.get(key)?;
+    let guard = session.lock().unwrap_or_else(PoisonError::into_inner);
+    let blob = serde_json::to_vec(&*guard).ok()?;
+    if blob.len() > MAX_STATE_BYTES {
+        count_error("oversize");
+        tracing::warn!(
+            session = key,
+            bytes = blob.len(),
+            "session state past the store's cap; kept on this replica only"
+        );
+        return None;
+    }
+    Some((guard.version, blob))
+}
+
+pub(crate) fn set_version(store: &Store, key: &str, version: u64) {
+    if let Some(session) = store.get(key) {
+        session.lock().unwrap_or_else(PoisonError::into_inner).version = version;
+    }
+}
+
+/// Puts the stored state of session `key` (version `version`; an empty
+/// blob: deleted) in the process store, unless the process copy already is
+/// that version.
+pub(crate) fn install(store: &Store, key: &str, version: u64, blob: &[u8]) {
+    let (session, _) = store.get_or_create(key);
+    let mut local = session.lock().unwrap_or_else(PoisonError::into_inner);
+    if version == 0 {
+        // Nothing stored (expired, or the store lost its data): the process
+        // copy stands and is written as the first version.
+        local.version = 0;
+        return;
+    }
+    if local.version == version {
+        return;
+    }
+    let fresh = if blob.is_empty() {
+        None
+    } else {
+        match serde_json::from_slice::<Session>(blob) {
+            Ok(s) => Some(s),
+            Err(e) => {
+                count_error("decode");
+                tracing::warn!(session = key, error = %e, "stored session unreadable; starting it afresh");
+                None
+            }
+        }
+    };
+    *local = fresh.unwrap_or_else(|| Session::empty(key));
+    local.key = key.to_owned();
+    local.version = version;
+}

@@ -1,0 +1,545 @@
+"""Several replicas, one memory (issue #15): three loopguard replicas with
+`[state] backend = "redis"` behind nginx round-robin (both from the Debian
+packages, started here on loopback ephemeral ports), so every request of an
+agent loop lands on a different replica. The official SDK loops of the four
+dialects are warned at the 3rd identical call and blocked at the 5th exactly
+as through one instance; a replica killed mid-session, Redis killed
+mid-session and two replicas racing on one session lose nothing.
+
+Skipped, with the reason printed, when redis-server or nginx is missing
+(`.ci/run` installs both)."""
+
+import json
+import os
+import pathlib
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+import urllib.request
+
+import openai
+import pytest
+
+from conftest import mock_requests, request_log_lines, start_loopguard
+from test_loops import gemini_loop, openai_loop, warned_requests_gemini, warned_requests_openai
+from test_responses_anthropic import anthropic_loop, responses_loop, warned_anthropic, warned_responses
+
+REDIS = shutil.which("redis-server")
+REDIS_CLI = shutil.which("redis-cli")
+NGINX = shutil.which("nginx") or ("/usr/sbin/nginx" if os.path.exists("/usr/sbin/nginx") else None)
+
+pytestmark = pytest.mark.skipif(
+    not (REDIS and REDIS_CLI and NGINX),
+    reason=f"needs redis-server, redis-cli and nginx (apt-get install redis-server nginx-light); found redis-server={REDIS} redis-cli={REDIS_CLI} nginx={NGINX}",
+)
+
+WARNED = [(0, False), (1, False), (2, False), (3, True), (4, True)]
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Redis:
+    def __init__(self):
+        self.port = free_port()
+        self.dir = tempfile.mkdtemp(prefix="loopguard-redis-")
+        self.proc = None
+        self.start()
+
+    def start(self):
+        self.proc = subprocess.Popen(
+            [REDIS, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", self.dir],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for _ in range(200):
+            if self.cli("PING").strip() == "PONG":
+                return
+            time.sleep(0.02)
+        raise RuntimeError("redis-server did not start")
+
+    def cli(self, *args):
+        out = subprocess.run([REDIS_CLI, "-p", str(self.port), *args], capture_output=True, text=True)
+        return out.stdout
+
+    def keys(self, pattern):
+        return [k for k in self.cli("--scan", "--pattern", pattern).split() if k]
+
+    def kill(self):
+        self.proc.kill()
+        self.proc.wait()
+
+    @property
+    def url(self):
+        return f"redis://127.0.0.1:{self.port}/0"
+
+
+class Nginx:
+    def __init__(self, backends):
+        self.port = free_port()
+        self.dir = pathlib.Path(tempfile.mkdtemp(prefix="loopguard-nginx-"))
+        servers = "\n".join(f"    server {b.removeprefix('http://')} max_fails=0;" for b in backends)
+        conf = f"""
+daemon off;
+master_process off;
+worker_processes 1;
+pid {self.dir}/nginx.pid;
+error_log {self.dir}/error.log warn;
+events {{ worker_connections 256; }}
+http {{
+  access_log {self.dir}/access.log;
+  client_body_temp_path {self.dir}/body;
+  proxy_temp_path {self.dir}/proxy;
+  fastcgi_temp_path {self.dir}/fastcgi;
+  uwsgi_temp_path {self.dir}/uwsgi;
+  scgi_temp_path {self.dir}/scgi;
+  upstream replicas {{
+{servers}
+  }}
+  server {{
+    listen 127.0.0.1:{self.port};
+    client_max_body_size 64m;
+    location / {{
+      proxy_pass http://replicas;
+      proxy_http_version 1.1;
+      proxy_buffering off;
+      proxy_request_buffering off;
+      proxy_next_upstream error;
+    }}
+  }}
+}}
+"""
+        (self.dir / "nginx.conf").write_text(conf)
+        self.proc = subprocess.Popen([NGINX, "-c", str(self.dir / "nginx.conf"), "-p", str(self.dir)], stderr=subprocess.DEVNULL)
+        for _ in range(200):
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
+                return
+            except OSError:
+                time.sleep(0.02)
+        raise RuntimeError(f"nginx did not start: {(self.dir / 'error.log').read_text()}")
+
+    @property
+    def url(self):
+        return f"http://127.0.0.1:{self.port}"
+
+    def stop(self):
+        self.proc.kill()
+        self.proc.wait()
+
+
+def state_config(redis, prefix, timeout_ms=50):
+    return f'[state]\nbackend = "redis"\nurl = "{redis.url}"\nkey_prefix = "{prefix}"\ntimeout_ms = {timeout_ms}\n'
+
+
+class Cluster:
+    """Redis, three replicas and nginx in front of them."""
+
+    def __init__(self, mock, prefix, timeout_ms=50):
+        self.redis = Redis()
+        self.prefix = prefix
+        self.replicas = [start_loopguard(mock, state_config(self.redis, prefix, timeout_ms)) for _ in range(3)]
+        for r in self.replicas:
+            wait_connected(r)
+        self.nginx = Nginx([r.url for r in self.replicas])
+
+    def served(self, since):
+        """(time, replica index) of every request line logged after `since` line counts."""
+        out = []
+        for i, r in enumerate(self.replicas):
+            lines = request_log_lines(r)[since[i]:]
+            out.extend((line["timestamp"], i) for line in lines)
+        return [i for _, i in sorted(out)]
+
+    def marks(self):
+        return [len(request_log_lines(r)) for r in self.replicas]
+
+    def stop(self):
+        self.nginx.stop()
+        for r in self.replicas:
+            r.stop()
+        self.redis.kill()
+
+
+def wait_connected(replica):
+    for _ in range(300):
+        if "state store connected" in replica.logs():
+            return
+        time.sleep(0.02)
+    raise RuntimeError("replica never connected to redis: " + replica.logs()[-2000:])
+
+
+def metric(replica, name):
+    with urllib.request.urlopen(replica.admin + "/metrics") as r:
+        text = r.read().decode()
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith(name):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+@pytest.fixture(scope="module")
+def cluster(mock):
+    c = Cluster(mock, "lgtest:")
+    yield c
+    c.stop()
+
+
+def session_id():
+    import uuid
+
+    return "replicas-" + uuid.uuid4().hex
+
+
+def assert_rotated(cluster, marks, n):
+    """The loop's n requests went round the three replicas, and each one
+    wrote the shared session (its version counts the writes)."""
+    served = cluster.served(marks)
+    assert len(served) == n, served
+    assert all(a != b for a, b in zip(served, served[1:])), f"two requests in a row on one replica: {served}"
+    assert set(served) == {0, 1, 2}, served
+    sessions = {line["session"] for r in cluster.replicas for line in request_log_lines(r)[-n:] if line.get("session")}
+    written = [int(cluster.redis.cli("HGET", cluster.prefix + "s:" + key, "v") or 0) for key in sessions]
+    # One write per request, plus one per stream-time verdict the responses added.
+    assert written and max(written) >= n, f"the shared session was not written by every request: versions {written}"
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+def test_openai_chat_loop_through_three_replicas(mock, cluster, stream):
+    session = session_id()
+    marks = cluster.marks()
+    executed, text, finish = openai_loop(cluster.nginx.url, session, stream)
+    assert executed == 4, "the 5th identical call must never reach the client"
+    assert "[loopguard]" in text and "identical_call" in text
+    assert finish == "stop"
+    assert warned_requests_openai(mock, session) == WARNED
+    assert_rotated(cluster, marks, 5)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+def test_gemini_loop_through_three_replicas(mock, cluster, stream):
+    session = session_id()
+    marks = cluster.marks()
+    executed, text, finish = gemini_loop(cluster.nginx.url, session, stream)
+    assert executed == 4
+    assert "[loopguard]" in text and "identical_call" in text
+    assert "STOP" in finish
+    assert warned_requests_gemini(mock, session) == WARNED
+    assert_rotated(cluster, marks, 5)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+def test_responses_loop_through_three_replicas(mock, cluster, stream):
+    session = session_id()
+    marks = cluster.marks()
+    executed, text = responses_loop(cluster.nginx.url, session, stream)
+    assert executed == 4
+    assert text.startswith("[loopguard]") and "identical_call" in text, text
+    assert warned_responses(mock, session) == WARNED
+    assert_rotated(cluster, marks, 5)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+def test_anthropic_loop_through_three_replicas(mock, cluster, stream):
+    session = session_id()
+    marks = cluster.marks()
+    executed, text, stop = anthropic_loop(cluster.nginx.url, session, stream)
+    assert executed == 4
+    assert text.startswith("[loopguard]") and "identical_call" in text, text
+    assert stop == "end_turn"
+    assert warned_anthropic(mock, session) == WARNED
+    assert_rotated(cluster, marks, 5)
+
+
+TOOLS = [{"type": "function", "function": {"name": "list_directory", "parameters": {"type": "object", "properties": {"path": {"type": "string"}}}}}]
+
+
+class ChatLoop:
+    """An OpenAI chat agent loop driven one turn at a time."""
+
+    def __init__(self, base_url, session):
+        self.client = openai.OpenAI(
+            base_url=base_url + "/v1", api_key="sk-test", max_retries=0, default_headers={"x-loopguard-session": session}
+        )
+        self.messages = [{"role": "user", "content": "List the files, please."}]
+        self.executed = 0
+
+    def turn(self):
+        """One request; True while the model keeps calling the tool."""
+        completion = self.client.chat.completions.create(model="gpt-test", messages=self.messages, tools=TOOLS)
+        message = completion.choices[0].message
+        self.messages.append(message.model_dump(exclude_none=True))
+        if not message.tool_calls:
+            self.text = message.content or ""
+            return False
+        for call in message.tool_calls:
+            self.executed += 1
+            self.messages.append({"role": "tool", "tool_call_id": call.id, "content": "a.txt\nb.txt"})
+        return True
+
+
+TOOL_ONLY = json.dumps({"turns": [{"tool_calls": [{"name": "list_directory", "arguments": {"path": "."}}]}]})
+RESPONSES_TOOLS = [
+    {"type": "function", "name": "list_directory", "parameters": {"type": "object", "properties": {"path": {"type": "string"}}}}
+]
+
+
+class ChainLoop:
+    """A stateful Responses loop: every request chains to the previous
+    response with `previous_response_id` and carries only the new call
+    output, so nothing in it shows the streak: only shared state does."""
+
+    def __init__(self, base_url):
+        self.client = openai.OpenAI(base_url=base_url + "/v1", api_key="sk-test", max_retries=0, default_headers={"x-mock-script": TOOL_ONLY})
+        self.response = None
+        self.executed = 0
+
+    def turn(self):
+        if self.response is None:
+            self.response = self.client.responses.create(model="gpt-test", input="List the files, please.", tools=RESPONSES_TOOLS)
+            return
+        call = [o for o in self.response.output if o.type == "function_call"][0]
+        self.executed += 1
+        self.response = self.client.responses.create(
+            model="gpt-test",
+            previous_response_id=self.response.id,
+            input=[{"type": "function_call_output", "call_id": call.call_id, "output": "a.txt"}],
+            tools=RESPONSES_TOOLS,
+        )
+
+
+def test_stateful_responses_chain_through_three_replicas(mock, cluster):
+    """The response id → session index is shared: a chain whose every link
+    lands on another replica is aborted at the 5th identical call, as
+    through one instance (test_stateful_responses_chain_is_aborted_not_blocked)."""
+    loop = ChainLoop(cluster.nginx.url)
+    marks = cluster.marks()
+    with pytest.raises(openai.BadRequestError) as err:
+        for _ in range(8):
+            loop.turn()
+    assert err.value.code == "loop_detected"
+    assert loop.executed == 4, "the response carrying the 5th identical call becomes HTTP 400"
+    served = cluster.served(marks)
+    assert all(a != b for a, b in zip(served, served[1:])), served
+
+
+def test_sigkill_of_the_serving_replica_does_not_break_the_streak(mock):
+    cluster = Cluster(mock, "lgkill:")
+    try:
+        loop = ChainLoop(cluster.nginx.url)
+        marks = cluster.marks()
+        for _ in range(3):
+            loop.turn()
+        last = cluster.served(marks)[-1]
+        cluster.replicas[last].proc.send_signal(signal.SIGKILL)
+        cluster.replicas[last].proc.wait()
+        with pytest.raises(openai.BadRequestError) as err:
+            for _ in range(8):
+                loop.turn()
+        assert err.value.code == "loop_detected"
+        assert loop.executed == 4, "the streak went on across the killed replica"
+        served = cluster.served(marks)
+        assert served[3] != last and last not in served[3:], served
+    finally:
+        cluster.stop()
+
+
+def test_redis_down_then_back(mock):
+    cluster = Cluster(mock, "lgdown:")
+    try:
+        before = sum(metric(r, "loopguard_state_errors_total") for r in cluster.replicas)
+        session = session_id()
+        loop = ChatLoop(cluster.nginx.url, session)
+        assert loop.turn()
+        assert cluster.redis.keys("lgdown:s:*"), "state is written while Redis is up"
+        cluster.redis.kill()
+        # Every request still succeeds, judged on each replica's own state.
+        for _ in range(3):
+            assert loop.turn()
+        after = sum(metric(r, "loopguard_state_errors_total") for r in cluster.replicas)
+        assert after >= before + 3, (before, after)
+        for r in cluster.replicas:
+            with urllib.request.urlopen(r.admin + "/readyz") as resp:
+                assert resp.status == 200
+        cluster.redis.start()
+        assert cluster.redis.keys("lgdown:s:*") == []
+        deadline = time.time() + 10
+        other = ChatLoop(cluster.nginx.url, session_id())
+        while not cluster.redis.keys("lgdown:s:*"):
+            assert time.time() < deadline, "state is never written again after Redis came back"
+            other.turn()
+            time.sleep(0.1)
+    finally:
+        cluster.stop()
+
+
+def test_two_replicas_racing_on_one_session_lose_no_update(mock):
+    """Parallel sub-agents: two lanes of one session (different tool sets),
+    each request sent to its own replica at the same instant, 25 rounds.
+    Compare-and-set makes the loser of each race re-run detection on the
+    winner's state: the stored session ends with both lanes' every call."""
+    cluster = Cluster(mock, "lgrace:")
+    try:
+        a, b = cluster.replicas[0], cluster.replicas[1]
+        session = session_id()
+        rounds = 25
+        histories = {"x": [{"role": "user", "content": "Sub-agent x."}], "y": [{"role": "user", "content": "Sub-agent y."}]}
+        tools = {
+            "x": [{"type": "function", "function": {"name": "read_x", "parameters": {"type": "object"}}}],
+            "y": [{"type": "function", "function": {"name": "read_y", "parameters": {"type": "object"}}}],
+        }
+        errors = []
+
+        def send(replica, lane, i, barrier):
+            body = {"model": "gpt-test", "messages": histories[lane], "tools": tools[lane]}
+            req = urllib.request.Request(
+                replica.url + "/v1/chat/completions",
+                data=json.dumps(body).encode(),
+                headers={"content-type": "application/json", "authorization": "Bearer sk-test", "x-loopguard-session": session,
+                         "x-mock-script": json.dumps({"turns": [{"text": "ok"}]})},
+            )
+            barrier.wait()
+            try:
+                with urllib.request.urlopen(req) as r:
+                    r.read()
+            except Exception as e:  # noqa: BLE001
+                errors.append(repr(e))
+
+        for i in range(rounds):
+            for lane in ("x", "y"):
+                name = tools[lane][0]["function"]["name"]
+                histories[lane].append({"role": "assistant", "content": None, "tool_calls": [
+                    {"id": f"{lane}{i}", "type": "function", "function": {"name": name, "arguments": json.dumps({"n": i})}}]})
+                histories[lane].append({"role": "tool", "tool_call_id": f"{lane}{i}", "content": f"result {i}"})
+            barrier = threading.Barrier(2)
+            threads = [threading.Thread(target=send, args=(a, "x", i, barrier)), threading.Thread(target=send, args=(b, "y", i, barrier))]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+        assert errors == []
+        conflicts = metric(a, "loopguard_state_conflicts_total") + metric(b, "loopguard_state_conflicts_total")
+        keys = cluster.redis.keys("lgrace:s:*")
+        assert len(keys) == 1, keys
+        stored = json.loads(cluster.redis.cli("HGET", keys[0], "d"))
+        version = int(cluster.redis.cli("HGET", keys[0], "v"))
+        cycles = sorted(sum(1 for s in lane["state"]["steps"] if "Cycle" in s["kind"]) for lane in stored["lanes"])
+        print(f"race evidence: {rounds} rounds x 2 replicas, {int(conflicts)} version conflicts retried, "
+              f"stored version {version}, cycles per lane {cycles}")
+        assert cycles == [rounds, rounds], f"an update was lost: {cycles}"
+        assert version == 2 * rounds, f"every request wrote once: {version}"
+        assert conflicts >= 1, "the requests never raced (no version conflict): the test proved nothing"
+    finally:
+        cluster.stop()
+
+
+def admin_keys(replica):
+    with urllib.request.urlopen(replica.admin + "/admin/sessions") as r:
+        return {s["key"] for s in json.load(r)["sessions"]}
+
+
+def test_admin_lists_and_deletes_across_replicas(mock, monkeypatch):
+    monkeypatch.setenv("LOOPGUARD_ADMIN_TOKEN", "t0ken")
+    cluster = Cluster(mock, "lgadmin:")
+    try:
+        marks = cluster.marks()
+        assert ChatLoop(cluster.nginx.url, session_id()).turn()
+        served = cluster.served(marks)
+        assert len(served) == 1
+        key = request_log_lines(cluster.replicas[served[0]])[-1]["session"]
+        for r in cluster.replicas:
+            assert key in admin_keys(r), "every replica lists the session one of them served"
+        other = cluster.replicas[(served[0] + 1) % 3]
+        req = urllib.request.Request(other.admin + "/admin/sessions/" + key, method="DELETE", headers={"authorization": "Bearer t0ken"})
+        with urllib.request.urlopen(req) as r:
+            assert r.status == 204
+        assert cluster.redis.cli("HGET", "lgadmin:s:" + key, "d").strip() == "", "a tombstone every replica sees"
+        for r in cluster.replicas:
+            assert key not in admin_keys(r), "deleted for every replica"
+    finally:
+        cluster.stop()
+
+
+TRAJECTORIES = pathlib.Path(os.environ.get("LOOPGUARD_TRAJECTORIES", pathlib.Path(__file__).resolve().parents[3] / "shared" / "trajectories"))
+
+
+def replay_trajectory(base_url, path, run):
+    """Sends every recorded request body of a trajectory as live traffic;
+    returns [(request index, status, x-loopguard-verdict)] for the requests
+    that got a verdict."""
+    out = []
+    session = f"{run}-{path.stem}"
+    for i, line in enumerate(path.read_text().splitlines()):
+        if not line.strip():
+            continue
+        req = urllib.request.Request(
+            base_url + "/v1/chat/completions",
+            data=line.encode(),
+            headers={"content-type": "application/json", "authorization": "Bearer sk-test", "x-loopguard-session": session},
+        )
+        try:
+            with urllib.request.urlopen(req) as r:
+                status, verdict = r.status, r.headers.get("x-loopguard-verdict")
+                r.read()
+        except urllib.error.HTTPError as e:
+            status, verdict = e.code, e.headers.get("x-loopguard-verdict")
+        if verdict or status != 200:
+            out.append((i, status, verdict))
+    return out
+
+
+def verdict_counts(procs):
+    counts = {}
+    for p in procs:
+        for line in p.logs().splitlines():
+            try:
+                v = json.loads(line)
+            except ValueError:
+                continue
+            if v.get("message") == "verdict" or v.get("fields", {}).get("message") == "verdict":
+                key = (v.get("detector") or v.get("fields", {}).get("detector"), v.get("level") or v.get("fields", {}).get("level"))
+                counts[key] = counts.get(key, 0) + 1
+    return counts
+
+
+@pytest.mark.skipif(not TRAJECTORIES.is_dir(), reason=f"no trajectories at {TRAJECTORIES} (set LOOPGUARD_TRAJECTORIES)")
+def test_trajectories_give_the_same_verdicts_through_three_replicas(mock):
+    """Every recorded trajectory of ../shared/trajectories replayed as live
+    traffic, once through one instance, once through three replicas behind
+    nginx: the same requests get the same verdicts (request index, status,
+    action, detector, count), and the replicas log the same verdicts
+    (detector, level) as the one instance."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    files = sorted(TRAJECTORIES.glob("*.jsonl"))
+    assert files
+    single = start_loopguard(mock)
+    # A generous timeout: this compares verdicts with the store answering
+    # (a debug build on a loaded machine can take longer than 50 ms).
+    cluster = Cluster(mock, "lgtraj:", timeout_ms=5000)
+    try:
+        with ThreadPoolExecutor(4) as pool:
+            one = dict(zip(files, pool.map(lambda f: replay_trajectory(single.url, f, "one"), files)))
+        with ThreadPoolExecutor(4) as pool:
+            three = dict(zip(files, pool.map(lambda f: replay_trajectory(cluster.nginx.url, f, "three"), files)))
+        differ = {f.name: (one[f], three[f]) for f in files if one[f] != three[f]}
+        errors = sum(metric(r, "loopguard_state_errors_total") for r in cluster.replicas)
+        print(f"state errors: {errors}")
+        for name, (a, b) in differ.items():
+            print(f"{name}:\n  one   {a}\n  three {b}")
+        assert not differ, list(differ)
+        assert sum(len(v) for v in one.values()) > 0, "no trajectory got a verdict: the comparison shows nothing"
+        assert verdict_counts([single]) == verdict_counts(cluster.replicas)
+        print(f"trajectories: {len(files)} files, {sum(1 for f in files for l in f.read_text().splitlines() if l.strip())} requests each way, "
+              f"{sum(len(v) for v in one.values())} requests with a verdict, identical")
+    finally:
+        single.stop()
+        cluster.stop()
