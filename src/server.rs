@@ -122,13 +122,7 @@ pub async fn serve(
     ready.store(true, Ordering::Release);
     println!("loopguard listening proxy={proxy_addr} admin={admin_addr}");
     tracing::info!(%proxy_addr, %admin_addr, routes = config.routes.len(), workers = proxy_workers.len(), "loopguard listening");
-    if !admin_addr.ip().is_loopback() {
-        tracing::warn!(
-            %admin_addr,
-            allowed_hosts = ?config.server.admin_allowed_hosts,
-            "the admin listener is not on loopback: the session API (tool names, redacted arguments) is readable by anyone who reaches it; keep it on loopback or firewall it"
-        );
-    }
+    warn_if_admin_exposed(&config, admin_addr);
 
     shutdown_signal().await;
     tracing::info!(
@@ -141,6 +135,17 @@ pub async fn serve(
     let _ = admin_stop_tx.send(true);
     let _ = tokio::time::timeout(std::time::Duration::from_secs(2), admin_task).await;
     Ok(())
+}
+
+/// Warns when the admin listener is reachable from other hosts.
+fn warn_if_admin_exposed(config: &Config, admin_addr: SocketAddr) {
+    if !admin_addr.ip().is_loopback() {
+        tracing::warn!(
+            %admin_addr,
+            allowed_hosts = ?config.server.admin_allowed_hosts,
+            "the admin listener is not on loopback: the session API (tool names, redacted arguments) is readable by anyone who reaches it; keep it on loopback or firewall it"
+        );
+    }
 }
 
 async fn reload_on_sighup(reloader: Reloader) {
