@@ -51,25 +51,6 @@ pub fn bind(addr: SocketAddr, backlog: u32) -> std::io::Result<TcpListener> {
     socket.listen(backlog)
 }
 
-/// Binds `addr` with `backlog` and `SO_REUSEPORT` (and `SO_REUSEADDR`), so
-/// that each proxy worker can listen on the same address and the kernel
-/// spreads new connections over them (see [`crate::workers`]).
-///
-/// # Errors
-/// The OS error when the socket cannot be created, bound or put to listen.
-#[cfg(unix)]
-pub fn bind_shared(addr: SocketAddr, backlog: u32) -> std::io::Result<TcpListener> {
-    let socket = if addr.is_ipv4() {
-        TcpSocket::new_v4()?
-    } else {
-        TcpSocket::new_v6()?
-    };
-    socket.set_reuseaddr(true)?;
-    socket.set_reuseport(true)?;
-    socket.bind(addr)?;
-    socket.listen(backlog)
-}
-
 /// Raises the soft file-descriptor limit to the hard one and logs it; warns
 /// when it is below two descriptors per connection allowed, plus spares.
 pub fn raise_fd_limit(max_connections: usize) {

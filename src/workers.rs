@@ -1,7 +1,7 @@
 //! Proxy workers: the proxy listener served by `server.workers` runtimes of
-//! one worker thread each (one per core by default), each with its own
-//! listener on the proxy address (`SO_REUSEPORT`: the kernel spreads new
-//! connections over them) and its own upstream client, hence its own
+//! one worker thread each (one per core by default), each accepting on the
+//! one proxy socket (a free worker takes the next connection) and each with
+//! its own upstream client, hence its own
 //! connection pool. A request therefore stays on one thread from accept to
 //! the upstream and back: the server connection task, the handler and the
 //! upstream connection task wake each other without crossing threads (a
@@ -43,23 +43,27 @@ pub struct Workers {
     done: Vec<oneshot::Receiver<()>>,
 }
 
-/// Binds `count` listeners (at least 1) on `addr` with `SO_REUSEPORT` and
-/// returns them with the address bound (its port chosen by the first when
-/// `addr` has port 0).
+/// Binds the proxy socket on `addr` and returns the address bound with
+/// `count` handles (at least 1) to that one socket, one per worker. One
+/// socket, one accept queue: a connection goes to a worker that is
+/// accepting, so a worker waiting at the connection cap never holds a
+/// connection back while another could serve it (with a socket per worker,
+/// `SO_REUSEPORT`, the kernel queues a connection on a fixed worker).
 ///
 /// # Errors
-/// The OS error of the first socket that cannot be bound.
+/// The OS error when the socket cannot be bound or a handle duplicated.
 pub fn bind(
     addr: SocketAddr,
     backlog: u32,
     count: usize,
 ) -> std::io::Result<(SocketAddr, Vec<std::net::TcpListener>)> {
-    let first = crate::listen::bind_shared(addr, backlog)?;
-    let bound = first.local_addr()?;
-    let mut listeners = vec![first.into_std()?];
+    let socket = crate::listen::bind(addr, backlog)?.into_std()?;
+    let bound = socket.local_addr()?;
+    let mut listeners = Vec::with_capacity(count.max(1));
     for _ in 1..count.max(1) {
-        listeners.push(crate::listen::bind_shared(bound, backlog)?.into_std()?);
+        listeners.push(socket.try_clone()?);
     }
+    listeners.push(socket);
     Ok((bound, listeners))
 }
 

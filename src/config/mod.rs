@@ -91,8 +91,8 @@ pub struct ServerConfig {
     pub max_connections: usize,
     /// Listen backlog of the proxy listener.
     pub listen_backlog: u32,
-    /// Proxy workers: single-threaded runtimes, each with its own listener
-    /// on `listen` (`SO_REUSEPORT`) and upstream pool; 0 in the file means
+    /// Proxy workers: single-threaded runtimes, each accepting on the proxy
+    /// socket, each with its own upstream pool; 0 in the file means
     /// one per core, resolved at start by [`ServerConfig::worker_count`].
     pub workers: usize,
 }
