@@ -181,15 +181,24 @@ pub struct Loaded {
 /// [`ConfigError`] with every problem found; an unreadable file is one
 /// problem naming the I/O error.
 pub fn load_file(path: &Path) -> Result<Loaded, ConfigError> {
-    let source_name = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
-        source_name: source_name.clone(),
-        errors: vec![Problem {
-            path: String::new(),
-            message: format!("cannot read file: {e}"),
-        }],
-    })?;
+    let (text, source_name) = read_file(path)?;
     load_str(&text, &source_name)
+}
+
+/// A config file's text and its name for messages; an unreadable file is
+/// one problem naming the I/O error.
+fn read_file(path: &Path) -> Result<(String, String), ConfigError> {
+    let source_name = path.display().to_string();
+    match std::fs::read_to_string(path) {
+        Ok(text) => Ok((text, source_name)),
+        Err(e) => Err(ConfigError {
+            source_name,
+            errors: vec![Problem {
+                path: String::new(),
+                message: format!("cannot read file: {e}"),
+            }],
+        }),
+    }
 }
 
 /// Reads and validates a config file for the offline tools (`replay`):
@@ -199,14 +208,7 @@ pub fn load_file(path: &Path) -> Result<Loaded, ConfigError> {
 /// # Errors
 /// As [`load_file`].
 pub fn load_detection_file(path: &Path) -> Result<Loaded, ConfigError> {
-    let source_name = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
-        source_name: source_name.clone(),
-        errors: vec![Problem {
-            path: String::new(),
-            message: format!("cannot read file: {e}"),
-        }],
-    })?;
+    let (text, source_name) = read_file(path)?;
     load_text(&text, &source_name, false)
 }
 

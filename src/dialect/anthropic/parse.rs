@@ -106,15 +106,7 @@ fn assistant_message(content: Option<&Value>, names: &mut HashMap<String, String
     for block in blocks(content) {
         let kind = block.get("type").and_then(Value::as_str).unwrap_or_default();
         if matches!(kind, "server_tool_use" | "mcp_tool_use") {
-            let id = block.get("id").and_then(Value::as_str).map(str::to_owned);
-            let name = block.get("name").and_then(Value::as_str).unwrap_or_default();
-            if let Some(id) = &id {
-                names.insert(id.clone(), name.to_owned());
-            }
-            let input = block
-                .get("input")
-                .cloned()
-                .unwrap_or_else(|| Value::Object(Map::new()));
+            let (id, name, input) = use_block(block, names);
             out.tool_calls
                 .push(ToolCall::server_side(id, name, Arguments::Json(input)));
             continue;
@@ -142,19 +134,26 @@ fn assistant_message(content: Option<&Value>, names: &mut HashMap<String, String
         if kind != "tool_use" {
             continue;
         }
-        let id = block.get("id").and_then(Value::as_str).map(str::to_owned);
-        let name = block.get("name").and_then(Value::as_str).unwrap_or_default();
-        if let Some(id) = &id {
-            names.insert(id.clone(), name.to_owned());
-        }
-        let input = block
-            .get("input")
-            .cloned()
-            .unwrap_or_else(|| Value::Object(Map::new()));
+        let (id, name, input) = use_block(block, names);
         out.tool_calls
             .push(ToolCall::new(id, name, Arguments::Json(input)));
     }
     out
+}
+
+/// A `tool_use`-shaped block's id, name and input (an empty object when
+/// absent); the id's tool name is noted in `names` for its result.
+fn use_block<'b>(block: &'b Value, names: &mut HashMap<String, String>) -> (Option<String>, &'b str, Value) {
+    let id = block.get("id").and_then(Value::as_str).map(str::to_owned);
+    let name = block.get("name").and_then(Value::as_str).unwrap_or_default();
+    if let Some(id) = &id {
+        names.insert(id.clone(), name.to_owned());
+    }
+    let input = block
+        .get("input")
+        .cloned()
+        .unwrap_or_else(|| Value::Object(Map::new()));
+    (id, name, input)
 }
 
 /// A user message: a tool turn of its `tool_result` blocks (if any), then a
