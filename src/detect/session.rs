@@ -18,6 +18,7 @@
 //! bounded set of 64-bit hashes of user texts. The merging is in `absorb`.
 
 mod absorb;
+mod align;
 
 use std::collections::{HashSet, VecDeque};
 use std::time::Duration;

@@ -211,60 +211,7 @@ impl SessionState {
         self.realign = false;
     }
 
-    /// Index of the first item not absorbed yet (issue #12 point 8: merge by
-    /// stable identity, so that rewritten older items neither hide nor
-    /// double-count new ones). In order:
-    ///
-    /// 1. the previous request's last keys at the same place: an append;
-    /// 2. an anchor: the newest call whose id the previous request carried
-    ///    (and that occurs once in this one) — the items after it in the
-    ///    previous request are there again (rewritten or not), the rest is
-    ///    new;
-    /// 3. the same item shapes (kind, tool) as the whole previous request,
-    ///    in place: older items were rewritten (clipped, replaced by a
-    ///    placeholder) and the rest is new — id-less histories (Gemini);
-    /// 4. the previous request's last keys anywhere (a compacted or pruned
-    ///    request whose kept tail matches), else its last key known (a
-    ///    stale retry), else everything is new.
-    fn align(&self, k: &Keys) -> usize {
-        let keys = k.keys;
-        if self.tail.is_empty() {
-            return 0;
-        }
-        let seen = self.seen_items;
-        let width = self.tail.len();
-        if !self.realign && keys.len() >= seen && seen >= width && keys[seen - width..seen] == self.tail[..] {
-            return seen;
-        }
-        let anchor = k.idents.iter().enumerate().rev().find_map(|(i, id)| {
-            let id = (*id)?;
-            let after = self.anchors.iter().find(|(a, _)| *a == id)?.1;
-            let unique = k.idents.iter().filter(|x| **x == Some(id)).count() == 1;
-            unique.then_some((i, after))
-        });
-        if let Some((i, after)) = anchor {
-            return (i + 1 + after).min(keys.len());
-        }
-        if !self.realign && k.shapes.len() >= seen && k.shapes[..seen] == self.shapes[..] {
-            return seen;
-        }
-        let k = width;
-        for width in (1..=k).rev() {
-            let tail = &self.tail[k - width..];
-            if let Some(end) = (width..=keys.len())
-                .rev()
-                .find(|&end| keys[end - width..end] == *tail)
-            {
-                return end;
-            }
-        }
-        match keys.last() {
-            Some(last) if self.knows(*last) => keys.len(),
-            _ => 0,
-        }
-    }
-
-    fn knows(&self, key: u64) -> bool {
+    pub(super) fn knows(&self, key: u64) -> bool {
         self.user_texts.contains(&key) || self.steps.iter().any(|s| s.key == key)
     }
 
