@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use super::{Absorbed, SessionState};
 use crate::detect::settings::Settings;
-use crate::detect::step::{Cycle, Item, Keys, Step, StepKind, UserText, extract};
+use crate::detect::step::{Cycle, Item, Step, StepKind, UserText, extract};
 use crate::transcript::Transcript;
 
 /// Previous-request keys kept for alignment.
