@@ -162,3 +162,40 @@ proptest! {
         }
     }
 }
+
+/// The mini-swe-agent trajectories (`../shared/trajectories`) clip every
+/// older message anew in each request: the newest format reminder is whole,
+/// the same reminder in older turns reads `No tool calls found … [… 8
+/// characters truncated …] …`. Each new reminder must still count once, as
+/// in the same session sent unclipped.
+#[test]
+fn a_reminder_clipped_from_the_next_request_on_still_counts_each_time() {
+    const WHOLE: &str = "No tool calls found in the response. Every response MUST include at least one tool call.";
+    const CLIPPED: &str = "No tool calls found in the response. Eve\n[... 8 characters truncated ...]\nnse MUST include";
+    let s = Settings::default();
+    let mut b = Builder::new(Dialect::OpenAi, &["bash"]);
+    b.call("bash", json!({"command": "ls"}), "src tests", false);
+    let (mut whole, mut clipped) = (SessionState::new(), SessionState::new());
+    let (mut seen_whole, mut seen_clipped) = (Vec::new(), Vec::new());
+    for i in 0..8u64 {
+        b.say(Role::User, WHOLE);
+        let t = b.request();
+        let mut c = t.clone();
+        let newest = c.messages.len() - 1;
+        for m in &mut c.messages[..newest] {
+            if m.text == WHOLE {
+                m.text = CLIPPED.to_owned();
+            }
+        }
+        let now = std::time::Duration::from_secs(10 * i);
+        let levels = |v: Vec<super::Verdict>| v.into_iter().map(|v| (v.detector, v.level)).collect::<Vec<_>>();
+        seen_whole.push(levels(whole.on_request(&t, now, &s)));
+        seen_clipped.push(levels(clipped.on_request(&c, now, &s)));
+    }
+    assert_eq!(seen_whole, seen_clipped);
+    let last = seen_clipped.last().cloned().unwrap_or_default();
+    assert!(
+        last.iter().any(|(_, level)| *level >= super::Level::Critical),
+        "eight reminders in a row reach critical: {seen_clipped:?}"
+    );
+}

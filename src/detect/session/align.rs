@@ -12,6 +12,13 @@
 //! once (new items repeating it: the same reminder, the same screen), the
 //! occurrence whose history before it could come from the previous one by
 //! drops alone wins, nearest the place an unchanged history would have it.
+//! When none could (the tail itself was rewritten, or occurs only where the
+//! history would have grown), the place an unchanged history would have it
+//! is taken after an anchor, the nearest occurrence otherwise.
+//!
+//! A dropped item that came back could not be told from a new identical
+//! one; no agent we know restores what it pruned, and neither does the
+//! property test's generator (`detect/rewrite_tests.rs`).
 
 use super::SessionState;
 use crate::detect::step::Keys;
@@ -47,7 +54,11 @@ impl SessionState {
         let full = self.tail.len();
         for width in (1..=full).rev() {
             let tail = &self.tail[full - width..];
-            if let Some(end) = pick(keys, k.shapes, tail, seen, &self.shapes) {
+            // A compacted request may hold items the previous one did not
+            // (its summary): then the occurrence nearest its place.
+            let end = pick(keys, k.shapes, tail, seen, &self.shapes)
+                .or_else(|| nearest_ends(keys, tail, seen).first().copied());
+            if let Some(end) = end {
                 return end;
             }
         }
@@ -71,7 +82,8 @@ impl SessionState {
 
     /// Where the previous request's items after the anchor at `i` end in
     /// this request: its last keys found after the anchor (see the module
-    /// doc), else `i + 1 + after` (its last items were rewritten too).
+    /// doc), else `i + 1 + after` (its last items were rewritten too, such
+    /// as a reminder sent whole and clipped from the next request on).
     fn after_anchor(&self, k: &Keys, i: usize, after: usize) -> usize {
         let bound = (i + 1 + after).min(k.keys.len());
         let width = self.tail.len().min(after);
@@ -94,14 +106,12 @@ impl SessionState {
 /// The end of the occurrence of `tail` in `keys` that ends the part carried
 /// over from the previous request: of the occurrences nearest `expected`
 /// (an end at or before it wins a tie: rewriting drops, it does not add),
-/// the first whose item shapes before it are `previous` with items dropped,
-/// else the nearest. `None` when `tail` does not occur.
+/// the first whose item shapes before it are `previous` with items dropped.
+/// `None` when there is none.
 fn pick(keys: &[u64], shapes: &[u64], tail: &[u64], expected: usize, previous: &[u64]) -> Option<usize> {
-    let ends = nearest_ends(keys, tail, expected);
-    ends.iter()
-        .copied()
+    nearest_ends(keys, tail, expected)
+        .into_iter()
         .find(|&end| by_drops(&shapes[..end], previous))
-        .or_else(|| ends.first().copied())
 }
 
 /// Ends of up to [`CANDIDATES`] occurrences of `tail` in `keys`, nearest
@@ -148,6 +158,16 @@ mod tests {
         assert!(by_drops(&[], &[1]));
         assert!(!by_drops(&[3, 1], &[1, 2, 3]));
         assert!(!by_drops(&[1, 2, 3, 3], &[1, 2, 3]));
+    }
+
+    #[test]
+    fn pick_finds_nothing_when_every_occurrence_would_need_added_items() {
+        // Previous: [call, c, c, F]; now [call, c, c, c, F]: the whole F
+        // was clipped to c and a new F came, so (c, F) only occurs where
+        // the old part would have grown.
+        let keys = [3, 3, 3, 4];
+        let shapes = [1, 1, 1, 1];
+        assert_eq!(pick(&keys, &shapes, &[3, 4], 3, &[1, 1, 1]), None);
     }
 
     #[test]
