@@ -170,8 +170,10 @@ proptest! {
 /// in the same session sent unclipped.
 #[test]
 fn a_reminder_clipped_from_the_next_request_on_still_counts_each_time() {
-    const WHOLE: &str = "No tool calls found in the response. Every response MUST include at least one tool call.";
-    const CLIPPED: &str = "No tool calls found in the response. Eve\n[... 8 characters truncated ...]\nnse MUST include";
+    const WHOLE: &str =
+        "No tool calls found in the response. Every response MUST include at least one tool call.";
+    const CLIPPED: &str =
+        "No tool calls found in the response. Eve\n[... 8 characters truncated ...]\nnse MUST include";
     let s = Settings::default();
     let mut b = Builder::new(Dialect::OpenAi, &["bash"]);
     b.call("bash", json!({"command": "ls"}), "src tests", false);
@@ -188,7 +190,8 @@ fn a_reminder_clipped_from_the_next_request_on_still_counts_each_time() {
             }
         }
         let now = std::time::Duration::from_secs(10 * i);
-        let levels = |v: Vec<super::Verdict>| v.into_iter().map(|v| (v.detector, v.level)).collect::<Vec<_>>();
+        let levels =
+            |v: Vec<super::Verdict>| v.into_iter().map(|v| (v.detector, v.level)).collect::<Vec<_>>();
         seen_whole.push(levels(whole.on_request(&t, now, &s)));
         seen_clipped.push(levels(clipped.on_request(&c, now, &s)));
     }

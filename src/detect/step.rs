@@ -247,22 +247,31 @@ fn cycle_key(call: &ToolCall, outcome: impl FnOnce() -> Outcome) -> (u64, Option
     }
 }
 
+/// Up to this many results a turn's results are scanned rather than indexed:
+/// building the maps costs more than a short scan, and almost every turn
+/// has a few calls.
+const SCAN_RESULTS: usize = 16;
+
 /// The results after an assistant turn, indexed for pairing with its calls
-/// in time linear in calls + results (a turn may carry 100k parallel calls).
+/// in time linear in calls + results (a turn may carry 100k parallel calls);
+/// a short list is scanned instead (the same pairing, in order).
 struct Results<'a> {
     results: Vec<&'a ToolResult>,
     used: Vec<bool>,
-    /// Indices of the results naming each call id, in order.
+    /// Indices of the results naming each call id, in order (when indexed).
     by_id: HashMap<&'a str, VecDeque<usize>>,
-    /// Indices of the results without a call id, per tool name, in order.
+    /// Indices of the results without a call id, per tool name, in order
+    /// (when indexed).
     by_name: HashMap<&'a str, VecDeque<usize>>,
+    indexed: bool,
 }
 
 impl<'a> Results<'a> {
     fn new(results: Vec<&'a ToolResult>) -> Self {
         let mut by_id: HashMap<&str, VecDeque<usize>> = HashMap::new();
         let mut by_name: HashMap<&str, VecDeque<usize>> = HashMap::new();
-        for (i, r) in results.iter().enumerate() {
+        let indexed = results.len() > SCAN_RESULTS;
+        for (i, r) in results.iter().enumerate().filter(|_| indexed) {
             match (r.call_id.as_deref(), r.name.as_deref()) {
                 (Some(id), _) => by_id.entry(id).or_default().push_back(i),
                 (None, Some(name)) => by_name.entry(name).or_default().push_back(i),
@@ -274,7 +283,17 @@ impl<'a> Results<'a> {
             results,
             by_id,
             by_name,
+            indexed,
         }
+    }
+
+    /// The first unused result matching `pick`, by a scan.
+    fn scan(&self, pick: impl Fn(&ToolResult) -> bool) -> Option<usize> {
+        self.results
+            .iter()
+            .enumerate()
+            .find(|(i, r)| !self.used[*i] && pick(r))
+            .map(|(i, _)| i)
     }
 
     /// The first unused result in `queue` (used ones are dropped on the way).
@@ -294,18 +313,26 @@ impl<'a> Results<'a> {
     /// else the first unused one without an id naming the call's tool; else
     /// the one at the call's position, when it has no id.
     fn take(&mut self, call: &ToolCall, position: usize) -> Option<&'a ToolResult> {
-        let by_id = call
-            .id
-            .as_deref()
-            .and_then(|id| Self::first_unused(self.by_id.get_mut(id), &self.used));
-        let pick = by_id
-            .or_else(|| Self::first_unused(self.by_name.get_mut(call.name.as_str()), &self.used))
-            .or_else(|| {
-                self.results
-                    .get(position)
-                    .filter(|r| !self.used[position] && r.call_id.is_none())
-                    .map(|_| position)
-            })?;
+        let id = call.id.as_deref();
+        let name = call.name.as_str();
+        let by_id = if self.indexed {
+            id.and_then(|id| Self::first_unused(self.by_id.get_mut(id), &self.used))
+        } else {
+            id.and_then(|id| self.scan(|r| r.call_id.as_deref() == Some(id)))
+        };
+        let by_name = |this: &mut Self| {
+            if this.indexed {
+                Self::first_unused(this.by_name.get_mut(name), &this.used)
+            } else {
+                this.scan(|r| r.call_id.is_none() && r.name.as_deref() == Some(name))
+            }
+        };
+        let pick = by_id.or_else(|| by_name(self)).or_else(|| {
+            self.results
+                .get(position)
+                .filter(|r| !self.used[position] && r.call_id.is_none())
+                .map(|_| position)
+        })?;
         self.used[pick] = true;
         Some(self.results[pick])
     }

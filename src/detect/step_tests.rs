@@ -1,6 +1,7 @@
 //! The indexed pairing of calls with results ([`Results`]) against the
 //! linear-scan pairing it replaced, on random turns: the same result for
-//! every call, so no verdict changes.
+//! every call, so no verdict changes. Turns of up to 40 results cover both
+//! the short scan and the index (over `SCAN_RESULTS`).
 
 use proptest::prelude::*;
 
@@ -57,8 +58,8 @@ fn result(id: Option<u8>, name: Option<u8>, n: usize) -> ToolResult {
 proptest! {
     #[test]
     fn indexed_pairing_matches_the_scan(
-        calls in prop::collection::vec((prop::option::of(0u8..6), 0u8..3), 0..12),
-        results in prop::collection::vec((prop::option::of(0u8..6), prop::option::of(0u8..3)), 0..12),
+        calls in prop::collection::vec((prop::option::of(0u8..6), 0u8..3), 0..40),
+        results in prop::collection::vec((prop::option::of(0u8..6), prop::option::of(0u8..3)), 0..40),
     ) {
         let calls: Vec<ToolCall> = calls.into_iter().map(|(id, name)| call(id, name)).collect();
         let results: Vec<ToolResult> = results
