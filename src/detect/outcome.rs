@@ -494,11 +494,17 @@ pub(crate) fn hash128(bytes: &[u8]) -> u128 {
     u128::from_le_bytes(first)
 }
 
-/// A fast 64-bit hash (FNV-1a with a final avalanche) for internal keys that
-/// never leave the process: user texts, message keys, fingerprints.
+/// A fast 64-bit hash (FNV-1a with a final avalanche) for internal keys:
+/// user texts, message keys, fingerprints (also kept in the shared state
+/// store, so the function must not change between versions).
 pub(crate) fn hash64(bytes: &[u8]) -> u64 {
+    hash64_parts(&[bytes])
+}
+
+/// [`hash64`] of the parts' concatenation, without building it.
+pub(crate) fn hash64_parts(parts: &[&[u8]]) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for &b in bytes {
+    for &b in parts.iter().flat_map(|p| p.iter()) {
         h ^= u64::from(b);
         h = h.wrapping_mul(0x0000_0100_0000_01b3);
     }
@@ -511,6 +517,13 @@ pub(crate) fn hash64(bytes: &[u8]) -> u64 {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn hash64_of_parts_is_the_hash_of_their_concatenation() {
+        assert_eq!(hash64_parts(&[b"id:", b"call_1", b"sig"]), hash64(b"id:call_1sig"));
+        assert_eq!(hash64_parts(&[]), hash64(b""));
+        assert_ne!(hash64(b"a"), hash64(b"b"));
+    }
 
     fn text(s: &str) -> ToolResult {
         ToolResult {

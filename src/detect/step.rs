@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use regex::Regex;
 
-use super::outcome::{Outcome, hash64, outcome_for};
+use super::outcome::{Outcome, hash64, hash64_parts, outcome_for};
 use super::settings::Settings;
 use crate::transcript::{
     Arguments, Message, Role, Signature, ToolCall, ToolResult, Transcript, canonical_json,
@@ -232,17 +232,11 @@ pub(crate) fn preview(arguments: &Arguments) -> String {
 /// (computed only then: a call with an id needs no outcome to be aligned).
 fn cycle_key(call: &ToolCall, outcome: impl FnOnce() -> Outcome) -> (u64, Option<Outcome>) {
     match &call.id {
-        Some(id) => {
-            let mut bytes = b"id:".to_vec();
-            bytes.extend_from_slice(id.as_bytes());
-            bytes.extend_from_slice(&call.signature.0);
-            (hash64(&bytes), None)
-        }
+        Some(id) => (hash64_parts(&[b"id:", id.as_bytes(), &call.signature.0]), None),
         None => {
             let outcome = outcome();
-            let mut bytes = call.signature.0.to_vec();
-            bytes.extend_from_slice(&outcome.hash.to_le_bytes());
-            (hash64(&bytes), Some(outcome))
+            let key = hash64_parts(&[&call.signature.0, &outcome.hash.to_le_bytes()]);
+            (key, Some(outcome))
         }
     }
 }
