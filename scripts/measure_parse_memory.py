@@ -8,6 +8,7 @@ turn) and `long` (a ~20 MB looping session: 5,000 calls with 2 KB results
 and ten 1 MB base64 images, the last calls identical).
 
 Usage: scripts/measure_parse_memory.py BINARY [config-extra-lines]
+(MEASURE_LOG=path keeps loopguard's debug log there.)
 Prints one line per run: body, concurrency, status(es), verdict header,
 RSS before / peak / 2 s after / 10 s after (MiB)."""
 import json, os, re, socket, subprocess, sys, tempfile, threading, time, http.client
@@ -56,9 +57,11 @@ def long_body():
     return json.dumps({"model": "m", "stream": False, "messages": msgs}).encode()
 
 
-def start(args, env=None):
+def start(args, log=None):
+    env = dict(os.environ, LOOPGUARD_LOG="info,loopguard=debug") if log else None
+    err = open(log, "w") if log else subprocess.DEVNULL
     p = subprocess.Popen([BIN, "--log-format", "json"] + args, stdout=subprocess.PIPE,
-                         stderr=subprocess.DEVNULL, env=env)
+                         stderr=err, env=env)
     line = p.stdout.readline().decode()
     return p, line
 
@@ -104,7 +107,7 @@ def main():
     cfg.write(f'[server]\nlisten = "127.0.0.1:0"\nadmin_listen = "127.0.0.1:0"\n{EXTRA}\n\n'
               f'[[routes]]\nprefix = "/v1"\nprovider = "openai"\nupstream = "http://{up}"\n')
     cfg.close()
-    lg, line = start(["serve", "--config", cfg.name])
+    lg, line = start(["serve", "--config", cfg.name], os.environ.get("MEASURE_LOG"))
     lg_addr = addr(line, "proxy=")
     time.sleep(0.5)
     bodies = {"long": long_body(), "calls": calls_body()}
@@ -116,7 +119,6 @@ def main():
                 run(lg_addr, lg.pid, bodies[name], n, name)
     finally:
         lg.kill(); mock.kill()
-        m = subprocess.run(["true"])
 
 
 if __name__ == "__main__":

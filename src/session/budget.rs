@@ -75,6 +75,12 @@ impl Reservation {
         true
     }
 
+    /// Whether `bytes` more could be granted now.
+    pub fn fits(&self, bytes: usize) -> bool {
+        self.held().saturating_add(bytes) <= self.per_request
+            && self.budget.in_use().saturating_add(bytes) <= self.total
+    }
+
     /// Shrinks by `bytes` (at most what it holds).
     pub fn shrink(&self, bytes: usize) {
         let bytes = bytes.min(self.held());

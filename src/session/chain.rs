@@ -253,8 +253,13 @@ impl ChainStore {
         let hashes = chain_hashes(self.seed, start, &split.items);
         let mut chain = self.take_longest(&hashes).unwrap_or_default();
         let from = chain.items.len();
-        // The reused items are this request's too (cloned into it).
-        let mut lean = !budget.grow(chain.weight());
+        // The reused items are this request's too (cloned into it). A body
+        // whose whole estimate cannot fit goes lean at once, without
+        // parsing in full what would be thrown away.
+        let rest = split.items.get(from..).unwrap_or_default();
+        let rest_guess: usize = rest.iter().map(|raw| estimate(raw.get().as_bytes())).sum();
+        let mut lean =
+            !budget.fits(rest_guess.saturating_add(chain.weight())) || !budget.grow(chain.weight());
         let mut at = from;
         while !lean && at < split.items.len() {
             let end = chunk_end(&split.items, at);
