@@ -36,7 +36,7 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 use xxhash_rust::xxh3::{xxh3_128, xxh3_128_with_seed};
 
-use super::budget::{Reservation, estimate};
+use super::budget::{Reservation, estimate, estimate_kept};
 use super::lean;
 use crate::detect::Settings;
 use crate::dialect::split::assemble;
@@ -257,7 +257,7 @@ impl ChainStore {
         // whose whole estimate cannot fit goes lean at once, without
         // parsing in full what would be thrown away.
         let rest = split.items.get(from..).unwrap_or_default();
-        let rest_guess: usize = rest.iter().map(|raw| estimate(raw.get().as_bytes())).sum();
+        let rest_guess: usize = rest.iter().map(|raw| estimate_kept(raw.get().as_bytes())).sum();
         let mut lean =
             !budget.fits(rest_guess.saturating_add(chain.weight())) || !budget.grow(chain.weight());
         let mut at = from;
