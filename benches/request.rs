@@ -162,6 +162,7 @@ fn guard_path(c: &mut Criterion) {
                 headers,
                 decoded: body,
                 parsed: &parsed,
+                budget: None,
             };
             guard.on_request(&config, &view).1
         })
@@ -274,6 +275,7 @@ fn calls_scale(c: &mut Criterion) {
                 headers: &headers,
                 decoded: body,
                 parsed: &parsed,
+                budget: None,
             };
             guard.on_request(&config, &view).0
         })

@@ -108,6 +108,11 @@ impl ArraySplitter {
         result
     }
 
+    /// Bytes of the current, unfinished element buffered so far.
+    pub fn buffered(&self) -> usize {
+        self.buf.len()
+    }
+
     /// The stream ended.
     ///
     /// # Errors

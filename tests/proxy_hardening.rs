@@ -726,6 +726,61 @@ async fn a_gemini_array_element_past_the_cap_passes_through_unbuffered() {
     assert!(rest.ends_with(b"}]}]"));
 }
 
+/// #13.2: past the held cap (a tool call was held, then more than
+/// `max_held_bytes` followed), a Gemini array element that grows past
+/// `max_response_bytes` is no longer kept by the splitter: the tap gives up
+/// (`response_frame_too_large`) instead of buffering the element whole
+/// while the bytes pass through; every byte reaches the client unchanged.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_gemini_array_element_past_the_held_cap_is_not_buffered_by_the_splitter() {
+    let (url, tx) = scripted_upstream().await;
+    let lg = loopguard(&config_for(
+        &url,
+        "max_response_bytes = 1048576\nmax_held_bytes = 65536\nheader_hold_ms = 100",
+    ));
+    let mut sent = b"[{\"candidates\":[{\"content\":{\"role\":\"model\",\"parts\":[{\"functionCall\":{\"name\":\"ls\",\"args\":{\"path\":\".\"}}}]}}]},\n{\"candidates\":[{\"content\":{\"parts\":[{\"text\":\"".to_vec();
+    let _ =
+        tx.send(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nconnection: close\r\n\r\n".to_vec());
+    let _ = tx.send(sent.clone());
+    send_big(&tx, 3 * MIB);
+    sent.extend(std::iter::repeat_n(b'x', 3 * MIB));
+    let mut response = post(
+        format!("{}/v1beta/models/g:streamGenerateContent", lg.url()),
+        &[],
+        GEMINI_BODY,
+    )
+    .await;
+    let mut seen = Vec::new();
+    assert!(
+        read_at_least(&mut response, &mut seen, 2 * MIB, Duration::from_secs(5)).await,
+        "only {} bytes arrived while the element was incomplete",
+        seen.len()
+    );
+    let tail = b"\"}]},\"finishReason\":\"STOP\"}]}]";
+    let _ = tx.send(tail.to_vec());
+    sent.extend_from_slice(tail);
+    drop(tx);
+    let (rest, end) = common::read_body(response).await;
+    seen.extend_from_slice(&rest);
+    assert_eq!(end, Ok(()));
+    assert!(seen == sent, "{} bytes received, {} sent", seen.len(), sent.len());
+    let _ = lg.wait_log_events("request", 1);
+    let text = common::metrics(&lg).await;
+    assert_eq!(
+        common::metric_value(&text, "loopguard_fail_open_total{reason=\"held_bytes_cap\"}"),
+        1.0,
+        "{text}"
+    );
+    assert_eq!(
+        common::metric_value(
+            &text,
+            "loopguard_fail_open_total{reason=\"response_frame_too_large\"}"
+        ),
+        1.0,
+        "{text}"
+    );
+}
+
 /// An upstream that answers every connection with the same bytes, then closes.
 async fn canned_upstream(answer: Vec<u8>) -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
@@ -759,6 +814,22 @@ fn gzip(bytes: &[u8]) -> Vec<u8> {
 /// `response_encoded`.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_gzip_stream_is_forwarded_unchanged_and_judged_on_a_side_copy() {
+    encoded_stream_is_forwarded_unchanged_and_judged("gzip", gzip).await;
+}
+
+/// #13.10: the same for a zstd-encoded event stream.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_zstd_stream_is_forwarded_unchanged_and_judged_on_a_side_copy() {
+    encoded_stream_is_forwarded_unchanged_and_judged("zstd", |bytes| {
+        zstd::encode_all(bytes, 3).unwrap_or_else(|e| panic!("{e}"))
+    })
+    .await;
+}
+
+/// An event stream encoded as `coding` by `encode`: the encoded bytes reach
+/// the client unchanged, the repeated call gets a stream-time verdict from
+/// the decoded side copy, and `response_encoded` is counted.
+async fn encoded_stream_is_forwarded_unchanged_and_judged(coding: &str, encode: fn(&[u8]) -> Vec<u8>) {
     let mut events = text_chunk("listing");
     events.extend(chat_chunk(
         r#"{"tool_calls":[{"index":0,"id":"call_9","type":"function","function":{"name":"list_directory","arguments":"{\"path\":\".\"}"}}]}"#,
@@ -766,9 +837,11 @@ async fn a_gzip_stream_is_forwarded_unchanged_and_judged_on_a_side_copy() {
     ));
     events.extend(chat_chunk("{}", "\"tool_calls\""));
     events.extend_from_slice(b"data: [DONE]\n\n");
-    let encoded = gzip(&events);
-    let mut answer =
-        b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-encoding: gzip\r\nconnection: close\r\n\r\n".to_vec();
+    let encoded = encode(&events);
+    let mut answer = format!(
+        "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-encoding: {coding}\r\nconnection: close\r\n\r\n"
+    )
+    .into_bytes();
     answer.extend_from_slice(&encoded);
     let url = canned_upstream(answer).await;
     let lg = loopguard(&config_for(&url, ""));
@@ -779,7 +852,7 @@ async fn a_gzip_stream_is_forwarded_unchanged_and_judged_on_a_side_copy() {
         let body = serde_json::json!({"model": "m", "stream": true, "messages": messages, "tools": tools});
         let r = post(
             format!("{}/v1/chat/completions", lg.url()),
-            &[("x-loopguard-session", "gzip")],
+            &[("x-loopguard-session", coding)],
             body.to_string(),
         )
         .await;

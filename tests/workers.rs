@@ -36,11 +36,19 @@ fn thread_names(pid: u32) -> Vec<String> {
 async fn workers_share_sessions_across_connections() {
     let mock = mock();
     let lg = loopguard(&config_for(&mock.url(), "workers = 3"));
-    let mut workers: Vec<String> = thread_names(lg.pid())
-        .into_iter()
-        .filter(|n| n.starts_with("lg-worker-"))
-        .collect();
-    workers.sort();
+    // The runtimes' threads may come up just after the listening line.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    let workers = loop {
+        let mut workers: Vec<String> = thread_names(lg.pid())
+            .into_iter()
+            .filter(|n| n.starts_with("lg-worker-"))
+            .collect();
+        workers.sort();
+        if workers.len() >= 3 || std::time::Instant::now() > deadline {
+            break workers;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    };
     assert_eq!(workers, ["lg-worker-0", "lg-worker-1", "lg-worker-2"]);
     let line = lg.wait_log_events("loopguard listening", 1);
     assert_eq!(line[0]["workers"], 3, "{}", line[0]);

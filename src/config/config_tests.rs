@@ -115,3 +115,35 @@ fn environment_overrides_listen_and_upstreams() {
         }
     }
 }
+
+/// The parse-memory budget: one request's share must fit in the total, and
+/// neither may be 0; the defaults judge a 20 MB history of 5,000 calls in full.
+#[test]
+fn the_parse_budget_of_one_request_fits_in_the_total() {
+    let config = load_str(DEFAULT_TOML, "t.toml")
+        .unwrap_or_else(|e| panic!("{e}"))
+        .config;
+    assert_eq!(config.server.parse_budget_bytes, 128 << 20);
+    assert_eq!(config.server.parse_budget_request_bytes, 96 << 20);
+    let text = DEFAULT_TOML.replace(
+        "parse_budget_request_bytes = 100663296",
+        "parse_budget_request_bytes = 268435456",
+    );
+    let err = load_str(&text, "t.toml")
+        .err()
+        .unwrap_or_else(|| panic!("expected an error"));
+    assert!(
+        err.to_string()
+            .contains("server.parse_budget_request_bytes: 268435456 is over server.parse_budget_bytes"),
+        "{err}"
+    );
+    let text = DEFAULT_TOML.replace("parse_budget_bytes = 134217728", "parse_budget_bytes = 0");
+    let err = load_str(&text, "t.toml")
+        .err()
+        .unwrap_or_else(|| panic!("expected an error"));
+    assert!(
+        err.to_string()
+            .contains("server.parse_budget_bytes: must be greater than 0"),
+        "{err}"
+    );
+}

@@ -65,6 +65,11 @@ pub struct ServerConfig {
     /// Request bodies over this many bytes are parsed and judged off the
     /// async workers (see [`crate::proxy::offload`]).
     pub offload_body_bytes: usize,
+    /// The parse-memory budget of all requests in flight, bytes (see
+    /// [`crate::session::budget`]).
+    pub parse_budget_bytes: usize,
+    /// The parse-memory budget of one request, bytes.
+    pub parse_budget_request_bytes: usize,
     /// Judged non-streaming response cap, bytes.
     pub max_response_bytes: usize,
     /// Held tool-call events cap per response, bytes.
@@ -359,6 +364,15 @@ fn validate_server(raw: &RawConfig, problems: &mut Problems) -> ServerConfig {
             );
         }
     }
+    if s.parse_budget_request_bytes > s.parse_budget_bytes {
+        problems.push(
+            "server.parse_budget_request_bytes",
+            format!(
+                "{} is over server.parse_budget_bytes ({}): one request's budget must fit in the total",
+                s.parse_budget_request_bytes, s.parse_budget_bytes
+            ),
+        );
+    }
     if s.keepalive_secs >= s.idle_timeout_secs && s.idle_timeout_secs > 0 {
         problems.notice(
             "server.keepalive_secs",
@@ -380,6 +394,16 @@ fn validate_server(raw: &RawConfig, problems: &mut Problems) -> ServerConfig {
             problems,
         )),
         offload_body_bytes: to_usize(s.offload_body_bytes),
+        parse_budget_bytes: to_usize(positive(
+            s.parse_budget_bytes,
+            "server.parse_budget_bytes",
+            problems,
+        )),
+        parse_budget_request_bytes: to_usize(positive(
+            s.parse_budget_request_bytes,
+            "server.parse_budget_request_bytes",
+            problems,
+        )),
         max_response_bytes: to_usize(positive(
             s.max_response_bytes,
             "server.max_response_bytes",

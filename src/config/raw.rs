@@ -59,6 +59,13 @@ pub struct RawServer {
     /// workers, in bytes.
     #[serde(default = "default_offload_body_bytes")]
     pub offload_body_bytes: u64,
+    /// Most memory the parsed forms of all request bodies in flight may
+    /// hold, in bytes (estimated, see `session::budget`).
+    #[serde(default = "default_parse_budget_bytes")]
+    pub parse_budget_bytes: u64,
+    /// Most memory the parsed form of one request body may hold, in bytes.
+    #[serde(default = "default_parse_budget_request_bytes")]
+    pub parse_budget_request_bytes: u64,
     /// Largest non-streaming response body that is judged, in bytes.
     #[serde(default = "default_max_response_bytes")]
     pub max_response_bytes: u64,
@@ -113,6 +120,8 @@ impl Default for RawServer {
             admin_allowed_hosts: None,
             max_request_bytes: default_max_request_bytes(),
             offload_body_bytes: default_offload_body_bytes(),
+            parse_budget_bytes: default_parse_budget_bytes(),
+            parse_budget_request_bytes: default_parse_budget_request_bytes(),
             max_response_bytes: default_max_response_bytes(),
             max_held_bytes: default_max_held_bytes(),
             header_hold_ms: default_header_hold_ms(),
@@ -211,6 +220,12 @@ fn default_idle_timeout_secs() -> u64 {
 }
 fn default_offload_body_bytes() -> u64 {
     256 * 1024
+}
+fn default_parse_budget_bytes() -> u64 {
+    128 << 20
+}
+fn default_parse_budget_request_bytes() -> u64 {
+    96 << 20
 }
 fn default_keepalive_secs() -> u64 {
     5

@@ -251,3 +251,29 @@ fn low_entropy_chanting_in_tool_arguments_is_caught_and_data_is_not() {
     let nulls = format!("{{\"content\": \"[{}]\"}}", "null,".repeat(100));
     assert_eq!(feed(&nulls), None);
 }
+
+/// #13.12: the sample a chanting verdict quotes is redacted: a model that
+/// repeats a credential does not get it written into the verdict message
+/// (and so the log, the admin API and the agent's warning), also when the
+/// quoted window begins inside the credential. Each of the three ways of
+/// finding a chant (lines, the window, a short unit) quotes its sample.
+#[test]
+fn the_quoted_sample_never_carries_a_credential() {
+    let key = "sk-proj-abcdefghijklmnopqrstuvwxyz0123456789";
+    for text in [
+        format!("export OPENAI_API_KEY={key}\n").repeat(40),
+        format!("Authorization: Bearer {key} ").repeat(40),
+        format!("{key} ").repeat(60),
+    ] {
+        let s = Settings::default();
+        let mut scanner = ContentScanner::new(&s);
+        for piece in text.as_bytes().chunks(7) {
+            scanner.feed(Channel::Answer(0), &String::from_utf8_lossy(piece));
+        }
+        let verdict = scanner
+            .verdict()
+            .unwrap_or_else(|| panic!("not detected: {text:.80}"));
+        assert!(!verdict.message.contains("abcdefghij"), "{}", verdict.message);
+        assert!(verdict.message.contains("REDACTED"), "{}", verdict.message);
+    }
+}

@@ -125,9 +125,22 @@ impl<'a> SplitRequest<'a> {
     /// recursion limit (the raw scan has no such limit); nothing else fails,
     /// the items were validated by the split.
     pub fn parse_items(&self, before: &[HistoryItem], from: usize) -> Result<Vec<HistoryItem>, DialectError> {
+        self.parse_range(before, from..self.items.len())
+    }
+
+    /// Parses `items[range]`, given the parses of `items[..range.start]`
+    /// (`before`), so a caller can parse a long history piece by piece.
+    ///
+    /// # Errors
+    /// As [`SplitRequest::parse_items`].
+    pub fn parse_range(
+        &self,
+        before: &[HistoryItem],
+        range: std::ops::Range<usize>,
+    ) -> Result<Vec<HistoryItem>, DialectError> {
         let values = self
             .items
-            .get(from..)
+            .get(range)
             .unwrap_or_default()
             .iter()
             .map(|raw| serde_json::from_str::<Value>(raw.get()))

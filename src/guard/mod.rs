@@ -26,7 +26,8 @@ use crate::detect::{Settings, Verdict, decisive};
 use crate::dialect::{Dialect, ParsedRequest};
 use crate::plan::{PassJudge, Target};
 pub use crate::plan::{RequestDecision, abort_instead_of_block, abort_message};
-use crate::session::chain::ChainStore;
+use crate::session::budget::{ParseBudget, Reservation};
+use crate::session::chain::{ChainStore, Parsed};
 use crate::session::key::{self, BodyIds};
 use crate::session::{SharedSession, Store};
 pub use request::RequestView;
@@ -64,11 +65,28 @@ struct Detected {
     person_spoke: bool,
 }
 
+/// Whose body [`Guard::parse_request_within`] parses: its dialect, route
+/// prefix, headers and query (the tenant scope of the hash chains and the
+/// settings of the lean form come from them).
+#[derive(Debug, Clone, Copy)]
+pub struct BodyOf<'a> {
+    /// The route's dialect.
+    pub dialect: Dialect,
+    /// The route's prefix.
+    pub route: &'a str,
+    /// Request headers.
+    pub headers: &'a HeaderMap,
+    /// Query string.
+    pub query: Option<&'a str>,
+}
+
 /// Sessions plus the detectors.
 #[derive(Debug)]
 pub struct Guard {
     store: Arc<Store>,
     chains: ChainStore,
+    /// The parse-memory budget of all requests (see [`crate::session::budget`]).
+    parse_budget: Arc<ParseBudget>,
     judge: crate::semantic::Checker,
     fault_injection: bool,
     /// `[recording]`, when on.
@@ -120,6 +138,7 @@ impl Guard {
         Self {
             store: Arc::new(Store::new(config.sessions.max_sessions, config.sessions.idle_ttl)),
             chains: ChainStore::new(config.sessions.idle_ttl),
+            parse_budget: Arc::new(ParseBudget::default()),
             judge: crate::semantic::Checker::new(config),
             fault_injection: std::env::var("LOOPGUARD_FAULT_INJECTION").is_ok_and(|v| v == "1"),
             recorder: start_recorder(config),
@@ -153,6 +172,45 @@ impl Guard {
     ) -> Result<ParsedRequest, crate::dialect::DialectError> {
         let scope = [key::tenant(headers, query).as_bytes(), b"\0", route.as_bytes()].concat();
         self.chains.parse(dialect, &scope, body)
+    }
+
+    /// A request's share of the parse-memory budget, within
+    /// `server.parse_budget_request_bytes` and, all requests together,
+    /// `server.parse_budget_bytes`.
+    pub fn reserve_parse(&self, config: &Config) -> Reservation {
+        self.parse_budget.reserve(
+            config.server.parse_budget_request_bytes,
+            config.server.parse_budget_bytes,
+        )
+    }
+
+    /// [`Guard::parse_request`] within `budget`: the full form, else the
+    /// lean form (calls by their hashes, identities under the settings
+    /// `headers` select), else [`Parsed::OverBudget`] (see
+    /// [`ChainStore::parse_within`]).
+    ///
+    /// # Errors
+    /// As [`Dialect::parse_request`].
+    pub fn parse_request_within(
+        &self,
+        config: &Config,
+        of: &BodyOf<'_>,
+        body: &[u8],
+        budget: &Reservation,
+    ) -> Result<Parsed, crate::dialect::DialectError> {
+        let scope = [
+            key::tenant(of.headers, of.query).as_bytes(),
+            b"\0",
+            of.route.as_bytes(),
+        ]
+        .concat();
+        let pairs = of
+            .headers
+            .iter()
+            .filter_map(|(n, v)| v.to_str().ok().map(|v| (n.as_str(), v)));
+        let (_, settings) = config.loop_detection.select(pairs);
+        self.chains
+            .parse_within(of.dialect, &scope, body, budget, settings)
     }
 
     fn wants_panic(&self, headers: &HeaderMap, at: &str) -> bool {

@@ -25,6 +25,9 @@ pub struct RequestView<'a> {
     pub decoded: &'a Bytes,
     /// The parsed body.
     pub parsed: &'a ParsedRequest,
+    /// The request's parse-memory budget: injecting a warning parses the
+    /// whole body again, within it. `None`: unbounded.
+    pub budget: Option<&'a crate::session::budget::Reservation>,
 }
 
 impl RequestView<'_> {
@@ -73,8 +76,24 @@ impl RequestView<'_> {
     }
 
     /// The body with the warning injected, or `None` when it has no tool result
-    /// to carry it (then the request is forwarded unchanged).
+    /// to carry it or its parse does not fit the request's budget (then the
+    /// request is forwarded unchanged).
     pub(super) fn inject(&self, warning: &str) -> Option<Bytes> {
+        let cost = crate::session::budget::estimate(self.decoded);
+        if let Some(budget) = self.budget {
+            if !budget.grow(cost) {
+                tracing::debug!("no parse budget left to carry the warning; forwarded unchanged");
+                return None;
+            }
+        }
+        let injected = self.inject_parsed(warning);
+        if let Some(budget) = self.budget {
+            budget.shrink(cost);
+        }
+        injected
+    }
+
+    fn inject_parsed(&self, warning: &str) -> Option<Bytes> {
         let mut value: serde_json::Value = serde_json::from_slice(self.decoded).ok()?;
         if !self.dialect.inject_warning(&mut value, warning) {
             tracing::debug!("no tool result to carry the warning; forwarded unchanged");

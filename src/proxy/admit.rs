@@ -13,9 +13,10 @@ use super::Answered;
 use super::error::ProxyError;
 use super::{body, counted};
 use crate::config::{Config, Provider, Route};
-use crate::dialect::{Dialect, ParsedRequest};
+use crate::dialect::ParsedRequest;
 use crate::guard::Guard;
 use crate::route;
+use crate::session::chain::Parsed;
 
 /// A request let in: routed, its body read and (when its dialect is known)
 /// parsed.
@@ -37,6 +38,8 @@ pub(super) struct Admitted<'c> {
     pub(super) body_read: Instant,
     /// The body decoded for parsing and its parse, when detection applies.
     pub(super) side: Option<(Bytes, ParsedRequest)>,
+    /// What the parse holds of the parse-memory budget, until the request is done.
+    pub(super) parse_budget: crate::session::budget::Reservation,
 }
 
 impl Admitted<'_> {
@@ -107,12 +110,22 @@ pub(super) async fn admit<'c>(
     // loopguard's own time on the request starts here: decoding, parsing and detection count.
     let body_read = Instant::now();
     let heavy = body.len() > config.server.offload_body_bytes;
+    let budget = guard.reserve_parse(config);
     let side = offload
         .run(heavy, || {
             matched.dialect.and_then(|d| {
-                let route = matched.route.prefix.as_str();
-                let limit = config.server.max_request_bytes;
-                parse_side_copy(guard, d, route, query.as_deref(), &parts.headers, &body, limit)
+                let request = SideRequest {
+                    guard,
+                    config,
+                    of: crate::guard::BodyOf {
+                        dialect: d,
+                        route: matched.route.prefix.as_str(),
+                        headers: &parts.headers,
+                        query: query.as_deref(),
+                    },
+                    budget: &budget,
+                };
+                parse_side_copy(&request, &body)
             })
         })
         .await;
@@ -125,6 +138,7 @@ pub(super) async fn admit<'c>(
         body,
         body_read,
         side,
+        parse_budget: budget,
     })
 }
 
@@ -155,19 +169,29 @@ fn misrouted(config: &Config, route: &Route, wanted: Provider) -> Response {
     counted(&route.prefix, "-", response)
 }
 
+/// What the side copy's parse needs to know of its request.
+struct SideRequest<'r> {
+    guard: &'r Guard,
+    config: &'r Config,
+    of: crate::guard::BodyOf<'r>,
+    budget: &'r crate::session::budget::Reservation,
+}
+
+impl SideRequest<'_> {
+    fn parse(&self, body: &[u8]) -> Result<Parsed, crate::dialect::DialectError> {
+        self.guard
+            .parse_request_within(self.config, &self.of, body, self.budget)
+    }
+}
+
 /// Parses the request's side copy (through the guard, which reparses only
-/// the history items the caller has not sent before); failures are counted
-/// as fail-open and yield `None` (the body is forwarded unchanged either way).
-fn parse_side_copy(
-    guard: &Guard,
-    dialect: Dialect,
-    route: &str,
-    query: Option<&str>,
-    headers: &http::HeaderMap,
-    body: &bytes::Bytes,
-    limit: usize,
-) -> Option<(bytes::Bytes, ParsedRequest)> {
-    let decoded = match body::decoded_for_parsing(headers, body, limit) {
+/// the history items the caller has not sent before) within the request's
+/// parse-memory budget; failures, and a body past the budget even in its
+/// lean form, are counted as fail-open and yield `None` (the body is
+/// forwarded unchanged either way).
+fn parse_side_copy(request: &SideRequest<'_>, body: &bytes::Bytes) -> Option<(bytes::Bytes, ParsedRequest)> {
+    let limit = request.config.server.max_request_bytes;
+    let decoded = match body::decoded_for_parsing(request.of.headers, body, limit) {
         Ok(decoded) => decoded,
         Err(e) => {
             tracing::warn!(error = %e, "request body not decodable; no detection");
@@ -175,28 +199,57 @@ fn parse_side_copy(
             return None;
         }
     };
-    let parsed = guard.parse_request(dialect, route, headers, query, &decoded);
+    let parsed = request.parse(&decoded);
     // One lone surrogate escape would make every later request of the
     // conversation unparsable: parse a copy with it replaced.
     let retried = match &parsed {
         Err(crate::dialect::DialectError::Json(_)) => body::replace_lone_surrogates(&decoded)
             .map(bytes::Bytes::from)
             .and_then(|fixed| {
-                let parsed = guard.parse_request(dialect, route, headers, query, &fixed).ok()?;
+                let parsed = request.parse(&fixed).ok()?;
                 tracing::debug!("request body parsed with its lone surrogate escapes replaced");
                 Some((fixed, parsed))
             }),
         _ => None,
     };
-    if retried.is_some() {
-        return retried;
-    }
+    let (decoded, parsed) = match retried {
+        Some((fixed, parsed)) => (fixed, Ok(parsed)),
+        None => (decoded, parsed),
+    };
     match parsed {
-        Ok(parsed) => Some((decoded, parsed)),
+        Ok(Parsed::Full(parsed)) => Some((decoded, parsed)),
+        Ok(Parsed::Lean(parsed)) => {
+            metrics::counter!("loopguard_parse_lean_total").increment(1);
+            tracing::debug!(
+                bytes = decoded.len(),
+                "request past its parse-memory budget: judged by call hashes"
+            );
+            Some((decoded, parsed))
+        }
+        Ok(Parsed::OverBudget) => {
+            over_budget(decoded.len());
+            None
+        }
         Err(e) => {
-            tracing::warn!(dialect = dialect.name(), error = %e, "request body not understood; no detection");
+            tracing::warn!(dialect = request.of.dialect.name(), error = %e, "request body not understood; no detection");
             crate::telemetry::fail_open("request_unparsable");
             None
         }
+    }
+}
+
+/// A body past its parse-memory budget even in its lean form: counted as
+/// `loopguard_fail_open_total{reason="request_parse_budget"}`, logged at
+/// warn level once per process (then at debug level).
+fn over_budget(bytes: usize) {
+    static WARNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    metrics::counter!("loopguard_fail_open_total", "reason" => "request_parse_budget").increment(1);
+    if WARNED.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        tracing::debug!(bytes, "request past its parse-memory budget; forwarded unjudged");
+    } else {
+        tracing::warn!(
+            bytes,
+            "request past its parse-memory budget (server.parse_budget_bytes, server.parse_budget_request_bytes); forwarded unjudged (logged once)"
+        );
     }
 }

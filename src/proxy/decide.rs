@@ -62,6 +62,7 @@ pub(super) async fn decide(
         headers: &admitted.parts.headers,
         decoded,
         parsed,
+        budget: Some(&admitted.parse_budget),
     };
     // Large bodies are judged on the offload pool, never on the async
     // workers; the shared store's load and write are the async frame around it.

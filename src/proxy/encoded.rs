@@ -1,4 +1,4 @@
-//! A response on a dialect path that the upstream encoded (gzip, deflate)
+//! A response on a dialect path that the upstream encoded (gzip, deflate, zstd)
 //! although loopguard asked for `Accept-Encoding: identity`: its bytes go
 //! to the client unchanged and never held (they cannot be cut at event
 //! boundaries), while a side copy is decoded and parsed so the detectors
@@ -39,6 +39,7 @@ impl Write for TapSink {
 enum Decoder {
     Gzip(flate2::write::MultiGzDecoder<TapSink>),
     Deflate(flate2::write::ZlibDecoder<TapSink>),
+    Zstd(zstd::stream::write::Decoder<'static, TapSink>),
 }
 
 impl Decoder {
@@ -46,6 +47,7 @@ impl Decoder {
         match self {
             Self::Gzip(d) => d.write_all(bytes),
             Self::Deflate(d) => d.write_all(bytes),
+            Self::Zstd(d) => d.write_all(bytes),
         }
     }
 
@@ -53,6 +55,7 @@ impl Decoder {
         match self {
             Self::Gzip(d) => d.try_finish(),
             Self::Deflate(d) => d.try_finish(),
+            Self::Zstd(d) => d.flush(),
         }
     }
 
@@ -60,6 +63,7 @@ impl Decoder {
         match self {
             Self::Gzip(d) => d.get_mut(),
             Self::Deflate(d) => d.get_mut(),
+            Self::Zstd(d) => d.get_mut(),
         }
     }
 }
@@ -81,7 +85,7 @@ pub struct SideJudge {
 }
 
 impl SideJudge {
-    /// For a response with content coding `coding` (gzip, x-gzip, deflate;
+    /// For a response with content coding `coding` (gzip, x-gzip, deflate, zstd;
     /// any other is passed through without parsing) framed as `mode`.
     /// Counts the fail-open.
     pub fn new(
@@ -100,6 +104,7 @@ impl SideJudge {
         let decoder = match coding {
             "gzip" | "x-gzip" => Some(Decoder::Gzip(flate2::write::MultiGzDecoder::new(sink))),
             "deflate" => Some(Decoder::Deflate(flate2::write::ZlibDecoder::new(sink))),
+            "zstd" => zstd::stream::write::Decoder::new(sink).ok().map(Decoder::Zstd),
             other => {
                 tracing::debug!(coding = other, "encoded response not decodable: no detection");
                 None

@@ -79,6 +79,8 @@ pub struct Tap {
     framer: Framer,
     parser: StreamParser,
     failed: Option<String>,
+    /// Most bytes of one unfinished array element kept.
+    max_frame: usize,
     saw_end: bool,
     seen: Seen,
     sse_scratch: Vec<SseEvent>,
@@ -101,7 +103,9 @@ impl std::fmt::Debug for Tap {
 
 impl Tap {
     /// A tap for one response of `dialect` framed as `framing`; a `Json`
-    /// body is parsed only up to `max_json_bytes`.
+    /// body, and one element of a JSON array, are parsed only up to
+    /// `max_json_bytes` (past it the tap gives up, `response_too_large` /
+    /// `response_frame_too_large`; SSE events are cut by their decoder).
     pub fn new(dialect: Dialect, framing: Mode, max_json_bytes: usize) -> Self {
         let framer = match framing {
             Mode::Sse => Framer::Sse(SseDecoder::new()),
@@ -117,6 +121,7 @@ impl Tap {
             framer,
             parser: dialect.stream_parser(),
             failed: None,
+            max_frame: max_json_bytes,
             saw_end: false,
             seen: Seen::default(),
             sse_scratch: Vec::new(),
@@ -177,6 +182,7 @@ impl Tap {
         if self.failed.is_some() {
             return;
         }
+        let mut frame_too_large = false;
         match &mut self.framer {
             Framer::Sse(decoder) => {
                 decoder.push(chunk, &mut self.sse_scratch);
@@ -192,6 +198,11 @@ impl Tap {
                 for element in self.array_scratch.drain(..) {
                     self.pending.push_back((element.end, Some(element.text)));
                 }
+                // One element past the cap is never kept whole, whatever
+                // the holder does (it may pass bytes through already).
+                if splitter.buffered() > self.max_frame {
+                    frame_too_large = true;
+                }
             }
             Framer::Json { buf, cap } => {
                 if buf.len() + chunk.len() > *cap {
@@ -201,6 +212,9 @@ impl Tap {
                     buf.extend_from_slice(chunk);
                 }
             }
+        }
+        if frame_too_large {
+            self.give_up("response_frame_too_large");
         }
     }
 

@@ -36,9 +36,12 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 use xxhash_rust::xxh3::{xxh3_128, xxh3_128_with_seed};
 
+use super::budget::{Reservation, estimate, estimate_kept};
+use super::lean;
+use crate::detect::Settings;
 use crate::dialect::split::assemble;
 use crate::dialect::{Dialect, DialectError, HistoryItem, ParsedRequest};
-use crate::transcript::{Arguments, Message, ResultContent};
+use crate::transcript::{Arguments, Message, ResultContent, ToolCall, ToolResult};
 
 /// Most bytes the store keeps, all chains together (64 MiB).
 pub const BUDGET_BYTES: usize = 64 << 20;
@@ -59,14 +62,25 @@ fn parsed_size(item: &HistoryItem) -> usize {
             let calls: usize = m
                 .tool_calls
                 .iter()
-                .map(|c| c.name.len() + c.id.as_ref().map_or(0, String::len) + arguments_size(&c.arguments))
+                .map(|c| {
+                    size_of::<ToolCall>()
+                        + c.name.len()
+                        + c.id.as_ref().map_or(0, String::len)
+                        + arguments_size(&c.arguments)
+                        + c.digest.as_ref().map_or(0, |d| 64 + 8 * d.echo.len())
+                })
                 .sum();
             let results: usize = m
                 .tool_results
                 .iter()
-                .map(|r| match &r.content {
-                    ResultContent::Text(text) => text.len(),
-                    ResultContent::Json(value) => value_size(value),
+                .map(|r| {
+                    size_of::<ToolResult>()
+                        + r.call_id.as_ref().map_or(0, String::len)
+                        + r.name.as_ref().map_or(0, String::len)
+                        + match &r.content {
+                            ResultContent::Text(text) => text.len(),
+                            ResultContent::Json(value) => value_size(value),
+                        }
                 })
                 .sum();
             size_of::<Message>() + m.text.len() + calls + results
@@ -95,6 +109,17 @@ fn value_size(value: &Value) -> usize {
             Value::Object(map) => map.iter().map(|(k, v)| 64 + k.len() + value_size(v)).sum(),
             _ => 0,
         }
+}
+
+/// A request body parsed within its budget (see [`ChainStore::parse_within`]).
+#[derive(Debug)]
+pub enum Parsed {
+    /// The full parse, as [`Dialect::parse_request`] gives it.
+    Full(ParsedRequest),
+    /// The lean form (see [`super::lean`]): past the budget for the full one.
+    Lean(ParsedRequest),
+    /// Not even the lean form fits: the body goes unjudged.
+    OverBudget,
 }
 
 /// The parsed history items of recent requests, found by hash chain.
@@ -174,7 +199,53 @@ impl ChainStore {
         scope: &[u8],
         body: &[u8],
     ) -> Result<(ParsedRequest, usize), DialectError> {
-        let full = || dialect.parse_request(body).map(|parsed| (parsed, 0));
+        let budget = Reservation::unlimited();
+        let settings = Settings::default();
+        match self.parse_budgeted(dialect, scope, body, &budget, &settings)? {
+            (Parsed::Full(parsed) | Parsed::Lean(parsed), reused) => Ok((parsed, reused)),
+            (Parsed::OverBudget, _) => Err(DialectError::Shape("over the parse budget".into())),
+        }
+    }
+
+    /// [`ChainStore::parse`] within `budget` (see [`super::budget`]): the
+    /// history is parsed piece by piece ([`CHUNK_BYTES`] of raw items at a
+    /// time), each piece reserved before it is parsed; when the full form
+    /// does not fit, the request gets the lean form ([`super::lean`], its
+    /// call identities under `settings`), and when that does not fit
+    /// either, [`Parsed::OverBudget`]. `budget` keeps holding what the
+    /// returned request holds.
+    ///
+    /// # Errors
+    /// As [`Dialect::parse_request`].
+    pub fn parse_within(
+        &self,
+        dialect: Dialect,
+        scope: &[u8],
+        body: &[u8],
+        budget: &Reservation,
+        settings: &Settings,
+    ) -> Result<Parsed, DialectError> {
+        self.parse_budgeted(dialect, scope, body, budget, settings)
+            .map(|(parsed, _)| parsed)
+    }
+
+    fn parse_budgeted(
+        &self,
+        dialect: Dialect,
+        scope: &[u8],
+        body: &[u8],
+        budget: &Reservation,
+        settings: &Settings,
+    ) -> Result<(Parsed, usize), DialectError> {
+        let full = || {
+            budget.shrink(budget.held());
+            if !budget.grow(estimate(body)) {
+                return Ok((Parsed::OverBudget, 0));
+            }
+            dialect
+                .parse_request(body)
+                .map(|parsed| (Parsed::Full(parsed), 0))
+        };
         let Some(Ok(split)) = dialect.split_request(body) else {
             return full();
         };
@@ -182,20 +253,91 @@ impl ChainStore {
         let hashes = chain_hashes(self.seed, start, &split.items);
         let mut chain = self.take_longest(&hashes).unwrap_or_default();
         let from = chain.items.len();
-        let Ok(new) = split.parse_items(&chain.items, from) else {
-            return full();
-        };
-        let mut weight = chain.weight();
-        for ((raw, hash), item) in split.items.iter().zip(&hashes).skip(from).zip(&new) {
-            weight += raw.get().len().max(parsed_size(item)) + ITEM_OVERHEAD;
-            chain.hashes.push(*hash);
-            chain.weights.push(weight);
+        // The reused items are this request's too (cloned into it). A body
+        // whose whole estimate cannot fit goes lean at once, without
+        // parsing in full what would be thrown away.
+        let rest = split.items.get(from..).unwrap_or_default();
+        let rest_guess: usize = rest.iter().map(|raw| estimate_kept(raw.get().as_bytes())).sum();
+        let mut lean =
+            !budget.fits(rest_guess.saturating_add(chain.weight())) || !budget.grow(chain.weight());
+        let mut at = from;
+        while !lean && at < split.items.len() {
+            let end = chunk_end(&split.items, at);
+            let guess: usize = split.items[at..end]
+                .iter()
+                .map(|raw| estimate(raw.get().as_bytes()))
+                .sum();
+            if !budget.grow(guess) {
+                lean = true;
+                break;
+            }
+            let Ok(new) = split.parse_range(&chain.items, at..end) else {
+                self.put_back(chain);
+                return full();
+            };
+            let mut weight = chain.weight();
+            for ((raw, hash), item) in split.items[at..end].iter().zip(&hashes[at..end]).zip(&new) {
+                weight += raw.get().len().max(parsed_size(item)) + ITEM_OVERHEAD;
+                chain.hashes.push(*hash);
+                chain.weights.push(weight);
+            }
+            chain.items.extend(new);
+            at = end;
+            // Hold what the items weigh, not the guess.
+            let held = chain.weight();
+            if held <= budget.held() {
+                budget.shrink(budget.held() - held);
+            } else if !budget.grow(held - budget.held()) {
+                lean = true;
+            }
         }
-        chain.items.extend(new);
-        let parsed = assemble(split.head, chain.items.iter().cloned());
-        tracing::debug!(items = chain.items.len(), reused = from, "history parsed");
+        if !lean {
+            tracing::debug!(
+                items = chain.items.len(),
+                reused = from,
+                held = budget.held(),
+                "history parsed"
+            );
+            let parsed = if chain.weight() <= self.budget {
+                let parsed = assemble(split.head, chain.items.iter().cloned());
+                self.put_back(chain);
+                parsed
+            } else {
+                // Not kept: moved, not copied.
+                assemble(split.head, chain.items)
+            };
+            return Ok((Parsed::Full(parsed), from));
+        }
+        // The lean form: what was parsed in full stays kept (within the
+        // store's own budget) for the next request, this one holds its lean copies.
+        let mut items: Vec<HistoryItem> = chain.items.iter().map(|i| lean::item(i, settings)).collect();
         self.put_back(chain);
-        Ok((parsed, from))
+        budget.shrink(budget.held());
+        if !budget.grow(items.iter().map(weight).sum()) {
+            return Ok((Parsed::OverBudget, from));
+        }
+        while at < split.items.len() {
+            let guess = estimate(split.items[at].get().as_bytes());
+            if !budget.grow(guess) {
+                return Ok((Parsed::OverBudget, from));
+            }
+            let Ok(new) = split.parse_range(&items, at..at + 1) else {
+                return full();
+            };
+            let new: Vec<HistoryItem> = new.iter().map(|i| lean::item(i, settings)).collect();
+            budget.shrink(guess);
+            if !budget.grow(new.iter().map(weight).sum()) {
+                return Ok((Parsed::OverBudget, from));
+            }
+            items.extend(new);
+            at += 1;
+        }
+        tracing::debug!(
+            items = items.len(),
+            held = budget.held(),
+            "history parsed in its lean form"
+        );
+        Ok((Parsed::Lean(assemble(split.head, items)), from))
     }
 
     /// Chains kept and their total weight in bytes.
@@ -267,6 +409,30 @@ pub fn chain_hashes(seed: u64, start: u128, items: &[&RawValue]) -> Vec<u128> {
             previous
         })
         .collect()
+}
+
+/// Bytes of raw history items parsed at a time: the parse trees of one
+/// piece are all that is held besides the items parsed so far.
+pub const CHUNK_BYTES: usize = 256 << 10;
+
+/// The end of the piece of `items` starting at `at`: at least one item,
+/// at most [`CHUNK_BYTES`] of them unless one item alone is larger.
+fn chunk_end(items: &[&RawValue], at: usize) -> usize {
+    let mut bytes = 0;
+    let mut end = at;
+    while let Some(raw) = items.get(end) {
+        if end > at && bytes + raw.get().len() > CHUNK_BYTES {
+            break;
+        }
+        bytes += raw.get().len();
+        end += 1;
+    }
+    end
+}
+
+/// What a parsed item weighs in a budget (see [`ITEM_OVERHEAD`]).
+fn weight(item: &HistoryItem) -> usize {
+    parsed_size(item) + ITEM_OVERHEAD
 }
 
 /// How many leading hashes two chains share. Chain hashes that are equal at

@@ -10,9 +10,14 @@
 //!   mutex; detection is synchronous, so no lock is held across an await.
 //! - [`chain`]: the hash chains of recent histories, so that a request's
 //!   parse reuses what earlier requests of the conversation already parsed.
+//! - [`budget`]: the parse-memory budget, per request and in total; past
+//!   it a request is judged in its [`lean`] form (calls by their hashes),
+//!   past that passed unjudged.
 
+pub mod budget;
 pub mod chain;
 pub mod key;
+pub mod lean;
 pub mod semantic_schedule;
 
 use std::collections::VecDeque;

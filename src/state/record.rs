@@ -59,44 +59,56 @@ pub fn encode(calls: &[ToolCall], settings: &Settings) -> Vec<u8> {
     let wire: Vec<WireCall> = calls
         .iter()
         .take(MAX_CALLS)
-        .map(|call| {
-            let mut echo: Vec<u64> = Vec::new();
-            for h in crate::detect::outcome::echo_lines(Some(call)) {
-                if echo.len() >= ECHO_MAX {
-                    break;
-                }
-                if !echo.contains(&h) {
-                    echo.push(h);
-                }
-            }
-            WireCall {
-                id: call.id.as_deref().map(cut),
-                name: cut(&call.name),
-                arguments: bounded(&call.arguments),
-                signature: call.signature,
-                identity: crate::detect::identity::of(call, settings),
-                echo,
-            }
-        })
+        .map(|call| wire(call, settings))
         .collect();
     serde_json::to_vec(&wire).unwrap_or_default()
+}
+
+/// `call` in its stored form, read back: its arguments bounded and
+/// redacted, what detection derives from the full arguments in its
+/// [`Digest`] (the lean form of a request past its parse-memory budget,
+/// see [`crate::session::chain`]).
+pub fn lean(call: &ToolCall, settings: &Settings) -> ToolCall {
+    let mut lean = from_wire(wire(call, settings));
+    lean.server = call.server;
+    lean
+}
+
+fn wire(call: &ToolCall, settings: &Settings) -> WireCall {
+    let mut echo: Vec<u64> = Vec::new();
+    for h in crate::detect::outcome::echo_lines(Some(call)) {
+        if echo.len() >= ECHO_MAX {
+            break;
+        }
+        if !echo.contains(&h) {
+            echo.push(h);
+        }
+    }
+    WireCall {
+        id: call.id.as_deref().map(cut),
+        name: cut(&call.name),
+        arguments: bounded(&call.arguments),
+        signature: call.signature,
+        identity: crate::detect::identity::of(call, settings),
+        echo,
+    }
+}
+
+fn from_wire(w: WireCall) -> ToolCall {
+    let mut call = ToolCall::new(w.id, w.name, w.arguments);
+    call.signature = w.signature;
+    call.digest = Some(std::sync::Arc::new(Digest {
+        identity: w.identity,
+        echo: w.echo,
+    }));
+    call
 }
 
 /// The calls of a stored record, each with its [`Digest`]; an unreadable
 /// record reads as no calls.
 pub fn decode(bytes: &[u8]) -> Vec<ToolCall> {
     let wire: Vec<WireCall> = serde_json::from_slice(bytes).unwrap_or_default();
-    wire.into_iter()
-        .map(|w| {
-            let mut call = ToolCall::new(w.id, w.name, w.arguments);
-            call.signature = w.signature;
-            call.digest = Some(std::sync::Arc::new(Digest {
-                identity: w.identity,
-                echo: w.echo,
-            }));
-            call
-        })
-        .collect()
+    wire.into_iter().map(from_wire).collect()
 }
 
 /// At most [`STRING_KEEP`] characters of `shown`; when `whole` is longer,

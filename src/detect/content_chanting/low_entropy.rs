@@ -2,7 +2,6 @@
 //! back where windows have too few distinct bytes to be hashed.
 
 use super::window::Window;
-use crate::redact::truncate;
 
 /// Low-entropy chanting (issue #12 point 6): a short unit repeated back to
 /// back where the window has too few distinct bytes for window hashing.
@@ -76,6 +75,6 @@ impl LowEntropy {
         if distinct.len() < 2 || letters(0).is_empty() || hex_only || literal {
             return None;
         }
-        Some((self.run / p + 1, truncate(&String::from_utf8_lossy(&unit), 50)))
+        Some((self.run / p + 1, super::quote(&String::from_utf8_lossy(&unit))))
     }
 }

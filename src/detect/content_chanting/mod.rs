@@ -47,6 +47,34 @@ use super::verdict::{Action, DetectorKind, Finding, Level, Verdict};
 use crate::dialect::StreamEvent;
 use track::Track;
 
+/// Characters of the repeated text a verdict quotes.
+const QUOTE_CHARS: usize = 50;
+
+/// The repeated text as a verdict quotes it: credentials redacted (see
+/// [`crate::redact`]) before it is cut to [`QUOTE_CHARS`]. A chant's sample
+/// may begin and end anywhere in its repeated unit, cutting a credential in
+/// two; the text that follows it is the same unit again, so the sample is
+/// redacted followed by itself (the cut credential whole at the seam), and
+/// when anything was redacted its first word (maybe the credential's tail)
+/// is dropped too.
+fn quote(text: &str) -> String {
+    const MARK: &str = "[REDACTED]";
+    let rough = crate::redact::truncate(text, QUOTE_CHARS * 2 + 256);
+    let doubled = format!("{rough}{rough}");
+    let redacted = crate::redact::redact(&doubled);
+    if redacted == doubled {
+        return crate::redact::truncate(&rough, QUOTE_CHARS);
+    }
+    // The first word may be the tail of a credential the sample began in.
+    let first_word = redacted.find(char::is_whitespace).unwrap_or(redacted.len());
+    let kept = match redacted.find(MARK) {
+        Some(0) => redacted,
+        Some(at) => format!("…{}", &redacted[first_word.min(at)..]),
+        None => redacted,
+    };
+    crate::redact::truncate(&kept, QUOTE_CHARS)
+}
+
 const ADVICE: &str =
     "The response keeps repeating itself; stop, and answer once or make the tool call you need.";
 

@@ -4,7 +4,6 @@
 use super::low_entropy::LowEntropy;
 use super::window::{Index, Map, Window, Winnow};
 use crate::detect::settings::ChantingParams;
-use crate::redact::truncate;
 
 /// Longest line kept, bytes.
 const LINE_CAP: usize = 4096;
@@ -140,7 +139,7 @@ impl Track {
             if let Some(n) = entry {
                 *n += 1;
                 if *n >= p.max_line_repeats {
-                    found = Some((*n, truncate(trimmed, 50)));
+                    found = Some((*n, super::quote(trimmed)));
                 }
             }
         }

@@ -7,7 +7,6 @@ use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
 
 use crate::detect::settings::ChantingParams;
-use crate::redact::truncate;
 
 /// Windows per winnowing selection.
 const WINNOW: u64 = 16;
@@ -118,7 +117,7 @@ impl Window {
         let window: Vec<u8> = (0..self.len)
             .map(|i| self.ring[start.wrapping_add(i) & mask])
             .collect();
-        truncate(&String::from_utf8_lossy(&window), 50)
+        super::quote(&String::from_utf8_lossy(&window))
     }
 }
 

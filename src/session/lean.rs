@@ -1,0 +1,131 @@
+//! The lean form of a parsed history item, for a request past its
+//! parse-memory budget (see [`crate::session::budget`]): calls judged by
+//! their hashes. Each call keeps its id, name, signature and, in its
+//! [`crate::transcript::Digest`], the identity and echo hashes of its full
+//! arguments, with the arguments themselves bounded (as the shared store
+//! keeps them, [`crate::state::record::lean`]); a tool result or an
+//! assistant text longer than [`TEXT_KEEP`] bytes keeps its head and the
+//! hash of the whole (`…#<hash>`), so equal results stay equal and
+//! different ones different. System and user texts stay whole: the session
+//! key and the lane are derived from them.
+
+use crate::detect::Settings;
+use crate::dialect::HistoryItem;
+use crate::transcript::{Message, ResultContent, Role, ToolResult, canonical_json};
+
+/// Bytes kept of a long tool result or assistant text.
+pub const TEXT_KEEP: usize = 1024;
+
+/// The lean form of `item`.
+pub fn item(item: &HistoryItem, settings: &Settings) -> HistoryItem {
+    match item {
+        HistoryItem::Message(m) => HistoryItem::Message(message(m, settings)),
+        HistoryItem::Part(m) => HistoryItem::Part(message(m, settings)),
+        HistoryItem::Messages(ms) => HistoryItem::Messages(ms.iter().map(|m| message(m, settings)).collect()),
+        other => other.clone(),
+    }
+}
+
+fn message(m: &Message, settings: &Settings) -> Message {
+    Message {
+        role: m.role,
+        text: match m.role {
+            Role::System | Role::User => m.text.clone(),
+            Role::Assistant | Role::Tool => cut(&m.text),
+        },
+        tool_calls: m
+            .tool_calls
+            .iter()
+            .map(|c| crate::state::record::lean(c, settings))
+            .collect(),
+        tool_results: m.tool_results.iter().map(result).collect(),
+    }
+}
+
+fn result(r: &ToolResult) -> ToolResult {
+    let content = match &r.content {
+        ResultContent::Text(text) => ResultContent::Text(cut(text)),
+        ResultContent::Json(value) => {
+            let text = canonical_json(value);
+            if text.len() <= TEXT_KEEP {
+                ResultContent::Json(value.clone())
+            } else {
+                ResultContent::Text(cut(&text))
+            }
+        }
+    };
+    ToolResult {
+        call_id: r.call_id.clone(),
+        name: r.name.clone(),
+        content,
+        is_error: r.is_error,
+    }
+}
+
+/// `text` when at most [`TEXT_KEEP`] bytes, else its head and `…#` and the
+/// hash of the whole.
+fn cut(text: &str) -> String {
+    if text.len() <= TEXT_KEEP {
+        return text.to_owned();
+    }
+    let mut end = TEXT_KEEP;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!(
+        "{}…#{:016x}",
+        &text[..end],
+        crate::detect::outcome::hash64(text.as_bytes())
+    )
+}
+
+#[cfg(test)]
+#[expect(clippy::unwrap_used, reason = "test")]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::transcript::{Arguments, ToolCall};
+
+    fn turn(args: serde_json::Value, result: &str) -> HistoryItem {
+        let call = ToolCall::new(Some("c1".into()), "read_file", Arguments::Json(args));
+        HistoryItem::Messages(vec![
+            Message {
+                tool_calls: vec![call],
+                ..Message::text(Role::Assistant, "x".repeat(5000))
+            },
+            Message {
+                tool_results: vec![ToolResult {
+                    call_id: Some("c1".into()),
+                    name: Some("read_file".into()),
+                    content: ResultContent::Text(result.to_owned()),
+                    is_error: false,
+                }],
+                ..Message::text(Role::Tool, "")
+            },
+        ])
+    }
+
+    #[test]
+    fn calls_keep_their_signature_and_identity_and_long_texts_their_hash() {
+        let settings = Settings::default();
+        let long = "y".repeat(100_000);
+        let full = turn(json!({"path": long}), &"z".repeat(50_000));
+        let lean = item(&full, &settings);
+        let (f, l) = (full.messages(), lean.messages());
+        let (fc, lc) = (&f[0].tool_calls[0], &l[0].tool_calls[0]);
+        assert_eq!(fc.signature, lc.signature);
+        assert_eq!(
+            crate::detect::identity::of(fc, &settings),
+            crate::detect::identity::of(lc, &settings)
+        );
+        assert!(serde_json::to_string(&lc.arguments).unwrap().len() < 3000);
+        assert!(l[0].text.len() < TEXT_KEEP + 32);
+        let ResultContent::Text(kept) = &l[1].tool_results[0].content else {
+            panic!("text result");
+        };
+        assert!(kept.len() < TEXT_KEEP + 32 && kept.contains("…#"), "{kept}");
+        let other = item(&turn(json!({"path": long}), &"z".repeat(50_001)), &settings);
+        assert_ne!(other.messages()[1].tool_results, l[1].tool_results);
+    }
+}

@@ -1,0 +1,158 @@
+//! The parse-memory budget (#13.3): a request body whose parse would not fit
+//! `server.parse_budget_request_bytes` / `server.parse_budget_bytes` is
+//! judged in its lean form (calls by their hashes) and, past that, passed
+//! through unjudged and counted; the long real sessions (a 20 MB history of
+//! 5,000 calls with images) are still fully judged under the defaults.
+
+mod common;
+
+use common::{config_for, loopguard, metric_value, metrics, mock, mock_requests, post, verdict_header};
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+
+/// A chat history of `calls` tool cycles with `result_len`-byte results;
+/// the last `looping` cycles are the same call with the same result.
+fn history(calls: usize, result_len: usize, looping: usize) -> Vec<Value> {
+    let mut messages = vec![json!({"role": "user", "content": "Read every file."})];
+    for i in 0..calls {
+        let repeated = i + looping >= calls;
+        let path = if repeated {
+            "src/lib.rs".to_owned()
+        } else {
+            format!("src/f{i}.rs")
+        };
+        messages.push(json!({"role": "assistant", "content": format!("Reading {i}."), "tool_calls": [
+            {"id": format!("c{i}"), "type": "function", "function": {"name": "read_file", "arguments": json!({"path": path}).to_string()}}
+        ]}));
+        let content = if repeated {
+            "fn main() {}\n".repeat(result_len / 13)
+        } else {
+            format!("{i} {}", "lorem ipsum ".repeat(result_len / 12))
+        };
+        messages.push(json!({"role": "tool", "tool_call_id": format!("c{i}"), "content": content}));
+    }
+    messages
+}
+
+fn body(messages: Vec<Value>) -> String {
+    json!({"model": "m", "stream": false, "messages": messages}).to_string()
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
+}
+
+const SMALL_BUDGET: &str = "parse_budget_bytes = 4194304\nparse_budget_request_bytes = 1048576";
+
+/// A body of 40,000 small parallel calls: neither its full nor its lean form
+/// fits a 1 MiB request budget, so it reaches the upstream byte-exact,
+/// unjudged, and is counted as `request_parse_budget`.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_body_past_the_budget_passes_through_byte_exact_and_is_counted() {
+    let upstream = mock();
+    let lg = loopguard(&config_for(&upstream.url(), SMALL_BUDGET));
+    let calls: Vec<Value> = (0..40_000)
+        .map(|i| json!({"id": format!("{i:x}"), "type": "function", "function": {"name": "f", "arguments": "{}"}}))
+        .collect();
+    let sent = body(vec![
+        json!({"role": "user", "content": "go"}),
+        json!({"role": "assistant", "content": null, "tool_calls": calls}),
+    ]);
+    let r = post(format!("{}/v1/chat/completions", lg.url()), &[], sent.clone()).await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(verdict_header(&r), None);
+    let _ = r.bytes().await;
+    let seen = mock_requests(&upstream).await;
+    assert_eq!(seen.len(), 1);
+    assert_eq!(seen[0]["body_sha256"], sha256_hex(sent.as_bytes()));
+    let text = metrics(&lg).await;
+    assert_eq!(
+        metric_value(
+            &text,
+            "loopguard_fail_open_total{reason=\"request_parse_budget\"}"
+        ),
+        1.0,
+        "{text}"
+    );
+    assert!(
+        lg.logs().contains("past its parse-memory budget"),
+        "{}",
+        lg.logs()
+    );
+}
+
+/// A looping history (300 cycles with 8 KB results, the last ten the same
+/// call and result) whose full parse does not fit a 1 MiB request budget
+/// is judged in its lean form and still blocked by `identical_call`.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_looping_body_past_the_full_budget_is_still_judged_by_its_call_hashes() {
+    let upstream = mock();
+    let lg = loopguard(&config_for(&upstream.url(), SMALL_BUDGET));
+    let sent = body(history(300, 8_000, 10));
+    assert!(sent.len() > 2 << 20, "{} bytes", sent.len());
+    let r = post(format!("{}/v1/chat/completions", lg.url()), &[], sent).await;
+    let verdict = verdict_header(&r).unwrap_or_default();
+    assert!(verdict.contains("detector=identical_call"), "{verdict:?}");
+    let text = metrics(&lg).await;
+    assert_eq!(metric_value(&text, "loopguard_parse_lean_total"), 1.0, "{text}");
+    assert_eq!(
+        metric_value(
+            &text,
+            "loopguard_fail_open_total{reason=\"request_parse_budget\"}"
+        ),
+        0.0,
+        "{text}"
+    );
+}
+
+/// The twin: the same history within the default budget is judged in full
+/// (no lean form, nothing unjudged) and gets the same verdict.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_same_looping_body_within_the_default_budget_is_judged_in_full() {
+    let upstream = mock();
+    let lg = loopguard(&config_for(&upstream.url(), ""));
+    let r = post(
+        format!("{}/v1/chat/completions", lg.url()),
+        &[],
+        body(history(300, 8_000, 10)),
+    )
+    .await;
+    let verdict = verdict_header(&r).unwrap_or_default();
+    assert!(verdict.contains("detector=identical_call"), "{verdict:?}");
+    let text = metrics(&lg).await;
+    assert_eq!(metric_value(&text, "loopguard_parse_lean_total"), 0.0, "{text}");
+}
+
+/// The longest real sessions: a 20 MB history of 5,000 calls with ten 1 MB
+/// screenshots, looping at its end, is fully judged under the default
+/// budget and gets its verdict.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_twenty_megabyte_history_of_five_thousand_calls_is_fully_judged_by_default() {
+    let upstream = mock();
+    let lg = loopguard(&config_for(&upstream.url(), ""));
+    let image = format!("data:image/png;base64,{}", "iVBORw0KGgo".repeat(95_000));
+    let mut messages = history(5_000, 2_000, 10);
+    for at in (1..10).map(|k| k * 1_000) {
+        messages.insert(
+            at,
+            json!({"role": "user", "content": [
+                {"type": "text", "text": "screenshot"},
+                {"type": "image_url", "image_url": {"url": image}}]}),
+        );
+    }
+    let sent = body(messages);
+    assert!(sent.len() > 19_000_000, "{} bytes", sent.len());
+    let r = post(format!("{}/v1/chat/completions", lg.url()), &[], sent).await;
+    let verdict = verdict_header(&r).unwrap_or_default();
+    assert!(verdict.contains("detector=identical_call"), "{verdict:?}");
+    let text = metrics(&lg).await;
+    assert_eq!(metric_value(&text, "loopguard_parse_lean_total"), 0.0, "{text}");
+    assert_eq!(
+        metric_value(
+            &text,
+            "loopguard_fail_open_total{reason=\"request_parse_budget\"}"
+        ),
+        0.0,
+        "{text}"
+    );
+}
