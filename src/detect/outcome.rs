@@ -520,7 +520,10 @@ mod tests {
 
     #[test]
     fn hash64_of_parts_is_the_hash_of_their_concatenation() {
-        assert_eq!(hash64_parts(&[b"id:", b"call_1", b"sig"]), hash64(b"id:call_1sig"));
+        assert_eq!(
+            hash64_parts(&[b"id:", b"call_1", b"sig"]),
+            hash64(b"id:call_1sig")
+        );
         assert_eq!(hash64_parts(&[]), hash64(b""));
         assert_ne!(hash64(b"a"), hash64(b"b"));
     }
