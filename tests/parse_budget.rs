@@ -38,6 +38,23 @@ fn body(messages: Vec<Value>) -> String {
     json!({"model": "m", "stream": false, "messages": messages}).to_string()
 }
 
+/// Asserts that `r` carries an `identical_call` verdict, that `lean`
+/// requests went to the lean form and that none passed unjudged.
+async fn assert_judged(lg: &common::Proc, r: &reqwest::Response, lean: f64) {
+    let verdict = verdict_header(r).unwrap_or_default();
+    assert!(verdict.contains("detector=identical_call"), "{verdict:?}");
+    let text = metrics(lg).await;
+    assert_eq!(metric_value(&text, "loopguard_parse_lean_total"), lean, "{text}");
+    assert_eq!(
+        metric_value(
+            &text,
+            "loopguard_fail_open_total{reason=\"request_parse_budget\"}"
+        ),
+        0.0,
+        "{text}"
+    );
+}
+
 fn sha256_hex(bytes: &[u8]) -> String {
     Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
 }
@@ -91,18 +108,7 @@ async fn a_looping_body_past_the_full_budget_is_still_judged_by_its_call_hashes(
     let sent = body(history(300, 8_000, 10));
     assert!(sent.len() > 2 << 20, "{} bytes", sent.len());
     let r = post(format!("{}/v1/chat/completions", lg.url()), &[], sent).await;
-    let verdict = verdict_header(&r).unwrap_or_default();
-    assert!(verdict.contains("detector=identical_call"), "{verdict:?}");
-    let text = metrics(&lg).await;
-    assert_eq!(metric_value(&text, "loopguard_parse_lean_total"), 1.0, "{text}");
-    assert_eq!(
-        metric_value(
-            &text,
-            "loopguard_fail_open_total{reason=\"request_parse_budget\"}"
-        ),
-        0.0,
-        "{text}"
-    );
+    assert_judged(&lg, &r, 1.0).await;
 }
 
 /// The twin: the same history within the default budget is judged in full
@@ -117,10 +123,7 @@ async fn the_same_looping_body_within_the_default_budget_is_judged_in_full() {
         body(history(300, 8_000, 10)),
     )
     .await;
-    let verdict = verdict_header(&r).unwrap_or_default();
-    assert!(verdict.contains("detector=identical_call"), "{verdict:?}");
-    let text = metrics(&lg).await;
-    assert_eq!(metric_value(&text, "loopguard_parse_lean_total"), 0.0, "{text}");
+    assert_judged(&lg, &r, 0.0).await;
 }
 
 /// The longest real sessions: a 20 MB history of 5,000 calls with ten 1 MB
@@ -143,16 +146,5 @@ async fn a_twenty_megabyte_history_of_five_thousand_calls_is_fully_judged_by_def
     let sent = body(messages);
     assert!(sent.len() > 19_000_000, "{} bytes", sent.len());
     let r = post(format!("{}/v1/chat/completions", lg.url()), &[], sent).await;
-    let verdict = verdict_header(&r).unwrap_or_default();
-    assert!(verdict.contains("detector=identical_call"), "{verdict:?}");
-    let text = metrics(&lg).await;
-    assert_eq!(metric_value(&text, "loopguard_parse_lean_total"), 0.0, "{text}");
-    assert_eq!(
-        metric_value(
-            &text,
-            "loopguard_fail_open_total{reason=\"request_parse_budget\"}"
-        ),
-        0.0,
-        "{text}"
-    );
+    assert_judged(&lg, &r, 0.0).await;
 }

@@ -130,13 +130,19 @@ def mock_requests(mock, session):
     return [x for x in every if x["headers"].get("x-test-session") == session]
 
 
-def request_log_lines(proc):
+def log_events(proc, message):
+    """The JSON log lines of `proc` whose message is `message` (`request`,
+    `verdict`, …), in order."""
     out = []
     for line in proc.logs().splitlines():
         try:
             value = json.loads(line)
         except ValueError:
             continue
-        if value.get("message") == "request":
+        if value.get("message") == message:
             out.append(value)
     return out
+
+
+def request_log_lines(proc):
+    return log_events(proc, "request")

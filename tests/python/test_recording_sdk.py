@@ -11,7 +11,7 @@ import time
 
 import openai
 
-from conftest import binary, start_loopguard
+from conftest import binary, log_events, start_loopguard
 
 TOOLS = [
     {
@@ -25,19 +25,6 @@ TOOLS = [
 ]
 # The mock answers every turn with the same call: a model stuck on one read.
 READ_LOOP = json.dumps({"turns": [{"tool_calls": [{"name": "read_file", "arguments": {"path": "src/main.rs"}}]}]})
-
-
-def verdict_events(proc):
-    out = []
-    for line in proc.logs().splitlines():
-        try:
-            value = json.loads(line)
-        except ValueError:
-            continue
-        fields = value.get("fields", value)
-        if fields.get("message", value.get("message")) == "verdict":
-            out.append(fields)
-    return out
 
 
 def run_turn(client, messages):
@@ -82,10 +69,10 @@ def test_replaying_an_sdk_recording_gives_the_verdicts_serve_gave_live(mock):
         messages = [{"role": "user", "content": "Fix the parser."}]
         live = []
         for i in range(9):
-            before = len(verdict_events(proc))
+            before = len(log_events(proc, "verdict"))
             message = run_turn(client, messages)
             time.sleep(0.2)  # the verdict log line is written as the stream ends
-            live += [(i, v["at"], v["detector"], v["level"]) for v in verdict_events(proc)[before:]]
+            live += [(i, v["at"], v["detector"], v["level"]) for v in log_events(proc, "verdict")[before:]]
             messages.append(message)
             if not message.get("tool_calls"):
                 messages.append({"role": "user", "content": "go on"})
