@@ -120,6 +120,25 @@ pub fn record(verdict: &Verdict, session: &str, agent: Option<&str>, at: &'stati
     crate::admin::ui::activity::note(verdict.detector.name());
 }
 
+/// The agent (`[[agents]]` entry) and detection settings a request is
+/// judged with, or `None` when detection does not run for it: disabled for
+/// that agent, or the bypass header sent.
+fn detection_for<'c>(
+    config: &'c Config,
+    headers: &HeaderMap,
+) -> Option<(Option<&'c str>, &'c Arc<Settings>)> {
+    let header_pairs = headers
+        .iter()
+        .filter_map(|(n, v)| v.to_str().ok().map(|v| (n.as_str(), v)));
+    let (agent, settings) = config.loop_detection.select(header_pairs);
+    let bypass = config
+        .server
+        .bypass_header
+        .as_deref()
+        .is_some_and(|h| headers.contains_key(h));
+    (settings.enabled && !bypass).then_some((agent, settings))
+}
+
 /// A lane: one route, system text and tool set.
 fn lane_id(route: &str, summary: &RequestSummary) -> u64 {
     hash64(
@@ -239,21 +258,11 @@ impl Guard {
         request: &RequestView<'_>,
         outbox: Option<Arc<crate::state::Outbox>>,
     ) -> (RequestDecision, Option<String>) {
-        let header_pairs = request
-            .headers
-            .iter()
-            .filter_map(|(n, v)| v.to_str().ok().map(|v| (n.as_str(), v)));
-        let (agent, settings) = config.loop_detection.select(header_pairs);
+        let Some((agent, settings)) = detection_for(config, request.headers) else {
+            return (pass(), None);
+        };
         let settings = Arc::clone(settings);
         let agent = agent.map(str::to_owned);
-        let bypass = config
-            .server
-            .bypass_header
-            .as_deref()
-            .is_some_and(|h| request.headers.contains_key(h));
-        if !settings.enabled || bypass {
-            return (pass(), None);
-        }
         let header = config.sessions.header.as_str();
         let result = catch_unwind(AssertUnwindSafe(|| {
             self.judge_request(config, request, header, &settings, agent.as_deref(), outbox)

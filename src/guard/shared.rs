@@ -172,19 +172,7 @@ impl Guard {
     /// system text and tool set). `None` without a shared store.
     pub fn shared_probe(&self, config: &Config, request: &RequestView<'_>) -> Option<Probe> {
         self.shared.as_ref()?;
-        let header_pairs = request
-            .headers
-            .iter()
-            .filter_map(|(n, v)| v.to_str().ok().map(|v| (n.as_str(), v)));
-        let (_, settings) = config.loop_detection.select(header_pairs);
-        let bypass = config
-            .server
-            .bypass_header
-            .as_deref()
-            .is_some_and(|h| request.headers.contains_key(h));
-        if !settings.enabled || bypass {
-            return None;
-        }
+        let (_, settings) = super::detection_for(config, request.headers)?;
         let summary = RequestSummary::of(&request.parsed.transcript, settings);
         let lane = lane_id(&request.route.prefix, &summary);
         let ids = || -> BodyIds { request.parsed.ids.clone() };
