@@ -57,6 +57,20 @@ pub(crate) fn of(call: &ToolCall, settings: &Settings) -> Signature {
         .filter(|(tool, _)| tool == "*" || *tool == call.name)
         .flat_map(|(_, args)| args.iter().map(String::as_str))
         .collect();
+    // Nothing to drop or undo (most calls of most tools): the identity is
+    // the raw signature, already computed when the call was parsed.
+    if map
+        .iter()
+        .all(|(key, value)| !ignored.contains(&key.as_str()) && unchanged(key, value))
+    {
+        return call.signature;
+    }
+    normalised(&call.name, map, &ignored)
+}
+
+/// The signature of `map` with the `ignored` keys dropped and every value
+/// [`normal`].
+fn normalised(name: &str, map: &Map<String, Value>, ignored: &[&str]) -> Signature {
     let mut out = Map::new();
     for (key, value) in map {
         if ignored.contains(&key.as_str()) {
@@ -64,19 +78,12 @@ pub(crate) fn of(call: &ToolCall, settings: &Settings) -> Signature {
         }
         out.insert(key.clone(), normal(key, value));
     }
-    Signature::of(&call.name, &Arguments::Json(Value::Object(out)))
-}
-
-fn fold(key: &str) -> String {
-    key.chars()
-        .filter(char::is_ascii_alphanumeric)
-        .map(|c| c.to_ascii_lowercase())
-        .collect()
+    Signature::of(name, &Arguments::Json(Value::Object(out)))
 }
 
 /// A value with neutral rewrites undone.
 fn normal(key: &str, value: &Value) -> Value {
-    let command = COMMAND_KEYS.contains(&fold(key).as_str());
+    let command = is_command_key(key);
     match value {
         Value::String(s) if command => Value::String(shell(s)),
         Value::Array(items) if command && items.iter().all(Value::is_string) => {
@@ -88,6 +95,31 @@ fn normal(key: &str, value: &Value) -> Value {
         Value::Array(items) => Value::Array(items.iter().map(|v| normal(key, v)).collect()),
         other => other.clone(),
     }
+}
+
+/// Whether [`normal`] leaves `value` as it is (conservative: `false` may
+/// still be unchanged). Allocates nothing.
+fn unchanged(key: &str, value: &Value) -> bool {
+    match value {
+        Value::String(_) | Value::Array(_) if is_command_key(key) => false,
+        Value::String(s) if !s.trim().contains(char::is_whitespace) => {
+            s.trim().len() == s.len() && !(s.len() > 1 && s.ends_with('/')) && !s.contains("://")
+        }
+        Value::Object(map) => map.iter().all(|(k, v)| unchanged(k, v)),
+        Value::Array(items) => items.iter().all(|v| unchanged(key, v)),
+        _ => true,
+    }
+}
+
+/// Whether a key's values are shell commands ([`COMMAND_KEYS`], folded).
+fn is_command_key(key: &str) -> bool {
+    COMMAND_KEYS.iter().any(|c| {
+        let mut folded = key
+            .bytes()
+            .filter(u8::is_ascii_alphanumeric)
+            .map(|b| b.to_ascii_lowercase());
+        c.bytes().all(|b| folded.next() == Some(b)) && folded.next().is_none()
+    })
 }
 
 /// One word: no trailing slash, no tracking parameters.
@@ -264,6 +296,60 @@ mod tests {
             &ToolCall::new(None, name, Arguments::Json(args)),
             &Settings::default(),
         )
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(256))]
+        /// The allocation-free shortcut (`unchanged`) only ever says
+        /// "unchanged" when normalising really changes nothing.
+        #[test]
+        fn the_shortcut_agrees_with_normalising(value in arguments()) {
+            let call = ToolCall::new(None, "t", Arguments::Json(value.clone()));
+            if let Value::Object(map) = &value {
+                proptest::prop_assert_eq!(of(&call, &Settings::default()), normalised("t", map, &["justification", "max_output_tokens"]));
+            }
+        }
+    }
+
+    fn arguments() -> impl proptest::strategy::Strategy<Value = Value> {
+        use proptest::prelude::*;
+        let words = prop::sample::select(vec![
+            "a",
+            "src/",
+            "/",
+            " a",
+            "a b",
+            "x://y",
+            "https://x.org/p/?utm_source=1&q=2",
+            "ls -la  src/",
+            "grep -rn x .",
+            "",
+        ]);
+        let leaf = prop_oneof![
+            words.prop_map(|w| Value::String(w.to_owned())),
+            any::<i32>().prop_map(Value::from),
+            Just(Value::Null),
+        ];
+        let keys = prop::sample::select(vec![
+            "path",
+            "command",
+            "Cmd",
+            "command_line",
+            "url",
+            "justification",
+            "n",
+        ]);
+        leaf.prop_recursive(3, 24, 4, move |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+                prop::collection::vec((keys.clone(), inner), 0..4)
+                    .prop_map(|kv| Value::Object(kv.into_iter().map(|(k, v)| (k.to_owned(), v)).collect())),
+            ]
+        })
+        .prop_map(|v| match v {
+            Value::Object(_) => v,
+            other => serde_json::json!({"path": other}),
+        })
     }
 
     #[test]

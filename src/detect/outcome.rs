@@ -38,6 +38,7 @@
 //! fingerprinted by its whole normalised text without the marker, and two
 //! different failures with the same exit code stay different errors.
 
+use std::borrow::Cow;
 use std::collections::HashSet;
 use std::sync::LazyLock;
 
@@ -363,10 +364,10 @@ fn json_error(value: &Value) -> bool {
 
 /// Applies the configured masks (matches removed), then [`mask_volatile`].
 fn mask(text: &str, settings: &Settings) -> String {
-    let mut out = text.to_owned();
+    let mut out = Cow::Borrowed(text);
     for re in &settings.outcome_masks {
-        if re.is_match(&out) {
-            out = re.replace_all(&out, "").into_owned();
+        if let Cow::Owned(masked) = re.replace_all(&out, "") {
+            out = Cow::Owned(masked);
         }
     }
     mask_volatile(&out)
@@ -380,8 +381,8 @@ fn mask(text: &str, settings: &Settings) -> String {
 /// stay). Plain numbers stay: a count that grows is progress.
 pub(crate) fn mask_volatile(text: &str) -> String {
     let text = match VOLATILE_TEXT.as_ref() {
-        Some(re) if re.is_match(text) => re.replace_all(text, "~").into_owned(),
-        _ => text.to_owned(),
+        Some(re) if may_hold_volatile(text.as_bytes()) => re.replace_all(text, "~"),
+        _ => Cow::Borrowed(text),
     };
     let bytes = text.as_bytes();
     let joiner = |b: u8| matches!(b, b'_' | b'.' | b'-');
@@ -410,6 +411,54 @@ pub(crate) fn mask_volatile(text: &str) -> String {
     out
 }
 
+/// Whether [`VOLATILE_TEXT`] can match anywhere in `text`: one cheap pass
+/// that every match passes (a superset), so the regex scans only texts
+/// that may hold a value it masks. Each alternative needs one of: a `-`
+/// after 8 hex characters or after a digit (UUIDs, dates); a digit, `:`
+/// and a digit (clock times); a digit, at most one whitespace and a unit's
+/// first letter `n u m s h` (durations); `pid`, `pgid` or `process`
+/// followed by `[ =:#]*` and a digit.
+fn may_hold_volatile(text: &[u8]) -> bool {
+    let at = |i: usize| text.get(i).copied().unwrap_or(0);
+    let mut hex_run = 0usize;
+    for (i, &c) in text.iter().enumerate() {
+        if c == b'-' && hex_run >= 8 {
+            return true;
+        }
+        hex_run = if c.is_ascii_hexdigit() { hex_run + 1 } else { 0 };
+        if c.is_ascii_digit() {
+            let next = at(i + 1);
+            if next == b'-' || next == b':' && at(i + 2).is_ascii_digit() {
+                return true;
+            }
+            let unit = if next.is_ascii_whitespace() {
+                at(i + 2)
+            } else {
+                next
+            };
+            if matches!(unit.to_ascii_lowercase(), b'n' | b'u' | b'm' | b's' | b'h') {
+                return true;
+            }
+        } else if c.eq_ignore_ascii_case(&b'p') {
+            let rest = &text[i + 1..];
+            let word = ["id", "gid", "rocess"].iter().find_map(|w| {
+                rest.get(..w.len())
+                    .filter(|r| r.eq_ignore_ascii_case(w.as_bytes()))
+                    .map(|_| w.len())
+            });
+            if let Some(len) = word {
+                let after = rest[len..]
+                    .iter()
+                    .find(|b| !matches!(b, b' ' | b'=' | b':' | b'#'));
+                if after.is_some_and(u8::is_ascii_digit) {
+                    return true;
+                }
+            }
+        }
+    }
+    false
+}
+
 /// Whether an alphanumeric word looks random (see [`mask_volatile`]).
 fn random_token(word: &[u8], joined: bool) -> bool {
     if word.len() < 6 || word.len() > 40 {
@@ -436,9 +485,9 @@ fn random_token(word: &[u8], joined: bool) -> bool {
 
 /// The exit code from an `Exit code: N`-style line among the first 6 lines.
 fn exit_code_line(body: &str) -> Option<i64> {
-    let head: String = body.lines().take(6).collect::<Vec<_>>().join("\n");
+    let end = body.match_indices('\n').nth(5).map_or(body.len(), |(i, _)| i);
     let re = EXIT_LINE.as_ref()?;
-    re.captures(&head)?.get(1)?.as_str().parse().ok()
+    re.captures(&body[..end])?.get(1)?.as_str().parse().ok()
 }
 
 /// The error fingerprint of a failure's text (see the module doc): the
@@ -504,9 +553,11 @@ pub(crate) fn hash64(bytes: &[u8]) -> u64 {
 /// [`hash64`] of the parts' concatenation, without building it.
 pub(crate) fn hash64_parts(parts: &[&[u8]]) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for &b in parts.iter().flat_map(|p| p.iter()) {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    for part in parts {
+        for &b in *part {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0000_0100_0000_01b3);
+        }
     }
     h ^= h >> 33;
     h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
@@ -517,6 +568,41 @@ pub(crate) fn hash64_parts(parts: &[&[u8]]) -> u64 {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(512))]
+        /// The prefilter never skips a text the volatile-value regex would change.
+        #[test]
+        fn the_volatile_prefilter_misses_no_match(
+            parts in proptest::collection::vec(proptest::sample::select(vec![
+                "0", "12", "2024", "-", ":", ".", ",", " ", "\n", "s", "ms", "Min", "h", "sec", "x",
+                "deadbeef", "a1b2c3d4", "-0000-", "T", "Z", "+", "pid", "PGID", "Process", "=", "#",
+                "é", "_",
+            ]), 0..24)
+        ) {
+            let text = parts.concat();
+            if VOLATILE_TEXT.as_ref().is_some_and(|re| re.is_match(&text)) {
+                proptest::prop_assert!(may_hold_volatile(text.as_bytes()), "{:?}", text);
+            }
+        }
+    }
+
+    #[test]
+    fn the_volatile_prefilter_passes_each_kind_of_value() {
+        for text in [
+            "id 123e4567-e89b-12d3-a456-426614174000 ok",
+            "at 2026-12-01T10:00:00Z",
+            "at 10:00:01",
+            "took 0.52s",
+            "took 12 ms",
+            "PID: 4242",
+            "process=7",
+        ] {
+            assert!(may_hold_volatile(text.as_bytes()), "{text}");
+            assert_ne!(mask_volatile(text), text, "{text}");
+        }
+        assert!(!may_hold_volatile(b"0: fn item_0() { /* body */ }"));
+    }
 
     #[test]
     fn hash64_of_parts_is_the_hash_of_their_concatenation() {

@@ -16,7 +16,7 @@ use regex::Regex;
 use super::outcome::{Outcome, hash64, hash64_parts, outcome_for};
 use super::settings::Settings;
 use crate::transcript::{
-    Arguments, Message, Role, Signature, ToolCall, ToolResult, Transcript, canonical_json,
+    Arguments, Message, Role, Signature, ToolCall, ToolResult, Transcript, canonical_json_prefix,
 };
 
 /// Longest argument preview kept per cycle, in characters.
@@ -221,11 +221,13 @@ pub(crate) fn classify_user(text: &str, s: &Settings) -> (UserText, String) {
 /// Canonical arguments, credentials redacted, truncated for reading: what
 /// verdict messages, log lines and the admin API show of a call.
 pub(crate) fn preview(arguments: &Arguments) -> String {
-    let full = match arguments {
-        Arguments::Json(v) => canonical_json(v),
-        Arguments::Unparsable(raw) => raw.clone(),
-    };
-    crate::redact::clip(&full, ARGS_PREVIEW)
+    // `clip` reads at most max(2 × 120, 120 + 256) characters of 4 bytes at
+    // most: this start of the canonical text is all it needs.
+    const READ: usize = 4 * (2 * ARGS_PREVIEW + 256);
+    match arguments {
+        Arguments::Json(v) => crate::redact::clip(&canonical_json_prefix(v, READ), ARGS_PREVIEW),
+        Arguments::Unparsable(raw) => crate::redact::clip(raw, ARGS_PREVIEW),
+    }
 }
 
 /// The merge key of a cycle: call id + signature, else signature + outcome
@@ -419,7 +421,7 @@ pub(crate) fn extract(
 
 fn drafts<'t>(transcript: &'t Transcript, s: &Settings) -> Vec<Draft<'t>> {
     let messages = &transcript.messages;
-    let mut items = Vec::new();
+    let mut items = Vec::with_capacity(messages.len());
     for (i, message) in messages.iter().enumerate() {
         match message.role {
             Role::Assistant if message.tool_calls.is_empty() => {

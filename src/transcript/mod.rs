@@ -7,7 +7,7 @@
 
 mod signature;
 
-pub use signature::{Signature, canonical_json};
+pub use signature::{Signature, canonical_json, canonical_json_prefix};
 
 use serde_json::Value;
 

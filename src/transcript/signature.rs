@@ -54,41 +54,88 @@ impl fmt::Debug for Signature {
 /// insignificant whitespace. Numbers and strings are written as
 /// `serde_json` writes them, so `1.0` and `1` stay distinct.
 pub fn canonical_json(value: &Value) -> String {
-    let mut out = String::new();
-    write_canonical(value, &mut out);
-    out
+    canonical_json_prefix(value, usize::MAX)
 }
 
-fn write_canonical(value: &Value, out: &mut String) {
+/// The first `max` bytes of [`canonical_json`] (fewer when the cut would
+/// split a character), written without serialising the rest: bounded work
+/// for a preview of huge arguments.
+pub fn canonical_json_prefix(value: &Value, max: usize) -> String {
+    let mut out = Vec::new();
+    write_canonical(value, &mut out, max);
+    if out.len() > max {
+        let mut cut = max;
+        // Back to a character boundary (UTF-8 continuation bytes are 0b10xxxxxx).
+        while cut > 0 && out.get(cut).is_some_and(|b| b & 0xc0 == 0x80) {
+            cut -= 1;
+        }
+        out.truncate(cut);
+    }
+    // serde_json writes UTF-8 only, and the cut is at a boundary.
+    String::from_utf8(out).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
+}
+
+/// Writes `value` canonically: keys sorted, each key and scalar as
+/// `serde_json`'s compact writer writes it (no `Display` round trip, no
+/// per-key allocation beyond the sort). Stops soon after `out` passes
+/// `max` bytes.
+fn write_canonical(value: &Value, out: &mut Vec<u8>, max: usize) {
+    if out.len() > max {
+        return;
+    }
     match value {
         Value::Object(map) => {
-            let mut keys: Vec<&String> = map.keys().collect();
-            keys.sort();
-            out.push('{');
-            for (i, key) in keys.into_iter().enumerate() {
+            let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+            entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
+            out.push(b'{');
+            for (i, (key, v)) in entries.into_iter().enumerate() {
+                if out.len() > max {
+                    return;
+                }
                 if i > 0 {
-                    out.push(',');
+                    out.push(b',');
                 }
-                out.push_str(&Value::String(key.clone()).to_string());
-                out.push(':');
-                if let Some(v) = map.get(key) {
-                    write_canonical(v, out);
-                }
+                write_scalar(key.as_str(), out, max);
+                out.push(b':');
+                write_canonical(v, out, max);
             }
-            out.push('}');
+            out.push(b'}');
         }
         Value::Array(items) => {
-            out.push('[');
+            out.push(b'[');
             for (i, item) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
+                if out.len() > max {
+                    return;
                 }
-                write_canonical(item, out);
+                if i > 0 {
+                    out.push(b',');
+                }
+                write_canonical(item, out, max);
             }
-            out.push(']');
+            out.push(b']');
         }
-        other => out.push_str(&other.to_string()),
+        Value::String(s) => write_scalar(s.as_str(), out, max),
+        other => {
+            let _ = serde_json::to_writer(&mut *out, other);
+        }
     }
+}
+
+/// A string as `serde_json` writes it; past `max`, only as much of it as
+/// reaches `max` (its escaped form is a prefix of the whole one's, plus a
+/// closing quote that the final cut removes). Writing to a `Vec` cannot fail.
+fn write_scalar(text: &str, out: &mut Vec<u8>, max: usize) {
+    let room = max.saturating_sub(out.len()).saturating_add(1);
+    let text = if text.len() > room {
+        let mut cut = room;
+        while !text.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        &text[..cut]
+    } else {
+        text
+    };
+    let _ = serde_json::to_writer(&mut *out, text);
 }
 
 #[cfg(test)]
@@ -132,5 +179,61 @@ mod tests {
             canonical_json(&value),
             r#"{"a":[{"c":2,"d":1}],"z":{"a":2,"b":1}}"#
         );
+    }
+
+    #[test]
+    fn canonical_json_writes_keys_and_scalars_as_serde_json_does() {
+        // Signatures are stored (shared state, recordings): the canonical
+        // text must stay byte for byte what serde_json's compact writer
+        // gives for the key-sorted value.
+        let value = json!({
+            "q\"uote\\": "tab\t nl\n ctl\u{1} é 😀 </script>",
+            "n": [0, -0.0, 1.5, 1e300, u64::MAX, i64::MIN, null, true, false],
+            "": {"": ""}
+        });
+        let mut sorted: Vec<(&String, &Value)> =
+            value.as_object().map(|m| m.iter().collect()).unwrap_or_default();
+        sorted.sort_by(|a, b| a.0.cmp(b.0));
+        let expected = format!(
+            "{{{}}}",
+            sorted
+                .iter()
+                .map(|(k, v)| format!("{}:{}", Value::String((*k).clone()), v))
+                .collect::<Vec<_>>()
+                .join(",")
+        );
+        assert_eq!(canonical_json(&value), expected);
+    }
+
+    #[test]
+    fn a_prefix_is_the_start_of_the_whole_canonical_text() {
+        let value =
+            json!({"k": "é😀".repeat(50), "a": [1, {"z": "x\ny", "b": null}], "long": "q".repeat(300)});
+        let whole = canonical_json(&value);
+        for max in [
+            0,
+            1,
+            5,
+            7,
+            8,
+            9,
+            10,
+            33,
+            100,
+            101,
+            102,
+            103,
+            250,
+            1000,
+            usize::MAX,
+        ] {
+            let prefix = canonical_json_prefix(&value, max);
+            assert!(whole.starts_with(&prefix), "{max}: {prefix}");
+            assert!(
+                prefix.len() <= max && prefix.len() + 4 > max.min(whole.len()),
+                "{max}: {}",
+                prefix.len()
+            );
+        }
     }
 }
