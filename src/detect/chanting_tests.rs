@@ -132,6 +132,46 @@ fn memory_is_capped_on_long_distinct_text() {
     assert!(scanner.heap_size() < 200_000, "{}", scanner.heap_size());
 }
 
+/// A whole answer of many parallel calls, each call's arguments streamed
+/// then completed: a complete call's track is dropped (one track at a time,
+/// not one per call), while chanting inside one call's arguments is still
+/// caught before it completes.
+#[test]
+fn complete_calls_drop_their_argument_tracks() {
+    use crate::dialect::StreamEvent;
+    use crate::transcript::{Arguments, ToolCall};
+
+    let s = Settings::default();
+    let mut scanner = ContentScanner::new(&s);
+    for index in 0..5_000 {
+        let delta = StreamEvent::ToolCallDelta {
+            choice: 0,
+            index,
+            arguments_delta: format!("{{\"path\":\"src/file_{index}.rs\"}}"),
+        };
+        assert!(scanner.observe(&delta).is_none());
+        assert_eq!(scanner.channels(), 1);
+        let call = ToolCall::new(None, "read_file".to_owned(), Arguments::from_json_str("{}"));
+        let complete = StreamEvent::ToolCallComplete {
+            choice: 0,
+            index,
+            call,
+        };
+        assert!(scanner.observe(&complete).is_none());
+        assert_eq!(scanner.channels(), 0);
+    }
+    let chant = format!("{{\"content\": \"{}\"}}", "ny".repeat(300));
+    for piece in chant.as_bytes().chunks(9) {
+        let delta = StreamEvent::ToolCallDelta {
+            choice: 0,
+            index: 5_000,
+            arguments_delta: String::from_utf8_lossy(piece).into_owned(),
+        };
+        scanner.observe(&delta);
+    }
+    assert_eq!(scanner.verdict().map(|v| v.level), Some(Level::Critical));
+}
+
 mod chunking {
     use proptest::prelude::*;
 

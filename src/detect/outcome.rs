@@ -84,6 +84,9 @@ static VOLATILE_TEXT: LazyLock<Option<Regex>> = LazyLock::new(|| {
     .ok()
 });
 /// An `<error>…</error>` failure wrapper (Cline).
+/// What every [`EXIT_LINE`] match contains: a literal search (vectorised)
+/// that spares the line-anchored regex most texts.
+static EXIT_HINT: LazyLock<Option<Regex>> = LazyLock::new(|| Regex::new(r"(?i)exit|returncode").ok());
 static ERROR_WRAPPER: LazyLock<Option<Regex>> =
     LazyLock::new(|| Regex::new(r"(?s)<error>\s*(.*?)\s*(?:</error>|$)").ok());
 
@@ -386,7 +389,8 @@ pub(crate) fn mask_volatile(text: &str) -> String {
     };
     let bytes = text.as_bytes();
     let joiner = |b: u8| matches!(b, b'_' | b'.' | b'-');
-    let mut out = String::with_capacity(text.len());
+    // Written only from the first random token on.
+    let mut out = String::new();
     let mut last = 0;
     let mut i = 0;
     while i < bytes.len() {
@@ -395,17 +399,29 @@ pub(crate) fn mask_volatile(text: &str) -> String {
             continue;
         }
         let start = i;
+        let mut digits = false;
         while i < bytes.len() && bytes[i].is_ascii_alphanumeric() {
+            digits |= bytes[i].is_ascii_digit();
             i += 1;
+        }
+        // A random token mixes digits and letters, 6 to 40 of them.
+        if !digits || !(6..=40).contains(&(i - start)) {
+            continue;
         }
         // A word joined to others (`x86_64`, `v1.2.3`, `pod-ab12cd34`) is
         // part of a name: only its long hex counts as random there.
         let joined = start > 0 && joiner(bytes[start - 1]) || i < bytes.len() && joiner(bytes[i]);
         if random_token(&bytes[start..i], joined) {
+            if out.capacity() == 0 {
+                out.reserve(text.len());
+            }
             out.push_str(&text[last..start]);
             out.push('~');
             last = i;
         }
+    }
+    if last == 0 {
+        return text.into_owned();
     }
     out.push_str(&text[last..]);
     out
@@ -419,14 +435,30 @@ pub(crate) fn mask_volatile(text: &str) -> String {
 /// first letter `n u m s h` (durations); `pid`, `pgid` or `process`
 /// followed by `[ =:#]*` and a digit.
 fn may_hold_volatile(text: &[u8]) -> bool {
-    let at = |i: usize| text.get(i).copied().unwrap_or(0);
-    let mut hex_run = 0usize;
-    for (i, &c) in text.iter().enumerate() {
-        if c == b'-' && hex_run >= 8 {
-            return true;
+    // Only digits, `-` and `p` can start a candidate; every other byte costs
+    // one table lookup.
+    const TRIGGER: [bool; 256] = {
+        let mut t = [false; 256];
+        let mut b = b'0';
+        while b <= b'9' {
+            t[b as usize] = true;
+            b += 1;
         }
-        hex_run = if c.is_ascii_hexdigit() { hex_run + 1 } else { 0 };
-        if c.is_ascii_digit() {
+        t[b'-' as usize] = true;
+        t[b'p' as usize] = true;
+        t[b'P' as usize] = true;
+        t
+    };
+    let at = |i: usize| text.get(i).copied().unwrap_or(0);
+    for (i, &c) in text.iter().enumerate() {
+        if !TRIGGER[usize::from(c)] {
+            continue;
+        }
+        if c == b'-' {
+            if i >= 8 && text[i - 8..i].iter().all(u8::is_ascii_hexdigit) {
+                return true;
+            }
+        } else if c.is_ascii_digit() {
             let next = at(i + 1);
             if next == b'-' || next == b':' && at(i + 2).is_ascii_digit() {
                 return true;
@@ -439,7 +471,7 @@ fn may_hold_volatile(text: &[u8]) -> bool {
             if matches!(unit.to_ascii_lowercase(), b'n' | b'u' | b'm' | b's' | b'h') {
                 return true;
             }
-        } else if c.eq_ignore_ascii_case(&b'p') {
+        } else {
             let rest = &text[i + 1..];
             let word = ["id", "gid", "rocess"].iter().find_map(|w| {
                 rest.get(..w.len())
@@ -486,8 +518,12 @@ fn random_token(word: &[u8], joined: bool) -> bool {
 /// The exit code from an `Exit code: N`-style line among the first 6 lines.
 fn exit_code_line(body: &str) -> Option<i64> {
     let end = body.match_indices('\n').nth(5).map_or(body.len(), |(i, _)| i);
+    let head = &body[..end];
+    if EXIT_HINT.as_ref().is_some_and(|hint| !hint.is_match(head)) {
+        return None;
+    }
     let re = EXIT_LINE.as_ref()?;
-    re.captures(&body[..end])?.get(1)?.as_str().parse().ok()
+    re.captures(head)?.get(1)?.as_str().parse().ok()
 }
 
 /// The error fingerprint of a failure's text (see the module doc): the

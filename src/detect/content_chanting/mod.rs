@@ -7,7 +7,9 @@
 //! digits, one of them a letter: a row of numbers is data) `max_line_repeats`
 //! (30) times in one response, in any context, code included. Default level: critical, action `block`.
 //!
-//! Cost: O(1) amortised per byte and memory capped per channel. Windows are
+//! Cost: O(1) amortised per byte (a channel's track is found by hash, also
+//! among the argument channels of many parallel calls) and memory capped
+//! per channel; a tool call's channel is dropped when the call completes. Windows are
 //! hashed with a Rabin–Karp rolling hash; rather than indexing every window
 //! (a hash-map write per byte), the scanner keeps only the windows selected
 //! by winnowing (the minimum hash of every 16 consecutive windows, Schleimer
@@ -41,6 +43,8 @@
 mod low_entropy;
 mod track;
 mod window;
+
+use std::collections::HashMap;
 
 use super::settings::{ChantingParams, Settings};
 use super::verdict::{Action, DetectorKind, Finding, Level, Verdict};
@@ -95,7 +99,9 @@ pub struct ContentScanner {
     params: ChantingParams,
     enabled: bool,
     action: Action,
-    channels: Vec<(Channel, Track)>,
+    /// One track per channel, found by hash: an answer with n parallel
+    /// calls has n argument channels, so a scan per delta would be O(n²).
+    channels: HashMap<Channel, Track>,
     verdict: Option<Verdict>,
 }
 
@@ -107,7 +113,7 @@ impl ContentScanner {
             params: settings.chanting,
             enabled: settings.enabled && t.enabled && t.get(Level::Critical) > 0,
             action: settings.action_for(DetectorKind::ContentChanting, Level::Critical),
-            channels: Vec::new(),
+            channels: HashMap::new(),
             verdict: None,
         }
     }
@@ -123,6 +129,13 @@ impl ContentScanner {
                 index,
                 arguments_delta,
             } => self.feed(Channel::ToolArguments(*choice, *index), arguments_delta),
+            StreamEvent::ToolCallComplete { choice, index, .. } => {
+                // A complete call's arguments get no more text (every dialect
+                // numbers a response's calls apart): its track goes, so a
+                // whole answer of n calls holds one track at a time, not n.
+                self.channels.remove(&Channel::ToolArguments(*choice, *index));
+                self.verdict.as_ref()
+            }
             _ => self.verdict.as_ref(),
         }
     }
@@ -132,14 +145,8 @@ impl ContentScanner {
         if !self.enabled || self.verdict.is_some() {
             return self.verdict.as_ref();
         }
-        let i = match self.channels.iter().position(|(c, _)| *c == channel) {
-            Some(i) => i,
-            None => {
-                self.channels.push((channel, Track::new(&self.params)));
-                self.channels.len() - 1
-            }
-        };
-        let track = &mut self.channels[i].1;
+        let params = &self.params;
+        let track = self.channels.entry(channel).or_insert_with(|| Track::new(params));
         if let Some((count, sample)) = track.push(text, &self.params) {
             let finding = Finding {
                 detector: DetectorKind::ContentChanting,
@@ -161,8 +168,13 @@ impl ContentScanner {
         self.verdict.as_ref()
     }
 
+    /// Channels tracked now (answer, reasoning, and tool calls not complete yet).
+    pub fn channels(&self) -> usize {
+        self.channels.len()
+    }
+
     /// Heap bytes held (estimate).
     pub fn heap_size(&self) -> usize {
-        self.channels.iter().map(|(_, t)| t.heap_size()).sum()
+        self.channels.values().map(Track::heap_size).sum()
     }
 }

@@ -6,7 +6,7 @@
 //! of a string, tool-call fragments without `index`, empty continuation ids)
 //! are accepted. Nothing is ever written back from here.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use serde_json::{Map, Value};
 
@@ -224,10 +224,30 @@ fn str_field(value: &Value, key: &str) -> Option<String> {
 /// their non-empty `id`, else they continue the last open call. A choice's
 /// calls complete, in order, when its `finish_reason` arrives, or at `[DONE]`
 /// / [`ResponseParser::end`] for any still open.
+///
+/// Cost: a fragment finds its call through indexes of the open calls
+/// (O(log n) for n calls of its choice), so an answer with n parallel calls
+/// parses in O(n log n) — never a scan of the calls per fragment.
 #[derive(Debug, Default)]
 pub struct ResponseParser {
-    /// Calls per choice index, in order of first appearance.
-    choices: BTreeMap<u32, Vec<PendingCall>>,
+    /// Calls per choice index.
+    choices: BTreeMap<u32, ChoiceCalls>,
+}
+
+/// The calls of one choice, in order of first appearance, and indexes of
+/// those still open (not reported by a `ToolCallComplete` yet).
+#[derive(Debug, Default)]
+struct ChoiceCalls {
+    calls: Vec<PendingCall>,
+    /// Positions of the open calls.
+    open: BTreeSet<usize>,
+    /// Positions of the open calls by wire `index`.
+    by_wire: HashMap<u64, BTreeSet<usize>>,
+    /// Positions of the open calls by wire `index`, then id (`""` while
+    /// the call has none).
+    by_wire_id: HashMap<u64, HashMap<String, BTreeSet<usize>>>,
+    /// Positions of the open calls by their (non-empty) id, whatever their wire index.
+    by_id: HashMap<String, BTreeSet<usize>>,
 }
 
 /// A tool call being assembled from fragments.
@@ -242,6 +262,106 @@ struct PendingCall {
     arguments: String,
     /// Already reported by a `ToolCallComplete`.
     done: bool,
+}
+
+/// Removes `position` from the set under `key`, dropping the set once empty.
+fn unindex<K: std::hash::Hash + Eq + std::borrow::Borrow<Q>, Q: std::hash::Hash + Eq + ?Sized>(
+    map: &mut HashMap<K, BTreeSet<usize>>,
+    key: &Q,
+    position: usize,
+) {
+    if let Some(set) = map.get_mut(key) {
+        set.remove(&position);
+        if set.is_empty() {
+            map.remove(key);
+        }
+    }
+}
+
+impl ChoiceCalls {
+    /// The open call a fragment with `wire_index` and `id` continues:
+    /// - with an index, the last open call of that index whose id is
+    ///   unknown or the same (a new id under a known index is a new call:
+    ///   some servers number every call 0);
+    /// - with only an id, the first open call of that id;
+    /// - with neither, the last open call.
+    fn find(&self, wire_index: Option<u64>, id: Option<&str>) -> Option<usize> {
+        let last = |set: Option<&BTreeSet<usize>>| set.and_then(|s| s.last().copied());
+        match (wire_index, id) {
+            (Some(w), None) => last(self.by_wire.get(&w)),
+            (Some(w), Some(id)) => {
+                let ids = self.by_wire_id.get(&w);
+                let unnamed = last(ids.and_then(|m| m.get("")));
+                let named = last(ids.and_then(|m| m.get(id)));
+                unnamed.max(named)
+            }
+            (None, Some(id)) => self.by_id.get(id).and_then(|s| s.first().copied()),
+            (None, None) => self.open.last().copied(),
+        }
+    }
+
+    /// Appends a new open call; returns its position.
+    fn push(&mut self, wire_index: Option<u64>) -> usize {
+        let position = self.calls.len();
+        self.calls.push(PendingCall {
+            wire_index,
+            id: String::new(),
+            name: String::new(),
+            arguments: String::new(),
+            done: false,
+        });
+        self.open.insert(position);
+        if let Some(w) = wire_index {
+            self.by_wire.entry(w).or_default().insert(position);
+            self.by_wire_id
+                .entry(w)
+                .or_default()
+                .entry(String::new())
+                .or_default()
+                .insert(position);
+        }
+        position
+    }
+
+    /// Gives the open call at `position`, which has no id yet, its `id`.
+    fn name(&mut self, position: usize, id: &str) {
+        let Some(call) = self.calls.get_mut(position) else {
+            return;
+        };
+        id.clone_into(&mut call.id);
+        if let Some(w) = call.wire_index {
+            let ids = self.by_wire_id.entry(w).or_default();
+            unindex(ids, "", position);
+            ids.entry(id.to_owned()).or_default().insert(position);
+        }
+        self.by_id.entry(id.to_owned()).or_default().insert(position);
+    }
+
+    /// Marks the call at `position` done and drops it from the indexes;
+    /// `false` when it already was (or there is none).
+    fn close(&mut self, position: usize) -> bool {
+        let Some(call) = self.calls.get_mut(position) else {
+            return false;
+        };
+        if call.done {
+            return false;
+        }
+        call.done = true;
+        self.open.remove(&position);
+        if let Some(w) = call.wire_index {
+            unindex(&mut self.by_wire, &w, position);
+            if let Some(ids) = self.by_wire_id.get_mut(&w) {
+                unindex(ids, call.id.as_str(), position);
+                if ids.is_empty() {
+                    self.by_wire_id.remove(&w);
+                }
+            }
+        }
+        if !call.id.is_empty() {
+            unindex(&mut self.by_id, call.id.as_str(), position);
+        }
+        true
+    }
 }
 
 impl ResponseParser {
@@ -337,28 +457,13 @@ impl ResponseParser {
             .get("id")
             .and_then(Value::as_str)
             .filter(|s| !s.is_empty());
-        let found = match (wire_index, id) {
-            // A new id under a known index is a new call: some servers number every call 0.
-            (Some(w), _) => calls.iter().rposition(|c| {
-                !c.done && c.wire_index == Some(w) && id.is_none_or(|id| c.id.is_empty() || c.id == id)
-            }),
-            (None, Some(id)) => calls.iter().position(|c| !c.done && c.id == id),
-            (None, None) => calls.iter().rposition(|c| !c.done),
-        };
-        let position = found.unwrap_or_else(|| {
-            calls.push(PendingCall {
-                wire_index,
-                id: String::new(),
-                name: String::new(),
-                arguments: String::new(),
-                done: false,
-            });
-            calls.len() - 1
-        });
-        let call = &mut calls[position];
-        if let (Some(id), true) = (id, call.id.is_empty()) {
-            id.clone_into(&mut call.id);
+        let position = calls
+            .find(wire_index, id)
+            .unwrap_or_else(|| calls.push(wire_index));
+        if let (Some(id), true) = (id, calls.calls[position].id.is_empty()) {
+            calls.name(position, id);
         }
+        let call = &mut calls.calls[position];
         let function = fragment.get("function");
         if let Some(name) = function.and_then(|f| f.get("name")).and_then(Value::as_str) {
             if call.name.is_empty() {
@@ -387,21 +492,27 @@ impl ResponseParser {
 
     /// Completes every open call of a choice, in order.
     fn complete_choice(&mut self, choice: u32, out: &mut Vec<StreamEvent>) {
-        let count = self.choices.get(&choice).map_or(0, Vec::len);
-        for position in 0..count {
+        let open: Vec<usize> = self
+            .choices
+            .get(&choice)
+            .map(|c| c.open.iter().copied().collect())
+            .unwrap_or_default();
+        for position in open {
             self.complete_call(choice, position, out);
         }
     }
 
     /// Completes one call unless it already was.
     fn complete_call(&mut self, choice: u32, position: usize, out: &mut Vec<StreamEvent>) {
-        let Some(call) = self.choices.get_mut(&choice).and_then(|c| c.get_mut(position)) else {
+        let Some(calls) = self.choices.get_mut(&choice) else {
             return;
         };
-        if call.done {
+        if !calls.close(position) {
             return;
         }
-        call.done = true;
+        let Some(call) = calls.calls.get_mut(position) else {
+            return;
+        };
         let arguments = Arguments::from_json_str(&std::mem::take(&mut call.arguments));
         let id = (!call.id.is_empty()).then(|| call.id.clone());
         out.push(StreamEvent::ToolCallComplete {

@@ -477,3 +477,249 @@ fn whole_completion_body() {
     );
     assert_eq!(completed(&out)[1].4, json_args(json!({"p": 2})));
 }
+
+/// The call matching of the parser before its open calls were indexed: a
+/// scan of the choice's calls per fragment (O(n) a fragment, O(n²) an
+/// answer of n parallel calls). Kept as the reference the indexed parser
+/// must agree with, event for event.
+mod reference {
+    use std::collections::BTreeMap;
+
+    use serde_json::Value;
+
+    use crate::dialect::StreamEvent;
+    use crate::transcript::{Arguments, ToolCall};
+
+    struct Call {
+        wire_index: Option<u64>,
+        id: String,
+        name: String,
+        arguments: String,
+        done: bool,
+    }
+
+    /// Tool-call events of `payloads` (chunks of `choices` carrying only
+    /// `tool_calls` and `finish_reason`, or `[DONE]`).
+    pub fn events(payloads: &[Value]) -> Vec<StreamEvent> {
+        let mut choices: BTreeMap<u32, Vec<Call>> = BTreeMap::new();
+        let mut out = Vec::new();
+        for payload in payloads {
+            if payload.as_str() == Some("[DONE]") {
+                let keys: Vec<u32> = choices.keys().copied().collect();
+                for choice in keys {
+                    complete_choice(&mut choices, choice, &mut out);
+                }
+                out.push(StreamEvent::Done);
+                continue;
+            }
+            for choice in payload["choices"].as_array().into_iter().flatten() {
+                let index = choice["index"]
+                    .as_u64()
+                    .and_then(|i| u32::try_from(i).ok())
+                    .unwrap_or(0);
+                let whole = choice.get("delta").is_none();
+                if let Some(part) = choice.get("delta").or_else(|| choice.get("message")) {
+                    for fragment in part["tool_calls"].as_array().into_iter().flatten() {
+                        let position = apply(&mut choices, index, fragment, &mut out);
+                        if whole {
+                            complete(&mut choices, index, position, &mut out);
+                        }
+                    }
+                }
+                if let Some(reason) = choice["finish_reason"].as_str() {
+                    complete_choice(&mut choices, index, &mut out);
+                    out.push(StreamEvent::Finish {
+                        choice: index,
+                        reason: reason.to_owned(),
+                    });
+                }
+            }
+        }
+        out
+    }
+
+    fn apply(
+        choices: &mut BTreeMap<u32, Vec<Call>>,
+        choice: u32,
+        fragment: &Value,
+        out: &mut Vec<StreamEvent>,
+    ) -> usize {
+        let calls = choices.entry(choice).or_default();
+        let wire_index = fragment.get("index").and_then(Value::as_u64);
+        let id = fragment
+            .get("id")
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty());
+        let found = match (wire_index, id) {
+            (Some(w), _) => calls.iter().rposition(|c| {
+                !c.done && c.wire_index == Some(w) && id.is_none_or(|id| c.id.is_empty() || c.id == id)
+            }),
+            (None, Some(id)) => calls.iter().position(|c| !c.done && c.id == id),
+            (None, None) => calls.iter().rposition(|c| !c.done),
+        };
+        let position = found.unwrap_or_else(|| {
+            calls.push(Call {
+                wire_index,
+                id: String::new(),
+                name: String::new(),
+                arguments: String::new(),
+                done: false,
+            });
+            calls.len() - 1
+        });
+        let call = &mut calls[position];
+        if let (Some(id), true) = (id, call.id.is_empty()) {
+            id.clone_into(&mut call.id);
+        }
+        let function = fragment.get("function");
+        if let Some(name) = function.and_then(|f| f.get("name")).and_then(Value::as_str) {
+            if call.name.is_empty() {
+                name.clone_into(&mut call.name);
+            }
+        }
+        let arguments_delta = match function.and_then(|f| f.get("arguments")) {
+            Some(Value::String(text)) => {
+                call.arguments.push_str(text);
+                text.clone()
+            }
+            None | Some(Value::Null) => String::new(),
+            Some(other) => {
+                call.arguments = other.to_string();
+                call.arguments.clone()
+            }
+        };
+        out.push(StreamEvent::ToolCallDelta {
+            choice,
+            index: u32::try_from(position).unwrap_or(u32::MAX),
+            arguments_delta,
+        });
+        position
+    }
+
+    fn complete_choice(choices: &mut BTreeMap<u32, Vec<Call>>, choice: u32, out: &mut Vec<StreamEvent>) {
+        let count = choices.get(&choice).map_or(0, Vec::len);
+        for position in 0..count {
+            complete(choices, choice, position, out);
+        }
+    }
+
+    fn complete(
+        choices: &mut BTreeMap<u32, Vec<Call>>,
+        choice: u32,
+        position: usize,
+        out: &mut Vec<StreamEvent>,
+    ) {
+        let Some(call) = choices.get_mut(&choice).and_then(|c| c.get_mut(position)) else {
+            return;
+        };
+        if call.done {
+            return;
+        }
+        call.done = true;
+        let arguments = Arguments::from_json_str(&std::mem::take(&mut call.arguments));
+        let id = (!call.id.is_empty()).then(|| call.id.clone());
+        out.push(StreamEvent::ToolCallComplete {
+            choice,
+            index: u32::try_from(position).unwrap_or(u32::MAX),
+            call: ToolCall::new(id, call.name.clone(), arguments),
+        });
+    }
+}
+
+/// A generated fragment: wire index, id, name, argument text.
+type Fragment<'a> = (Option<u64>, Option<&'a str>, Option<&'a str>, &'a str);
+
+/// One generated payload: chunks of fragments per choice, a finish, a
+/// whole message, or `[DONE]`.
+fn generated_payload(kind: u8, choice: u32, fragments: &[Fragment<'_>]) -> Value {
+    let calls: Vec<Value> = fragments
+        .iter()
+        .map(|(index, id, name, arguments)| {
+            let mut f = json!({"function": {"arguments": arguments}});
+            if let Some(i) = index {
+                f["index"] = json!(i);
+            }
+            if let Some(id) = id {
+                f["id"] = json!(id);
+            }
+            if let Some(name) = name {
+                f["function"]["name"] = json!(name);
+            }
+            f
+        })
+        .collect();
+    match kind {
+        0 => json!("[DONE]"),
+        1 => json!({"choices": [{"index": choice, "delta": {}, "finish_reason": "tool_calls"}]}),
+        2 => json!({"choices": [{"index": choice, "message": {"tool_calls": calls}}]}),
+        3 => {
+            json!({"choices": [{"index": choice, "delta": {"tool_calls": calls}, "finish_reason": "tool_calls"}]})
+        }
+        _ => json!({"choices": [{"index": choice, "delta": {"tool_calls": calls}}]}),
+    }
+}
+
+proptest::proptest! {
+    /// The indexed call matching gives exactly the events of the scanning
+    /// one, for any mix of fragments with and without index and id (shared
+    /// indices, repeated, empty and new ids), finishes, whole messages and
+    /// `[DONE]`, over two choices.
+    #[test]
+    fn indexed_call_matching_agrees_with_the_scan(
+        payloads in proptest::collection::vec(
+            (
+                0u8..8,
+                0u32..2,
+                proptest::collection::vec(
+                    (
+                        proptest::option::of(0u64..3),
+                        proptest::option::of(proptest::sample::select(vec!["", "a", "b", "c"])),
+                        proptest::option::of(proptest::sample::select(vec!["f", "g"])),
+                        proptest::sample::select(vec!["", "{", "}", "{}", "{\"k\":1}", "1"]),
+                    ),
+                    0..4,
+                ),
+            ),
+            0..24,
+        )
+    ) {
+        let payloads: Vec<Value> = payloads
+            .iter()
+            .map(|(kind, choice, fragments)| generated_payload(*kind, *choice, fragments))
+            .collect();
+        let mut parser = ResponseParser::default();
+        let mut got = Vec::new();
+        for payload in &payloads {
+            let text = payload.as_str().map_or_else(|| payload.to_string(), str::to_owned);
+            parser.payload(&text, &mut got).unwrap();
+        }
+        proptest::prop_assert_eq!(got, reference::events(&payloads));
+    }
+}
+
+/// Many parallel calls in one whole answer, and streamed by index, each
+/// complete once, in order, with its own id and arguments.
+#[test]
+fn many_parallel_calls_complete_in_order() {
+    let n = 3_000;
+    let calls: Vec<Value> = (0..n)
+        .map(|i| json!({"id": format!("r{i}"), "type": "function", "function": {"name": "f", "arguments": format!("{{\"i\":{i}}}")}}))
+        .collect();
+    let whole = events(&[
+        json!({"choices": [{"index": 0, "finish_reason": "tool_calls", "message": {"tool_calls": calls}}]}),
+    ]);
+    let streamed_chunks: Vec<Value> = (0..n)
+        .map(|i| chunk(json!({"tool_calls": [{"index": i, "id": format!("r{i}"), "function": {"name": "f", "arguments": format!("{{\"i\":{i}}}")}}]})))
+        .chain(std::iter::once(finish("tool_calls")))
+        .collect();
+    let streamed = events(&streamed_chunks);
+    for out in [whole, streamed] {
+        let done = completed(&out);
+        assert_eq!(done.len(), n);
+        for (i, (_, index, id, _, arguments)) in done.into_iter().enumerate() {
+            assert_eq!(index as usize, i);
+            assert_eq!(id, Some(format!("r{i}")));
+            assert_eq!(arguments, json_args(json!({"i": i})));
+        }
+    }
+}
