@@ -5,6 +5,7 @@ streamed chat requests and `clients` looping over non-streaming ones, for
 request count, errors, and p50/p99 time to first byte per kind."""
 
 import asyncio
+import collections
 import os
 import sys
 import time
@@ -16,6 +17,7 @@ BODY = '{"model":"m","stream":%s,"messages":[{"role":"user","content":"hello %d"
 first = {"stream": [], "whole": []}
 errors = {"stream": 0, "whole": 0}
 done = {"stream": 0, "whole": 0}
+reasons = collections.Counter()
 samples = []
 
 
@@ -42,10 +44,12 @@ async def worker(client, kind, n, end):
                         got_first = True
                 if r.status_code != 200:
                     errors[kind] += 1
+                    reasons[f"{kind}: HTTP {r.status_code}"] += 1
                 else:
                     done[kind] += 1
-        except Exception:  # noqa: BLE001 - every failure counts as an error
+        except Exception as e:  # noqa: BLE001 - every failure counts as an error
             errors[kind] += 1
+            reasons[f"{kind}: {type(e).__name__}: {str(e)[:120]}"] += 1
             await asyncio.sleep(0.1)
 
 
@@ -74,6 +78,8 @@ async def main():
         await asyncio.gather(monitor(end), *tasks)
     for kind in ("stream", "whole"):
         print(f"{kind}: {done[kind]} ok, {errors[kind]} errors, first byte p50 {pct(first[kind], .5):.1f} ms, p99 {pct(first[kind], .99):.1f} ms")
+    for reason, count in reasons.most_common():
+        print(f"  error x{count}: {reason}")
     rss = [s[0] for s in samples if s[0] >= 0]
     if rss:
         print(f"rss min/max {min(rss)}/{max(rss)} MB; fds max {max(s[1] for s in samples)}")

@@ -148,3 +148,66 @@ async fn a_twenty_megabyte_history_of_five_thousand_calls_is_fully_judged_by_def
     let r = post(format!("{}/v1/chat/completions", lg.url()), &[], sent).await;
     assert_judged(&lg, &r, 0.0).await;
 }
+
+fn gzip(bytes: &[u8]) -> Vec<u8> {
+    use std::io::Write;
+    let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    encoder.write_all(bytes).unwrap_or_else(|e| panic!("{e}"));
+    encoder.finish().unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// A gzip body is parsed from a decoded copy, and that copy counts toward
+/// the parse budget: a looping history that compresses to a few KB but
+/// decodes past the 1 MiB request budget reaches the upstream byte-exact,
+/// unjudged, and is counted as `request_parse_budget` (before, any body
+/// up to `max_request_bytes` decoded was held outside the budget).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_gzip_body_decoding_past_the_budget_passes_through_unjudged_and_is_counted() {
+    let upstream = mock();
+    let lg = loopguard(&config_for(&upstream.url(), SMALL_BUDGET));
+    let plain = body(history(300, 8_000, 10));
+    let sent = gzip(plain.as_bytes());
+    assert!(
+        plain.len() > 2 << 20 && sent.len() < 1 << 20,
+        "{} / {}",
+        plain.len(),
+        sent.len()
+    );
+    let r = post(
+        format!("{}/v1/chat/completions", lg.url()),
+        &[("content-encoding", "gzip")],
+        sent.clone(),
+    )
+    .await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(verdict_header(&r), None);
+    let _ = r.bytes().await;
+    let seen = mock_requests(&upstream).await;
+    assert_eq!(seen.len(), 1);
+    assert_eq!(seen[0]["body_sha256"], sha256_hex(&sent));
+    let text = metrics(&lg).await;
+    assert_eq!(
+        metric_value(
+            &text,
+            "loopguard_fail_open_total{reason=\"request_parse_budget\"}"
+        ),
+        1.0,
+        "{text}"
+    );
+}
+
+/// The twin: the same gzip body under the default budget is decoded,
+/// judged in full, and blocked like its plain form.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_gzip_body_within_the_budget_is_judged_in_full() {
+    let upstream = mock();
+    let lg = loopguard(&config_for(&upstream.url(), ""));
+    let sent = gzip(body(history(300, 8_000, 10)).as_bytes());
+    let r = post(
+        format!("{}/v1/chat/completions", lg.url()),
+        &[("content-encoding", "gzip")],
+        sent,
+    )
+    .await;
+    assert_judged(&lg, &r, 0.0).await;
+}

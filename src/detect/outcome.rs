@@ -383,15 +383,26 @@ fn mask(text: &str, settings: &Settings) -> String {
 /// letter/digit alternations (`tmpa8f3k2x1`; `python3`, `x86_64`, `sha256`
 /// stay). Plain numbers stay: a count that grows is progress.
 pub(crate) fn mask_volatile(text: &str) -> String {
-    let text = match VOLATILE_TEXT.as_ref() {
-        Some(re) if may_hold_volatile(text.as_bytes()) => re.replace_all(text, "~"),
-        _ => Cow::Borrowed(text),
-    };
+    match VOLATILE_TEXT.as_ref() {
+        // One pass: random tokens masked while no byte could start a value
+        // the regex masks (the common case: no regex scan at all).
+        Some(re) => match mask_tokens_unless_volatile(text) {
+            Some(masked) => masked,
+            None => mask_tokens(&re.replace_all(text, "~")),
+        },
+        None => mask_tokens(text),
+    }
+}
+
+/// A byte after which an alphanumeric word is part of a longer name.
+fn joiner(b: u8) -> bool {
+    matches!(b, b'_' | b'.' | b'-')
+}
+
+/// Masks the random tokens (see [`random_token`]) of `text`.
+fn mask_tokens(text: &str) -> String {
     let bytes = text.as_bytes();
-    let joiner = |b: u8| matches!(b, b'_' | b'.' | b'-');
-    // Written only from the first random token on.
-    let mut out = String::new();
-    let mut last = 0;
+    let mut out = Masked::new(text);
     let mut i = 0;
     while i < bytes.len() {
         if !bytes[i].is_ascii_alphanumeric() {
@@ -404,91 +415,158 @@ pub(crate) fn mask_volatile(text: &str) -> String {
             digits |= bytes[i].is_ascii_digit();
             i += 1;
         }
-        // A random token mixes digits and letters, 6 to 40 of them.
-        if !digits || !(6..=40).contains(&(i - start)) {
+        if digits {
+            out.word(start, i);
+        }
+    }
+    out.finish()
+}
+
+/// [`mask_tokens`] fused with [`may_hold_volatile`]: `None` as soon as a
+/// byte could start a [`VOLATILE_TEXT`] match (the caller then runs the
+/// regex first), else the text with its random tokens masked. Only the
+/// words around digits are looked at: a random token holds a digit.
+fn mask_tokens_unless_volatile(text: &str) -> Option<String> {
+    let bytes = text.as_bytes();
+    let mut out = Masked::new(text);
+    // Bytes before this were seen (words are scanned whole).
+    let mut seen = 0;
+    let mut i = 0;
+    while i < bytes.len() {
+        if !VOLATILE_TRIGGER[usize::from(bytes[i])] {
+            i += 1;
             continue;
         }
-        // A word joined to others (`x86_64`, `v1.2.3`, `pod-ab12cd34`) is
-        // part of a name: only its long hex counts as random there.
-        let joined = start > 0 && joiner(bytes[start - 1]) || i < bytes.len() && joiner(bytes[i]);
-        if random_token(&bytes[start..i], joined) {
-            if out.capacity() == 0 {
-                out.reserve(text.len());
+        if volatile_at(bytes, i) {
+            return None;
+        }
+        if !bytes[i].is_ascii_digit() {
+            i += 1;
+            continue;
+        }
+        // The word around this digit: its start lies in bytes already
+        // passed (letters, or `p`s checked above).
+        let mut start = i;
+        while start > seen && bytes[start - 1].is_ascii_alphanumeric() {
+            start -= 1;
+        }
+        let mut end = i + 1;
+        while end < bytes.len() && bytes[end].is_ascii_alphanumeric() {
+            if VOLATILE_TRIGGER[usize::from(bytes[end])] && volatile_at(bytes, end) {
+                return None;
             }
-            out.push_str(&text[last..start]);
-            out.push('~');
-            last = i;
+            end += 1;
+        }
+        out.word(start, end);
+        seen = end;
+        i = end;
+    }
+    Some(out.finish())
+}
+
+/// The masked copy of a text, written only from its first random token on.
+struct Masked<'t> {
+    text: &'t str,
+    out: String,
+    /// End of the text copied (or masked) so far.
+    last: usize,
+}
+
+impl<'t> Masked<'t> {
+    fn new(text: &'t str) -> Self {
+        Self {
+            text,
+            out: String::new(),
+            last: 0,
         }
     }
-    if last == 0 {
-        return text.into_owned();
+
+    /// The alphanumeric word `start..end` (holding a digit): masked when
+    /// it looks random. A word joined to others (`x86_64`, `v1.2.3`,
+    /// `pod-ab12cd34`) is part of a name: only its long hex counts there.
+    fn word(&mut self, start: usize, end: usize) {
+        if !(6..=40).contains(&(end - start)) {
+            return;
+        }
+        let bytes = self.text.as_bytes();
+        let joined = start > 0 && joiner(bytes[start - 1]) || end < bytes.len() && joiner(bytes[end]);
+        if random_token(&bytes[start..end], joined) {
+            if self.out.capacity() == 0 {
+                self.out.reserve(self.text.len());
+            }
+            self.out.push_str(&self.text[self.last..start]);
+            self.out.push('~');
+            self.last = end;
+        }
     }
-    out.push_str(&text[last..]);
-    out
+
+    fn finish(mut self) -> String {
+        if self.last == 0 {
+            return self.text.to_owned();
+        }
+        self.out.push_str(&self.text[self.last..]);
+        self.out
+    }
 }
+
+/// Bytes that can start a [`VOLATILE_TEXT`] candidate: digits, `-` and
+/// `p`/`P`; every other byte costs one table lookup.
+const VOLATILE_TRIGGER: [bool; 256] = {
+    let mut t = [false; 256];
+    let mut b = b'0';
+    while b <= b'9' {
+        t[b as usize] = true;
+        b += 1;
+    }
+    t[b'-' as usize] = true;
+    t[b'p' as usize] = true;
+    t[b'P' as usize] = true;
+    t
+};
 
 /// Whether [`VOLATILE_TEXT`] can match anywhere in `text`: one cheap pass
 /// that every match passes (a superset), so the regex scans only texts
-/// that may hold a value it masks. Each alternative needs one of: a `-`
-/// after 8 hex characters or after a digit (UUIDs, dates); a digit, `:`
-/// and a digit (clock times); a digit, at most one whitespace and a unit's
-/// first letter `n u m s h` (durations); `pid`, `pgid` or `process`
-/// followed by `[ =:#]*` and a digit.
+/// that may hold a value it masks (see [`volatile_at`]).
+#[cfg(test)]
 fn may_hold_volatile(text: &[u8]) -> bool {
-    // Only digits, `-` and `p` can start a candidate; every other byte costs
-    // one table lookup.
-    const TRIGGER: [bool; 256] = {
-        let mut t = [false; 256];
-        let mut b = b'0';
-        while b <= b'9' {
-            t[b as usize] = true;
-            b += 1;
-        }
-        t[b'-' as usize] = true;
-        t[b'p' as usize] = true;
-        t[b'P' as usize] = true;
-        t
-    };
+    (0..text.len()).any(|i| VOLATILE_TRIGGER[usize::from(text[i])] && volatile_at(text, i))
+}
+
+/// Whether a [`VOLATILE_TEXT`] candidate starts at trigger byte `i`. Each
+/// alternative needs one of: a `-` after 8 hex characters or after a digit
+/// (UUIDs, dates); a digit, `:` and a digit (clock times); a digit, at most
+/// one whitespace and a unit's first letter `n u m s h` (durations); `pid`,
+/// `pgid` or `process` followed by `[ =:#]*` and a digit.
+fn volatile_at(text: &[u8], i: usize) -> bool {
     let at = |i: usize| text.get(i).copied().unwrap_or(0);
-    for (i, &c) in text.iter().enumerate() {
-        if !TRIGGER[usize::from(c)] {
-            continue;
-        }
-        if c == b'-' {
-            if i >= 8 && text[i - 8..i].iter().all(u8::is_ascii_hexdigit) {
-                return true;
-            }
-        } else if c.is_ascii_digit() {
-            let next = at(i + 1);
-            if next == b'-' || next == b':' && at(i + 2).is_ascii_digit() {
-                return true;
-            }
-            let unit = if next.is_ascii_whitespace() {
-                at(i + 2)
-            } else {
-                next
-            };
-            if matches!(unit.to_ascii_lowercase(), b'n' | b'u' | b'm' | b's' | b'h') {
-                return true;
-            }
-        } else {
-            let rest = &text[i + 1..];
-            let word = ["id", "gid", "rocess"].iter().find_map(|w| {
-                rest.get(..w.len())
-                    .filter(|r| r.eq_ignore_ascii_case(w.as_bytes()))
-                    .map(|_| w.len())
-            });
-            if let Some(len) = word {
-                let after = rest[len..]
-                    .iter()
-                    .find(|b| !matches!(b, b' ' | b'=' | b':' | b'#'));
-                if after.is_some_and(u8::is_ascii_digit) {
-                    return true;
-                }
-            }
-        }
+    let c = text[i];
+    if c == b'-' {
+        return i >= 8 && text[i - 8..i].iter().all(u8::is_ascii_hexdigit);
     }
-    false
+    if c.is_ascii_digit() {
+        let next = at(i + 1);
+        if next == b'-' || next == b':' && at(i + 2).is_ascii_digit() {
+            return true;
+        }
+        let unit = if next.is_ascii_whitespace() {
+            at(i + 2)
+        } else {
+            next
+        };
+        return matches!(unit.to_ascii_lowercase(), b'n' | b'u' | b'm' | b's' | b'h');
+    }
+    let rest = &text[i + 1..];
+    let word = ["id", "gid", "rocess"].iter().find_map(|w| {
+        rest.get(..w.len())
+            .filter(|r| r.eq_ignore_ascii_case(w.as_bytes()))
+            .map(|_| w.len())
+    });
+    word.is_some_and(|len| {
+        rest[len..]
+            .iter()
+            .find(|b| !matches!(b, b' ' | b'=' | b':' | b'#'))
+            .is_some_and(u8::is_ascii_digit)
+    })
 }
 
 /// Whether an alphanumeric word looks random (see [`mask_volatile`]).
@@ -619,6 +697,31 @@ mod tests {
             let text = parts.concat();
             if VOLATILE_TEXT.as_ref().is_some_and(|re| re.is_match(&text)) {
                 proptest::prop_assert!(may_hold_volatile(text.as_bytes()), "{:?}", text);
+            }
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(512))]
+        /// The fused pass masks exactly as the regex then the token pass
+        /// do, and gives up exactly where the prefilter says a value may be.
+        #[test]
+        fn the_fused_pass_masks_as_the_two_passes_do(
+            parts in proptest::collection::vec(proptest::sample::select(vec![
+                "0", "12", "2024", "-", ":", ".", " ", "\n", "s", "ms", "h", "x", "_", "pid", "=",
+                "deadbeef", "a1b2c3d4", "tmpa8f3k2x1", "python3", "x86_64", "sha256", "k9z8y7",
+                "ab12cd34ef56", "é", "p", "item_",
+            ]), 0..24)
+        ) {
+            let text = parts.concat();
+            let fused = mask_tokens_unless_volatile(&text);
+            proptest::prop_assert_eq!(fused.is_none(), may_hold_volatile(text.as_bytes()), "{:?}", text);
+            let two_passes = VOLATILE_TEXT
+                .as_ref()
+                .map(|re| mask_tokens(&re.replace_all(&text, "~")));
+            proptest::prop_assert_eq!(Some(mask_volatile(&text)), two_passes, "{:?}", text);
+            if let Some(fused) = fused {
+                proptest::prop_assert_eq!(fused, mask_tokens(&text), "{:?}", text);
             }
         }
     }

@@ -111,9 +111,37 @@ static SHELL_WAIT: std::sync::LazyLock<Option<Regex>> = std::sync::LazyLock::new
     Regex::new(r"(?:^|[;&|(`\s])(?:sleep|timeout)\s+-?[0-9.]+|(?:^|[;&|(`\s])watch\s+\S|(?:^|[;&|(\s])until\s[^\n]*;\s*do\b").ok()
 });
 
-/// Whether a shell command waits (see [`Settings::is_wait`]).
+/// Whether a shell command waits (see [`Settings::is_wait`]). Every match
+/// of [`SHELL_WAIT`] holds one of its four words: a literal search first.
 fn shell_waits(text: &str) -> bool {
-    SHELL_WAIT.as_ref().is_some_and(|re| re.is_match(text))
+    let maybe = ["sleep", "timeout", "watch", "until"]
+        .iter()
+        .any(|w| text.contains(w));
+    maybe && SHELL_WAIT.as_ref().is_some_and(|re| re.is_match(text))
+}
+
+/// Whether an argument name names a wait: `wait`, `delay`, `yield` or
+/// `sleep` in it, in any case style (`yieldMs`, `delay_ms`, `WAIT-SECONDS`).
+/// Folded on the stack: argument names are short.
+fn is_wait_key(key: &str) -> bool {
+    const WORDS: [&[u8]; 4] = [b"wait", b"delay", b"yield", b"sleep"];
+    let mut buf = [0u8; 64];
+    let mut len = 0;
+    for b in key.bytes().filter(u8::is_ascii_alphanumeric) {
+        if len == buf.len() {
+            // A longer name: folded into a string of its own.
+            let folded: Vec<u8> = key
+                .bytes()
+                .filter(u8::is_ascii_alphanumeric)
+                .map(|b| b.to_ascii_lowercase())
+                .collect();
+            return WORDS.iter().any(|w| folded.windows(w.len()).any(|x| x == *w));
+        }
+        buf[len] = b.to_ascii_lowercase();
+        len += 1;
+    }
+    let folded = &buf[..len];
+    WORDS.iter().any(|w| folded.windows(w.len()).any(|x| x == *w))
 }
 
 /// Thresholds of one detector. A threshold of 0 switches that level off.
@@ -286,14 +314,7 @@ impl Settings {
             return false;
         };
         map.iter().any(|(key, value)| {
-            let folded: String = key
-                .chars()
-                .filter(char::is_ascii_alphanumeric)
-                .map(|c| c.to_ascii_lowercase())
-                .collect();
-            let wait_key = ["wait", "delay", "yield", "sleep"]
-                .iter()
-                .any(|w| folded.contains(w));
+            let wait_key = is_wait_key(key);
             match value {
                 Value::Number(n) => wait_key && n.as_f64().is_some_and(|x| x > 0.0),
                 Value::String(text) => {
@@ -395,4 +416,29 @@ impl Default for EscalateSettings {
 pub struct Experiment {
     /// Share of sessions held out (0: no experiment).
     pub holdout: f64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wait_keys_are_found_in_any_case_style_and_length() {
+        for key in ["yieldMs", "delay_ms", "WAIT-SECONDS", "sleep", "initial_Wait_s"] {
+            assert!(is_wait_key(key), "{key}");
+        }
+        let long = format!("{}_wait_ms", "x".repeat(80));
+        assert!(is_wait_key(&long));
+        for key in ["path", "timeout", "max_output_tokens", &"x".repeat(90)] {
+            assert!(!is_wait_key(key), "{key}");
+        }
+    }
+
+    #[test]
+    fn shell_waits_need_a_wait_construct() {
+        assert!(shell_waits("make && sleep 30; cat out.log"));
+        assert!(shell_waits("until curl -s localhost:8080; do sleep 1; done"));
+        assert!(!shell_waits("grep -r sleep_helper src/"));
+        assert!(!shell_waits("cargo test --lib"));
+    }
 }

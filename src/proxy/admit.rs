@@ -191,8 +191,24 @@ impl SideRequest<'_> {
 /// forwarded unchanged either way).
 fn parse_side_copy(request: &SideRequest<'_>, body: &bytes::Bytes) -> Option<(bytes::Bytes, ParsedRequest)> {
     let limit = request.config.server.max_request_bytes;
-    let decoded = match body::decoded_for_parsing(request.of.headers, body, limit) {
+    // A decoded copy is parse memory too: it may take what the budget has
+    // room for, and holds its share until the request is done.
+    let encoded = body::is_encoded(request.of.headers);
+    let room = if encoded {
+        limit.min(request.budget.room())
+    } else {
+        limit
+    };
+    let decoded = match body::decoded_for_parsing(request.of.headers, body, room) {
+        Ok(decoded) if encoded && !request.budget.grow(decoded.len()) => {
+            over_budget(decoded.len());
+            return None;
+        }
         Ok(decoded) => decoded,
+        Err(body::DecodeError::TooLarge { .. }) if room < limit => {
+            over_budget(body.len());
+            return None;
+        }
         Err(e) => {
             tracing::warn!(error = %e, "request body not decodable; no detection");
             crate::telemetry::fail_open("request_undecodable");

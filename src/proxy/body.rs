@@ -47,7 +47,13 @@ pub enum DecodeError {
     /// An encoding loopguard does not decode.
     #[error("unsupported content-encoding {0:?}")]
     Unsupported(String),
-    /// The bytes are not valid for their encoding, or decode past the cap.
+    /// The decoded body would pass the cap.
+    #[error("decoded body exceeds {limit} bytes")]
+    TooLarge {
+        /// The cap, bytes.
+        limit: usize,
+    },
+    /// The bytes are not valid for their encoding.
     #[error("could not decode {encoding} body: {detail}")]
     Invalid {
         /// The encoding.
@@ -63,16 +69,10 @@ pub enum DecodeError {
 ///
 /// # Errors
 /// [`DecodeError`] for an unknown coding, corrupt data, or a decoded body
-/// past `limit`; the caller forwards the body unchanged without detection.
+/// past `limit` ([`DecodeError::TooLarge`]); the caller forwards the body
+/// unchanged without detection.
 pub fn decoded_for_parsing(headers: &HeaderMap, body: &Bytes, limit: usize) -> Result<Bytes, DecodeError> {
-    let codings: Vec<String> = headers
-        .get_all(CONTENT_ENCODING)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .map(|c| c.trim().to_ascii_lowercase())
-        .filter(|c| !c.is_empty() && c != "identity")
-        .collect();
+    let codings = codings(headers);
     let mut data = body.clone();
     for coding in codings.iter().rev() {
         let invalid = |detail: String| DecodeError::Invalid {
@@ -95,11 +95,30 @@ pub fn decoded_for_parsing(headers: &HeaderMap, body: &Bytes, limit: usize) -> R
         };
         read.map_err(|e| invalid(e.to_string()))?;
         if out.len() > limit {
-            return Err(invalid(format!("decoded body exceeds {limit} bytes")));
+            return Err(DecodeError::TooLarge { limit });
         }
         data = Bytes::from(out);
     }
     Ok(data)
+}
+
+/// Whether the body carries a `Content-Encoding` other than `identity`
+/// (its parse then works on a decoded copy of its own).
+pub fn is_encoded(headers: &HeaderMap) -> bool {
+    !codings(headers).is_empty()
+}
+
+/// The body's content codings in the order they were applied, lower-cased,
+/// `identity` left out.
+fn codings(headers: &HeaderMap) -> Vec<String> {
+    headers
+        .get_all(CONTENT_ENCODING)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(|c| c.trim().to_ascii_lowercase())
+        .filter(|c| !c.is_empty() && c != "identity")
+        .collect()
 }
 
 /// The side copy with every lone UTF-16 surrogate escape (`\ud83d` without
@@ -202,7 +221,10 @@ mod tests {
         let big = vec![b'a'; 10_000];
         let zs = zstd::encode_all(&big[..], 3).unwrap_or_else(|e| panic!("{e}"));
         let err = decoded_for_parsing(&headers("zstd"), &Bytes::from(zs), 1000);
-        assert!(matches!(err, Err(DecodeError::Invalid { .. })), "{err:?}");
+        assert!(
+            matches!(err, Err(DecodeError::TooLarge { limit: 1000 })),
+            "{err:?}"
+        );
     }
 
     #[test]

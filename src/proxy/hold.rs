@@ -80,7 +80,13 @@ pub struct Holder {
     text_released: bool,
     /// The response has more than one choice (`n > 1`).
     several_choices: bool,
+    /// Steps over this many bytes run off the async worker
+    /// ([`Holder::with_offload_above`]); `usize::MAX`: all inline.
+    offload_above: usize,
 }
+
+/// A batch of more tool calls than this is judged off the async worker.
+const HEAVY_BATCH_CALLS: usize = 1_000;
 
 impl std::fmt::Debug for Holder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -117,7 +123,19 @@ impl Holder {
             capped: false,
             text_released: false,
             several_choices: false,
+            offload_above: usize::MAX,
         }
+    }
+
+    /// Runs the heavy steps off the async worker
+    /// ([`super::offload::blocking_now`]): a chunk or a whole answer over
+    /// `bytes`, and the judgement of a batch of more than a thousand calls
+    /// (an answer of 60,000 parallel calls would otherwise stall every
+    /// connection of its worker while it is judged).
+    #[must_use]
+    pub fn with_offload_above(mut self, bytes: usize) -> Self {
+        self.offload_above = bytes;
+        self
     }
 
     /// The tap (for the request log and fail-open reasons).
@@ -163,6 +181,13 @@ impl Holder {
 
     /// Feeds one chunk from the upstream.
     pub fn push(&mut self, chunk: &[u8], judge: &mut dyn StreamJudge) -> Output {
+        if chunk.len() > self.offload_above {
+            return super::offload::blocking_now(|| self.push_inline(chunk, judge));
+        }
+        self.push_inline(chunk, judge)
+    }
+
+    fn push_inline(&mut self, chunk: &[u8], judge: &mut dyn StreamJudge) -> Output {
         let mut out = Output::default();
         if self.state == State::Ended {
             return out;
@@ -230,6 +255,13 @@ impl Holder {
 
     /// The upstream body ended cleanly after everything was pushed.
     pub fn finish(&mut self, judge: &mut dyn StreamJudge) -> (Output, TapEnd) {
+        if self.buf.len() > self.offload_above {
+            return super::offload::blocking_now(|| self.finish_inline(judge));
+        }
+        self.finish_inline(judge)
+    }
+
+    fn finish_inline(&mut self, judge: &mut dyn StreamJudge) -> (Output, TapEnd) {
         let mut out = Output {
             headers_ready: true,
             ..Output::default()
@@ -373,9 +405,18 @@ impl Holder {
 
     fn judge_late_batch(&mut self, judge: &mut dyn StreamJudge) {
         if !self.batch.is_empty() {
-            let _ = judge.calls(&self.batch);
+            let _ = self.judge_calls(judge);
             self.batch.clear();
         }
+    }
+
+    /// The judge's decision on the batch, off the async worker when the
+    /// batch is large (see [`Holder::with_offload_above`]).
+    fn judge_calls(&self, judge: &mut dyn StreamJudge) -> Decision {
+        if self.batch.len() > HEAVY_BATCH_CALLS && self.offload_above != usize::MAX {
+            return super::offload::blocking_now(|| judge.calls(&self.batch));
+        }
+        judge.calls(&self.batch)
     }
 
     /// Judges the held batch and releases or replaces the held region, which
@@ -385,7 +426,7 @@ impl Holder {
         let mut decision = if self.batch.is_empty() {
             Decision::Pass
         } else {
-            judge.calls(&self.batch)
+            self.judge_calls(judge)
         };
         if self.several_choices && matches!(decision, Decision::Block(_)) {
             // Endings replace one choice; with several choices interleaved the

@@ -5,6 +5,10 @@
 //! 100k tool calls is processed. Small bodies (the common case) are handled
 //! inline: a thread hand-off would cost more than their parse.
 //!
+//! Heavy steps of an upstream's answer (a whole JSON answer or one chunk
+//! over that size, a batch of more than a thousand tool calls) run as
+//! blocking work too, at once ([`blocking_now`]).
+//!
 //! The blocking work runs through `tokio::task::block_in_place`: the worker
 //! thread running the request becomes a blocking thread and the runtime
 //! hands its other tasks to a fresh worker, so the number of threads
@@ -57,6 +61,21 @@ impl Offload {
         } else {
             work()
         }
+    }
+}
+
+/// Runs `work` now as blocking work (inline on a current-thread runtime or
+/// outside a runtime): for a heavy step of an upstream answer, which must
+/// not wait for a permit (its stream would stall), so it is not bounded by
+/// the pool's permits but by the number of huge answers in flight. Counted
+/// in `loopguard_offloaded_total` with the request bodies.
+pub fn blocking_now<T>(work: impl FnOnce() -> T) -> T {
+    let multi = Handle::try_current().is_ok_and(|h| h.runtime_flavor() == RuntimeFlavor::MultiThread);
+    if multi {
+        metrics::counter!("loopguard_offloaded_total").increment(1);
+        tokio::task::block_in_place(work)
+    } else {
+        work()
     }
 }
 

@@ -80,7 +80,8 @@ pub(super) async fn reply(
     }
     let include_usage = admitted.parsed().is_some_and(|p| p.include_usage);
     let holder = Holder::new(tap, dialect, mode, include_usage, config.server.max_held_bytes)
-        .with_max_frame(config.server.max_response_bytes);
+        .with_max_frame(config.server.max_response_bytes)
+        .with_offload_above(config.server.offload_body_bytes);
     let reply = Reply {
         status,
         headers: out_headers,

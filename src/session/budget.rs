@@ -81,6 +81,12 @@ impl Reservation {
             && self.budget.in_use().saturating_add(bytes) <= self.total
     }
 
+    /// The most that could be granted now, bytes.
+    pub fn room(&self) -> usize {
+        let own = self.per_request.saturating_sub(self.held());
+        own.min(self.total.saturating_sub(self.budget.in_use()))
+    }
+
     /// Shrinks by `bytes` (at most what it holds).
     pub fn shrink(&self, bytes: usize) {
         let bytes = bytes.min(self.held());

@@ -61,7 +61,7 @@ pub fn canonical_json(value: &Value) -> String {
 /// split a character), written without serialising the rest: bounded work
 /// for a preview of huge arguments.
 pub fn canonical_json_prefix(value: &Value, max: usize) -> String {
-    let mut out = Vec::new();
+    let mut out = Vec::with_capacity(max.min(128));
     write_canonical(value, &mut out, max);
     if out.len() > max {
         let mut cut = max;
@@ -85,19 +85,16 @@ fn write_canonical(value: &Value, out: &mut Vec<u8>, max: usize) {
     }
     match value {
         Value::Object(map) => {
-            let mut entries: Vec<(&String, &Value)> = map.iter().collect();
-            entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
             out.push(b'{');
-            for (i, (key, v)) in entries.into_iter().enumerate() {
-                if out.len() > max {
-                    return;
-                }
-                if i > 0 {
-                    out.push(b',');
-                }
-                write_scalar(key.as_str(), out, max);
-                out.push(b':');
-                write_canonical(v, out, max);
+            // Maps keep their insertion order (serde_json's
+            // `preserve_order`): keys already in order are written as they
+            // are, others through a sorted list of the entries.
+            if map.keys().is_sorted() {
+                write_entries(map.iter(), out, max);
+            } else {
+                let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+                entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
+                write_entries(entries.into_iter(), out, max);
             }
             out.push(b'}');
         }
@@ -118,6 +115,21 @@ fn write_canonical(value: &Value, out: &mut Vec<u8>, max: usize) {
         other => {
             let _ = serde_json::to_writer(&mut *out, other);
         }
+    }
+}
+
+/// An object's entries, in the order given, as [`write_canonical`] writes them.
+fn write_entries<'v>(entries: impl Iterator<Item = (&'v String, &'v Value)>, out: &mut Vec<u8>, max: usize) {
+    for (i, (key, v)) in entries.enumerate() {
+        if out.len() > max {
+            return;
+        }
+        if i > 0 {
+            out.push(b',');
+        }
+        write_scalar(key.as_str(), out, max);
+        out.push(b':');
+        write_canonical(v, out, max);
     }
 }
 
