@@ -6,7 +6,8 @@
 #
 #   benches/soak.sh [--seconds N] [--streams N] [--clients N]
 #
-# Needs python3 with httpx (PYTHON=path/to/python to pick one) and a
+# Needs python3 with httpx2 or httpx (PYTHON=path/to/python to pick one;
+# .venv/bin/python after `make test` has httpx2) and a
 # release build (built if missing). Raises the soft fd limit for itself.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -10,7 +10,10 @@ import os
 import sys
 import time
 
-import httpx
+try:  # the SDKs' pinned client (tests/python/requirements.lock)
+    import httpx2 as httpx
+except ImportError:
+    import httpx
 
 url, seconds, streams, clients, pid = sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
 BODY = '{"model":"m","stream":%s,"messages":[{"role":"user","content":"hello %d"}]}'

@@ -27,9 +27,14 @@ const ADVICE: &str = "You are alternating between the same calls; use the result
 const MIN_REPEATS: usize = 3;
 
 /// Whether `block` is a repetition of a shorter block.
+#[cfg(test)]
 fn is_primitive<T: PartialEq>(block: &[T]) -> bool {
-    let k = block.len();
-    !(1..k).any(|d| k % d == 0 && (d..k).all(|i| block[i] == block[i - d]))
+    is_primitive_by(block.len(), |i, j| block[i] == block[j])
+}
+
+/// [`is_primitive`] of a block of `k` items compared by `same(i, j)`.
+fn is_primitive_by(k: usize, same: impl Fn(usize, usize) -> bool) -> bool {
+    !(1..k).any(|d| k % d == 0 && (d..k).all(|i| same(i, i - d)))
 }
 
 /// Checks the judged call.
@@ -38,21 +43,31 @@ pub(crate) fn check(v: &View) -> Option<Finding> {
     if judged.poll {
         return None;
     }
-    let mut run: Vec<&Cycle> = v.run_rev(false).map(|(_, c)| c).collect();
-    run.reverse();
-    let n = run.len();
+    // The run newest first, pulled only as far as a block's repeats reach:
+    // without a loop that is a few calls, whatever the history's length.
+    let mut run_rev = v.run_rev(false).map(|(_, c)| c);
+    let mut rev: Vec<&Cycle> = Vec::new();
+    let mut pull = |rev: &mut Vec<_>, len: usize| {
+        while rev.len() < len {
+            match run_rev.next() {
+                Some(c) => rev.push(c),
+                None => return false,
+            }
+        }
+        true
+    };
     let max_period = v.settings.cycle_max_period;
     let mut best: Option<(usize, usize)> = None; // (whole repeats, k)
     for k in 2..=max_period {
-        if n < MIN_REPEATS * k {
+        if !pull(&mut rev, MIN_REPEATS * k) {
             break;
         }
-        let block: Vec<_> = run[n - k..].iter().map(|c| c.signature).collect();
-        if !is_primitive(&block) {
+        // The block is the newest k calls (`rev[k - 1]` its oldest).
+        if !is_primitive_by(k, |i, j| rev[k - 1 - i].signature == rev[k - 1 - j].signature) {
             continue;
         }
         let mut m = k;
-        while m < n && run[n - 1 - m].signature == run[n - 1 - m + k].signature {
+        while pull(&mut rev, m + 1) && rev[m].signature == rev[m - k].signature {
             m += 1;
         }
         let repeats = m / k;
@@ -62,10 +77,10 @@ pub(crate) fn check(v: &View) -> Option<Finding> {
     }
     let (repeats, k) = best?;
     let t = v.settings.thresholds(DetectorKind::Cycle);
-    let names: Vec<&str> = run[n - k..].iter().map(|c| c.name.as_str()).collect();
+    let names: Vec<&str> = rev[..k].iter().rev().map(|c| c.name.as_str()).collect();
     let per_position: Vec<Vec<_>> = (0..k)
         .map(|j| {
-            let mut outcomes: Vec<_> = (0..repeats).map(|r| run[n - 1 - j - r * k].outcome).collect();
+            let mut outcomes: Vec<_> = (0..repeats).map(|r| rev[j + r * k].outcome).collect();
             outcomes.reverse();
             outcomes
         })

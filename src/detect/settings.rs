@@ -114,9 +114,14 @@ static SHELL_WAIT: std::sync::LazyLock<Option<Regex>> = std::sync::LazyLock::new
 /// Whether a shell command waits (see [`Settings::is_wait`]). Every match
 /// of [`SHELL_WAIT`] holds one of its four words: a literal search first.
 fn shell_waits(text: &str) -> bool {
-    let maybe = ["sleep", "timeout", "watch", "until"]
-        .iter()
-        .any(|w| text.contains(w));
+    let b = text.as_bytes();
+    let maybe = (0..b.len()).any(|i| match b[i] {
+        b's' => b[i..].starts_with(b"sleep"),
+        b't' => b[i..].starts_with(b"timeout"),
+        b'w' => b[i..].starts_with(b"watch"),
+        b'u' => b[i..].starts_with(b"until"),
+        _ => false,
+    });
     maybe && SHELL_WAIT.as_ref().is_some_and(|re| re.is_match(text))
 }
 
