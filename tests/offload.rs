@@ -24,6 +24,33 @@ fn big_history(calls: usize, result_len: usize) -> String {
     json!({"model": "m", "stream": false, "messages": messages}).to_string()
 }
 
+/// How long a small chat request (session `small`) takes to answer.
+async fn small_request(url: &str) -> Duration {
+    let started = Instant::now();
+    let small = json!({"model": "m", "messages": [{"role": "user", "content": "hello"}]});
+    let r = post(
+        url.to_owned(),
+        &[("x-loopguard-session", "small")],
+        small.to_string(),
+    )
+    .await;
+    assert_eq!(r.status(), 200);
+    let _ = r.bytes().await;
+    started.elapsed()
+}
+
+/// How long `/healthz` takes to answer.
+async fn healthz(http: &reqwest::Client, lg: &common::Proc) -> Duration {
+    let started = Instant::now();
+    let r = http
+        .get(format!("{}/healthz", lg.admin_url()))
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(r.status(), 200);
+    started.elapsed()
+}
+
 /// Two ~25 MB requests in flight: `/healthz` and a small chat request each
 /// answer in well under a second (they waited many seconds when the parse
 /// ran on the async workers).
@@ -60,25 +87,8 @@ async fn healthz_and_small_requests_answer_while_two_huge_requests_are_judged() 
     let mut worst_health = Duration::ZERO;
     let mut worst_small = Duration::ZERO;
     for _ in 0..5 {
-        let started = Instant::now();
-        let r = http
-            .get(format!("{}/healthz", lg.admin_url()))
-            .send()
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(r.status(), 200);
-        worst_health = worst_health.max(started.elapsed());
-        let started = Instant::now();
-        let small = json!({"model": "m", "messages": [{"role": "user", "content": "hello"}]});
-        let r = post(
-            url.clone(),
-            &[("x-loopguard-session", "small")],
-            small.to_string(),
-        )
-        .await;
-        assert_eq!(r.status(), 200);
-        let _ = r.bytes().await;
-        worst_small = worst_small.max(started.elapsed());
+        worst_health = worst_health.max(healthz(&http, &lg).await);
+        worst_small = worst_small.max(small_request(&url).await);
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let still_busy = big.iter().any(|h| !h.is_finished());
@@ -152,23 +162,7 @@ async fn small_requests_answer_while_huge_upstream_answers_are_judged() {
     let mut worst = Duration::ZERO;
     let mut probes = 0;
     while big.iter().any(|h| !h.is_finished()) && probes < 40 {
-        let started = Instant::now();
-        let small = json!({"model": "m", "messages": [{"role": "user", "content": "hello"}]});
-        let r = post(
-            url.clone(),
-            &[("x-loopguard-session", "small")],
-            small.to_string(),
-        )
-        .await;
-        assert_eq!(r.status(), 200);
-        let _ = r.bytes().await;
-        let r = http
-            .get(format!("{}/healthz", lg.admin_url()))
-            .send()
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(r.status(), 200);
-        worst = worst.max(started.elapsed());
+        worst = worst.max(small_request(&url).await + healthz(&http, &lg).await);
         probes += 1;
         tokio::time::sleep(Duration::from_millis(50)).await;
     }

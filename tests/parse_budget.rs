@@ -59,6 +59,31 @@ fn sha256_hex(bytes: &[u8]) -> String {
     Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// Asserts that `r` reached the upstream as `sent`, byte-exact, with no
+/// verdict, and was counted once as passed past its parse budget.
+async fn assert_passed_unjudged(
+    lg: &common::Proc,
+    upstream: &common::Proc,
+    r: reqwest::Response,
+    sent: &[u8],
+) {
+    assert_eq!(r.status(), 200);
+    assert_eq!(verdict_header(&r), None);
+    let _ = r.bytes().await;
+    let seen = mock_requests(upstream).await;
+    assert_eq!(seen.len(), 1);
+    assert_eq!(seen[0]["body_sha256"], sha256_hex(sent));
+    let text = metrics(lg).await;
+    assert_eq!(
+        metric_value(
+            &text,
+            "loopguard_fail_open_total{reason=\"request_parse_budget\"}"
+        ),
+        1.0,
+        "{text}"
+    );
+}
+
 const SMALL_BUDGET: &str = "parse_budget_bytes = 4194304\nparse_budget_request_bytes = 1048576";
 
 /// A body of 40,000 small parallel calls: neither its full nor its lean form
@@ -76,21 +101,7 @@ async fn a_body_past_the_budget_passes_through_byte_exact_and_is_counted() {
         json!({"role": "assistant", "content": null, "tool_calls": calls}),
     ]);
     let r = post(format!("{}/v1/chat/completions", lg.url()), &[], sent.clone()).await;
-    assert_eq!(r.status(), 200);
-    assert_eq!(verdict_header(&r), None);
-    let _ = r.bytes().await;
-    let seen = mock_requests(&upstream).await;
-    assert_eq!(seen.len(), 1);
-    assert_eq!(seen[0]["body_sha256"], sha256_hex(sent.as_bytes()));
-    let text = metrics(&lg).await;
-    assert_eq!(
-        metric_value(
-            &text,
-            "loopguard_fail_open_total{reason=\"request_parse_budget\"}"
-        ),
-        1.0,
-        "{text}"
-    );
+    assert_passed_unjudged(&lg, &upstream, r, sent.as_bytes()).await;
     assert!(
         lg.logs().contains("past its parse-memory budget"),
         "{}",
@@ -179,21 +190,7 @@ async fn a_gzip_body_decoding_past_the_budget_passes_through_unjudged_and_is_cou
         sent.clone(),
     )
     .await;
-    assert_eq!(r.status(), 200);
-    assert_eq!(verdict_header(&r), None);
-    let _ = r.bytes().await;
-    let seen = mock_requests(&upstream).await;
-    assert_eq!(seen.len(), 1);
-    assert_eq!(seen[0]["body_sha256"], sha256_hex(&sent));
-    let text = metrics(&lg).await;
-    assert_eq!(
-        metric_value(
-            &text,
-            "loopguard_fail_open_total{reason=\"request_parse_budget\"}"
-        ),
-        1.0,
-        "{text}"
-    );
+    assert_passed_unjudged(&lg, &upstream, r, &sent).await;
 }
 
 /// The twin: the same gzip body under the default budget is decoded,
