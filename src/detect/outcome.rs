@@ -699,10 +699,7 @@ mod tests {
                 proptest::prop_assert!(may_hold_volatile(text.as_bytes()), "{:?}", text);
             }
         }
-    }
 
-    proptest::proptest! {
-        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(512))]
         /// The fused pass masks exactly as the regex then the token pass
         /// do, and gives up exactly where the prefilter says a value may be.
         #[test]

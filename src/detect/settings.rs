@@ -130,23 +130,23 @@ fn shell_waits(text: &str) -> bool {
 /// Folded on the stack: argument names are short.
 fn is_wait_key(key: &str) -> bool {
     const WORDS: [&[u8]; 4] = [b"wait", b"delay", b"yield", b"sleep"];
+    let folded = || {
+        key.bytes()
+            .filter(u8::is_ascii_alphanumeric)
+            .map(|b| b.to_ascii_lowercase())
+    };
+    let holds_word = |folded: &[u8]| WORDS.iter().any(|w| folded.windows(w.len()).any(|x| x == *w));
     let mut buf = [0u8; 64];
     let mut len = 0;
-    for b in key.bytes().filter(u8::is_ascii_alphanumeric) {
+    for b in folded() {
         if len == buf.len() {
-            // A longer name: folded into a string of its own.
-            let folded: Vec<u8> = key
-                .bytes()
-                .filter(u8::is_ascii_alphanumeric)
-                .map(|b| b.to_ascii_lowercase())
-                .collect();
-            return WORDS.iter().any(|w| folded.windows(w.len()).any(|x| x == *w));
+            // A longer name: folded into a vector of its own.
+            return holds_word(&folded().collect::<Vec<u8>>());
         }
-        buf[len] = b.to_ascii_lowercase();
+        buf[len] = b;
         len += 1;
     }
-    let folded = &buf[..len];
-    WORDS.iter().any(|w| folded.windows(w.len()).any(|x| x == *w))
+    holds_word(&buf[..len])
 }
 
 /// Thresholds of one detector. A threshold of 0 switches that level off.
