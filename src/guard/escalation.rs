@@ -29,6 +29,9 @@ pub(super) struct Seen<'a> {
     pub(super) wants: bool,
     /// The person spoke in what is new.
     pub(super) person_spoke: bool,
+    /// The decision goes out (a re-run after a shared-state conflict logs
+    /// and counts nothing).
+    pub(super) told: bool,
 }
 
 /// The decision with the escalation applied: a forwarded request of an
@@ -113,7 +116,7 @@ fn rewrite(
         .strip_foreign_signatures(&mut value, &|i| state.foreign(i, &sent_to))
         .stripped;
     drop(session);
-    if step != Step::Stay {
+    if step != Step::Stay && seen.told {
         tracing::info!(
             session = seen.key,
             step = ?step,
@@ -127,7 +130,9 @@ fn rewrite(
         return None;
     }
     if escalated {
-        metrics::counter!("loopguard_escalated_requests_total").increment(1);
+        if seen.told {
+            metrics::counter!("loopguard_escalated_requests_total").increment(1);
+        }
         let _ = dialect.set_model(&mut value, request.path, &sent_to);
     }
     let bytes = serde_json::to_vec(&value).ok()?;

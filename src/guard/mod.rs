@@ -80,6 +80,22 @@ pub struct BodyOf<'a> {
     pub query: Option<&'a str>,
 }
 
+/// Whether a request-time run is the one whose decision goes out (its
+/// verdicts logged, counted and recorded) or a re-run after a shared-state
+/// conflict, for the state changes only.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Echo {
+    Told,
+    Quiet,
+}
+
+/// Who a request is judged as: the session header, the agent's settings.
+struct Who<'a> {
+    session_header: &'a str,
+    settings: &'a Arc<Settings>,
+    agent: Option<&'a str>,
+}
+
 /// Sessions plus the detectors.
 #[derive(Debug)]
 pub struct Guard {
@@ -258,6 +274,29 @@ impl Guard {
         request: &RequestView<'_>,
         outbox: Option<Arc<crate::state::Outbox>>,
     ) -> (RequestDecision, Option<String>) {
+        self.on_request_as(config, request, outbox, Echo::Told)
+    }
+
+    /// Request-time detection run again after a shared-state conflict
+    /// ([`shared`]), for its state changes only: the decision already went
+    /// out, so nothing is logged, counted or recorded a second time. The
+    /// session key, `None` when detection does not run for the request.
+    pub fn redo_request(
+        &self,
+        config: &Config,
+        request: &RequestView<'_>,
+        outbox: Option<Arc<crate::state::Outbox>>,
+    ) -> Option<String> {
+        self.on_request_as(config, request, outbox, Echo::Quiet).1
+    }
+
+    fn on_request_as(
+        &self,
+        config: &Config,
+        request: &RequestView<'_>,
+        outbox: Option<Arc<crate::state::Outbox>>,
+        echo: Echo,
+    ) -> (RequestDecision, Option<String>) {
         let Some((agent, settings)) = detection_for(config, request.headers) else {
             return (pass(), None);
         };
@@ -265,7 +304,12 @@ impl Guard {
         let agent = agent.map(str::to_owned);
         let header = config.sessions.header.as_str();
         let result = catch_unwind(AssertUnwindSafe(|| {
-            self.judge_request(config, request, header, &settings, agent.as_deref(), outbox)
+            let who = Who {
+                session_header: header,
+                settings: &settings,
+                agent: agent.as_deref(),
+            };
+            self.judge_request(config, request, &who, outbox, echo)
         }));
         match result {
             Ok((decision, key)) => (decision, Some(key)),
@@ -284,27 +328,29 @@ impl Guard {
         &self,
         config: &Config,
         request: &RequestView<'_>,
-        session_header: &str,
-        settings: &Arc<Settings>,
-        agent: Option<&str>,
+        who: &Who<'_>,
         outbox: Option<Arc<crate::state::Outbox>>,
+        echo: Echo,
     ) -> (RequestDecision, String) {
-        let (located, summary) = self.locate(request, session_header, settings);
+        let (settings, agent) = (who.settings, who.agent);
+        let (located, summary) = self.locate(request, who.session_header, settings);
         if self.wants_panic(request.headers, "request") {
             panic!("fault injection: request-time detector panic");
         }
         let now = self.store.now();
-        let (detected, session_key) = self.detect(request, &located, summary, now, settings, agent);
+        let (detected, session_key) = self.detect(request, &located, summary, now, who, echo);
         let recording_lane = crate::recording::LaneId {
             session: session_key.clone(),
             lane: located.lane,
         };
-        self.record_request(
-            request,
-            &recording_lane,
-            now,
-            detected.as_ref().map(|d| d.verdicts.as_slice()),
-        );
+        if echo == Echo::Told {
+            self.record_request(
+                request,
+                &recording_lane,
+                now,
+                detected.as_ref().map(|d| d.verdicts.as_slice()),
+            );
+        }
         let Some(Detected {
             verdicts,
             ticket,
@@ -313,11 +359,16 @@ impl Guard {
         else {
             return (pass(), session_key);
         };
-        self.follow_up(&located, ticket, &verdicts, &session_key, settings, agent);
+        let told = if echo == Echo::Told {
+            verdicts.as_slice()
+        } else {
+            &[]
+        };
+        self.follow_up(&located, ticket, told, &session_key, settings, agent);
         let session = Arc::clone(&located.session);
         let lane = located.lane;
         let mut judge = self.stream_reviewer(request, located, &session_key, settings, agent, outbox);
-        if let Some(recorder) = &self.recorder {
+        if let (Some(recorder), Echo::Told) = (&self.recorder, echo) {
             judge.record_into(recorder.clone(), recording_lane);
         }
         let model = request.model();
@@ -335,6 +386,7 @@ impl Guard {
             key: &session_key,
             wants: decisive.is_some_and(|v| v.action == crate::detect::Action::Escalate),
             person_spoke,
+            told: echo == Echo::Told,
         };
         let decision = escalation::apply(config, request, &seen, settings, &model, decision);
         (decision, session_key)
@@ -401,9 +453,10 @@ impl Guard {
         located: &Located<'_>,
         summary: RequestSummary,
         now: std::time::Duration,
-        settings: &Settings,
-        agent: Option<&str>,
+        who: &Who<'_>,
+        echo: Echo,
     ) -> (Option<Detected>, String) {
+        let (settings, agent) = (who.settings.as_ref(), who.agent);
         let transcript = located.transcript.as_ref();
         let mut guard = located.session.lock().unwrap_or_else(PoisonError::into_inner);
         guard.agent = agent.map(str::to_owned);
@@ -459,7 +512,7 @@ impl Guard {
         let ended =
             crate::escalate::outcome::follow(&mut lane_state.stretch, decisive(&verdicts), arm, false);
         drop(guard);
-        if let Some((stretch, outcome)) = ended {
+        if let (Some((stretch, outcome)), Echo::Told) = (ended, echo) {
             self.store.outcomes().count(&session_key, &stretch, outcome);
         }
         let person_spoke = absorbed.person_spoke;

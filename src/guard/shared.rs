@@ -3,9 +3,10 @@
 //! [`Guard::shared_begin`] (async, one round trip) loads them into the
 //! process copy, detection runs synchronously on it
 //! ([`Guard::on_request_with`], on the offload pool for a large body), and
-//! [`Guard::shared_commit`] (async) writes it compare-and-set, asking for
-//! detection again on the fresh state after a conflict. Any store failure
-//! leaves the request judged on this replica's copy.
+//! [`Guard::shared_commit`] (async, beside the upstream request) writes it
+//! compare-and-set, asking for detection again ([`Guard::redo_request`],
+//! state changes only) on the fresh state after a conflict. Any store
+//! failure leaves the request judged on this replica's copy.
 
 use std::sync::Arc;
 
@@ -131,7 +132,7 @@ impl Guard {
     /// synchronous detection ([`Guard::on_request_with`]) just changed,
     /// compare-and-set on the version it was read at. [`Commit::Again`]:
     /// another replica wrote first; its state is installed and detection
-    /// must run again (at most [`MAX_RETRIES`] times, then the process copy
+    /// must run again ([`Guard::redo_request`]; at most [`MAX_RETRIES`] times, then the process copy
     /// decides, counted as `op="conflict"`).
     pub async fn shared_commit(&self, begun: &mut Begun<'_>, key: Option<&str>) -> Commit {
         let Some(key) = key else { return Commit::Done };

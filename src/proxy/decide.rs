@@ -34,14 +34,69 @@ pub(super) struct Decided {
     pub(super) retarget: Option<crate::escalate::Retarget>,
 }
 
-/// Decides what becomes of an admitted request: sent upstream, or answered
-/// by loopguard (a block or an abort).
-pub(super) async fn decide(
-    guard: &Guard,
-    offload: &Offload,
-    config: &Config,
-    admitted: &Admitted<'_>,
-) -> Result<Decided, Answered> {
+/// The shared store's write of a forwarded request's detector state
+/// ([`crate::state`]), run beside the upstream request ([`Settle::run`]):
+/// the verdict went out, the write only has to be acknowledged before the
+/// response ends. Empty without a shared store.
+pub(super) struct Settle<'a> {
+    pending: Option<Pending<'a>>,
+}
+
+struct Pending<'a> {
+    guard: &'a Guard,
+    offload: &'a Offload,
+    config: &'a Config,
+    admitted: &'a Admitted<'a>,
+    begun: crate::guard::shared::Begun<'a>,
+    key: Option<String>,
+    heavy: bool,
+}
+
+impl Settle<'_> {
+    /// Writes the state compare-and-set; after a conflict (another replica
+    /// wrote first) detection runs again, quietly, on the stored state and
+    /// the result is written in its place. The verdict already sent stands.
+    /// Releases the session's lock on this replica when done.
+    pub(super) async fn run(self) {
+        let Some(mut p) = self.pending else { return };
+        let Some(view) = view_of(p.admitted) else { return };
+        while p.guard.shared_commit(&mut p.begun, p.key.as_deref()).await == Commit::Again {
+            let outbox = Some(Arc::clone(p.begun.outbox()));
+            p.key = p
+                .offload
+                .run(p.heavy, || p.guard.redo_request(p.config, &view, outbox))
+                .await;
+        }
+    }
+}
+
+/// What detection sees of an admitted request: `None` without a known
+/// dialect or a parsed body.
+fn view_of<'a>(admitted: &'a Admitted<'_>) -> Option<RequestView<'a>> {
+    let (Some(dialect), Some((decoded, parsed))) = (admitted.matched.dialect, &admitted.side) else {
+        return None;
+    };
+    Some(RequestView {
+        route: admitted.matched.route,
+        dialect,
+        path: &admitted.path,
+        query: admitted.query.as_deref(),
+        headers: &admitted.parts.headers,
+        decoded,
+        parsed,
+        budget: Some(&admitted.parse_budget),
+    })
+}
+
+/// Decides what becomes of an admitted request: sent upstream (with the
+/// shared state's write to run beside it, see [`Settle`]), or answered by
+/// loopguard (a block or an abort; the write then comes first).
+pub(super) async fn decide<'a>(
+    guard: &'a Guard,
+    offload: &'a Offload,
+    config: &'a Config,
+    admitted: &'a Admitted<'a>,
+) -> Result<(Decided, Settle<'a>), Answered> {
     let mut decided = Decided {
         forward: admitted.body.clone(),
         body_replaced: false,
@@ -51,38 +106,32 @@ pub(super) async fn decide(
         verdict: None,
         retarget: None,
     };
-    let (Some(d), Some((decoded, parsed))) = (admitted.matched.dialect, &admitted.side) else {
-        return Ok(decided);
+    let Some(view) = view_of(admitted) else {
+        return Ok((decided, Settle { pending: None }));
     };
-    let view = RequestView {
-        route: admitted.matched.route,
-        dialect: d,
-        path: &admitted.path,
-        query: admitted.query.as_deref(),
-        headers: &admitted.parts.headers,
-        decoded,
-        parsed,
-        budget: Some(&admitted.parse_budget),
-    };
+    let d = view.dialect;
     // Large bodies are judged on the offload pool, never on the async
     // workers; the shared store's load and write are the async frame around it.
     let heavy = admitted.body.len() > config.server.offload_body_bytes;
     let probe = offload.run(heavy, || guard.shared_probe(config, &view)).await;
-    let mut begun = guard.shared_begin(probe).await;
-    let (decision, key) = loop {
-        let outbox = begun.as_ref().map(|b| Arc::clone(b.outbox()));
-        let (decision, key) = offload
-            .run(heavy, || guard.on_request_with(config, &view, outbox))
-            .await;
-        let Some(b) = begun.as_mut() else {
-            break (decision, key);
-        };
-        if guard.shared_commit(b, key.as_deref()).await == Commit::Done {
-            break (decision, key);
-        }
+    let begun = guard.shared_begin(probe).await;
+    let outbox = begun.as_ref().map(|b| Arc::clone(b.outbox()));
+    let (decision, key) = offload
+        .run(heavy, || guard.on_request_with(config, &view, outbox))
+        .await;
+    decided.outbox = begun.as_ref().map(|b| Arc::clone(b.outbox()));
+    decided.session.clone_from(&key);
+    let settle = Settle {
+        pending: begun.map(|begun| Pending {
+            guard,
+            offload,
+            config,
+            admitted,
+            begun,
+            key,
+            heavy,
+        }),
     };
-    decided.outbox = begun.map(|b| Arc::clone(b.outbox()));
-    decided.session = key;
     match decision {
         RequestDecision::Forward {
             body,
@@ -105,6 +154,7 @@ pub(super) async fn decide(
         } => {
             // The `request` event is written by the handler, as for every answer of loopguard's own.
             let route = &admitted.matched.route.prefix;
+            settle.run().await;
             if let Some(outbox) = &decided.outbox {
                 outbox.flush().await;
             }
@@ -115,5 +165,5 @@ pub(super) async fn decide(
             )));
         }
     }
-    Ok(decided)
+    Ok((decided, settle))
 }

@@ -61,7 +61,7 @@ pub async fn handle(State(state): State<Arc<ProxyState>>, request: Request) -> R
         Ok(admitted) => admitted,
         Err(response) => return logged(*response, started),
     };
-    let decided = match decide::decide(&state.guard, &state.offload, &config, &admitted).await {
+    let (decided, settle) = match decide::decide(&state.guard, &state.offload, &config, &admitted).await {
         Ok(decided) => decided,
         Err(answered) => return logged(*answered, started),
     };
@@ -71,7 +71,13 @@ pub async fn handle(State(state): State<Arc<ProxyState>>, request: Request) -> R
         body_replaced: decided.body_replaced,
         retarget: decided.retarget.as_ref(),
     };
-    let upstream = match forward::forward(&state.client, &config, &admitted, sending).await {
+    // The shared state's write goes beside the upstream request, not before
+    // it: both are done before the first byte of the response is read.
+    let ((), upstream) = tokio::join!(
+        settle.run(),
+        forward::forward(&state.client, &config, &admitted, sending)
+    );
+    let upstream = match upstream {
         Ok(upstream) => upstream,
         Err(response) => return logged(*response, started),
     };

@@ -15,9 +15,11 @@
 //!   compare-and-set on its version (a second Lua script); on a conflict the
 //!   fresh state is installed and detection runs again on it (at most
 //!   [`MAX_RETRIES`] times, then the request is judged on the process copy,
-//!   counted as `loopguard_state_errors_total{op="conflict"}`). The write is
-//!   acknowledged before the request goes upstream, so the verdict that goes
-//!   out is the one computed on the stored state;
+//!   counted as `loopguard_state_errors_total{op="conflict"}`). The write runs
+//!   beside the upstream request (the verdict is out; a re-run after a
+//!   conflict changes the state only and logs nothing twice) and is
+//!   acknowledged before the response's first byte is read, so it costs no
+//!   round trip of its own on the request path;
 //! - what the response adds (the Responses id → session and calls index, the
 //!   stream-time verdicts for the admin API) is collected in an [`Outbox`]
 //!   and written before the response's end ([`Outbox::flush`]);

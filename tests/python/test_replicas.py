@@ -19,6 +19,7 @@ import subprocess
 import tempfile
 import threading
 import time
+import urllib.error
 import urllib.request
 
 import openai
@@ -381,52 +382,75 @@ def test_redis_down_then_back(mock):
         cluster.stop()
 
 
+RACE_TOOLS = {
+    "x": [{"type": "function", "function": {"name": "read_x", "parameters": {"type": "object"}}}],
+    "y": [{"type": "function", "function": {"name": "read_y", "parameters": {"type": "object"}}}],
+}
+
+
+def race(replicas, session, rounds, looping):
+    """Two sub-agents of one session (lanes x and y: different tool sets),
+    round by round; lane x's request goes to replicas[0] and lane y's to
+    replicas[-1] at the same instant (one replica given: one after the
+    other). `looping`: every round repeats the same call and result."""
+    histories = {"x": [{"role": "user", "content": "Sub-agent x."}], "y": [{"role": "user", "content": "Sub-agent y."}]}
+    errors = []
+
+    def send(replica, lane, barrier):
+        body = {"model": "gpt-test", "messages": histories[lane], "tools": RACE_TOOLS[lane]}
+        req = urllib.request.Request(
+            replica.url + "/v1/chat/completions",
+            data=json.dumps(body).encode(),
+            headers={"content-type": "application/json", "authorization": "Bearer sk-test", "x-loopguard-session": session,
+                     "x-mock-script": json.dumps({"turns": [{"text": "ok"}]})},
+        )
+        if barrier is not None:
+            barrier.wait()
+        try:
+            with urllib.request.urlopen(req) as r:
+                r.read()
+        except urllib.error.HTTPError as e:
+            if not e.headers.get("x-loopguard-verdict"):  # an abort of loopguard's own is an answer, not an error
+                errors.append(repr(e))
+        except Exception as e:  # noqa: BLE001
+            errors.append(repr(e))
+
+    for i in range(rounds):
+        n = 0 if looping else i
+        for lane in ("x", "y"):
+            name = RACE_TOOLS[lane][0]["function"]["name"]
+            histories[lane].append({"role": "assistant", "content": None, "tool_calls": [
+                {"id": f"{lane}{i}", "type": "function", "function": {"name": name, "arguments": json.dumps({"n": n})}}]})
+            histories[lane].append({"role": "tool", "tool_call_id": f"{lane}{i}", "content": f"result {n}"})
+        if len(replicas) == 1:
+            for lane in ("x", "y"):
+                send(replicas[0], lane, None)
+            continue
+        barrier = threading.Barrier(2)
+        threads = [threading.Thread(target=send, args=(replicas[0], "x", barrier)),
+                   threading.Thread(target=send, args=(replicas[-1], "y", barrier))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    return errors
+
+
+def conflicts_of(*replicas):
+    return sum(metric(r, "loopguard_state_conflicts_total") for r in replicas)
+
+
 def test_two_replicas_racing_on_one_session_lose_no_update(mock):
-    """Parallel sub-agents: two lanes of one session (different tool sets),
-    each request sent to its own replica at the same instant, 25 rounds.
-    Compare-and-set makes the loser of each race re-run detection on the
-    winner's state: the stored session ends with both lanes' every call."""
+    """Parallel sub-agents: two lanes of one session, each request sent to
+    its own replica at the same instant, 25 rounds. Compare-and-set makes
+    the loser of each race re-run detection on the winner's state: the
+    stored session ends with both lanes' every call."""
     cluster = Cluster(mock, "lgrace:")
     try:
         a, b = cluster.replicas[0], cluster.replicas[1]
-        session = session_id()
         rounds = 25
-        histories = {"x": [{"role": "user", "content": "Sub-agent x."}], "y": [{"role": "user", "content": "Sub-agent y."}]}
-        tools = {
-            "x": [{"type": "function", "function": {"name": "read_x", "parameters": {"type": "object"}}}],
-            "y": [{"type": "function", "function": {"name": "read_y", "parameters": {"type": "object"}}}],
-        }
-        errors = []
-
-        def send(replica, lane, i, barrier):
-            body = {"model": "gpt-test", "messages": histories[lane], "tools": tools[lane]}
-            req = urllib.request.Request(
-                replica.url + "/v1/chat/completions",
-                data=json.dumps(body).encode(),
-                headers={"content-type": "application/json", "authorization": "Bearer sk-test", "x-loopguard-session": session,
-                         "x-mock-script": json.dumps({"turns": [{"text": "ok"}]})},
-            )
-            barrier.wait()
-            try:
-                with urllib.request.urlopen(req) as r:
-                    r.read()
-            except Exception as e:  # noqa: BLE001
-                errors.append(repr(e))
-
-        for i in range(rounds):
-            for lane in ("x", "y"):
-                name = tools[lane][0]["function"]["name"]
-                histories[lane].append({"role": "assistant", "content": None, "tool_calls": [
-                    {"id": f"{lane}{i}", "type": "function", "function": {"name": name, "arguments": json.dumps({"n": i})}}]})
-                histories[lane].append({"role": "tool", "tool_call_id": f"{lane}{i}", "content": f"result {i}"})
-            barrier = threading.Barrier(2)
-            threads = [threading.Thread(target=send, args=(a, "x", i, barrier)), threading.Thread(target=send, args=(b, "y", i, barrier))]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
-        assert errors == []
-        conflicts = metric(a, "loopguard_state_conflicts_total") + metric(b, "loopguard_state_conflicts_total")
+        assert race([a, b], session_id(), rounds, looping=False) == []
+        conflicts = conflicts_of(a, b)
         keys = cluster.redis.keys("lgrace:s:*")
         assert len(keys) == 1, keys
         stored = json.loads(cluster.redis.cli("HGET", keys[0], "d"))
@@ -437,6 +461,32 @@ def test_two_replicas_racing_on_one_session_lose_no_update(mock):
         assert cycles == [rounds, rounds], f"an update was lost: {cycles}"
         assert version == 2 * rounds, f"every request wrote once: {version}"
         assert conflicts >= 1, "the requests never raced (no version conflict): the test proved nothing"
+    finally:
+        cluster.stop()
+
+
+def test_a_race_counts_each_verdict_once(mock):
+    """Both sub-agents loop (the same call and result every round). The
+    loser of a race runs detection again on the winner's state for its state
+    changes only: the replicas together log and count exactly the verdicts
+    one instance gives for the same requests one after another (the lanes
+    are independent, so racing changes no verdict)."""
+    cluster = Cluster(mock, "lgrace2:")
+    try:
+        a, b, c = cluster.replicas
+        rounds = 12
+        assert race([c], session_id(), rounds, looping=True) == []
+        alone = metric(c, "loopguard_verdicts_total")
+        assert alone >= 4, f"the loop gave too few verdicts to compare: {alone}"
+        for _ in range(4):  # until the requests raced at least once
+            before = metric(a, "loopguard_verdicts_total") + metric(b, "loopguard_verdicts_total")
+            conflicts = conflicts_of(a, b)
+            assert race([a, b], session_id(), rounds, looping=True) == []
+            raced = metric(a, "loopguard_verdicts_total") + metric(b, "loopguard_verdicts_total") - before
+            assert raced == alone, f"racing replicas counted {raced} verdicts, one instance {alone}"
+            if conflicts_of(a, b) > conflicts:
+                return
+        pytest.fail("the requests never raced (no version conflict): the test proved nothing")
     finally:
         cluster.stop()
 
