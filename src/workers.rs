@@ -14,6 +14,7 @@
 //! thread meanwhile, see [`crate::proxy::offload`]), so one big request
 //! never stalls the connections that share its worker.
 
+use std::cell::Cell;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -24,6 +25,21 @@ use crate::guard::Guard;
 use crate::listen::Limits;
 use crate::proxy::offload::Offload;
 use crate::reload::SharedConfig;
+
+thread_local! {
+    /// The index of the proxy worker whose runtime owns this thread.
+    static CURRENT: Cell<Option<usize>> = const { Cell::new(None) };
+}
+
+/// The index of the proxy worker running the caller (`None` off the proxy
+/// workers: the admin listener, tests). Set on every thread a worker's
+/// runtime starts, including the thread that takes a worker's place during
+/// `block_in_place`, so per-worker resources (the shared store's
+/// connection, [`crate::state::Shared::connect_worker`]) are found from any
+/// of them.
+pub fn current() -> Option<usize> {
+    CURRENT.with(Cell::get)
+}
 
 /// What every worker shares.
 #[derive(Debug, Clone)]
@@ -89,6 +105,7 @@ pub fn start(
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .thread_name(format!("lg-worker-{i}"))
+            .on_thread_start(move || CURRENT.with(|c| c.set(Some(i))))
             .enable_all()
             .build()?;
         let shared = shared.clone();
@@ -99,7 +116,7 @@ pub fn start(
                 // The accept loop is a task, so it runs on the worker thread
                 // with the connections it spawns (block_on's future would
                 // run on this thread instead).
-                let served = runtime.spawn(serve_one(listener, shared, limits, slots, stop_rx, drain));
+                let served = runtime.spawn(serve_one(i, listener, shared, limits, slots, stop_rx, drain));
                 let _ = runtime.block_on(served);
                 let _ = done_tx.send(());
                 runtime.shutdown_timeout(Duration::from_secs(1));
@@ -111,6 +128,7 @@ pub fn start(
 }
 
 async fn serve_one(
+    index: usize,
     listener: std::net::TcpListener,
     shared: Shared,
     limits: Limits,
@@ -125,6 +143,9 @@ async fn serve_one(
             return;
         }
     };
+    if let Some(store) = shared.guard.shared() {
+        store.connect_worker(index);
+    }
     let app = match app(&shared) {
         Ok(app) => app,
         Err(e) => {

@@ -161,10 +161,14 @@ impl Chain {
         self.weights.last().copied().unwrap_or(0)
     }
 
-    fn truncate(&mut self, len: usize) {
-        self.hashes.truncate(len);
-        self.weights.truncate(len);
-        self.items.truncate(len);
+    /// A copy of the first `len` items (their hashes, weights and parses).
+    fn prefix(&self, len: usize) -> Self {
+        Self {
+            hashes: self.hashes[..len.min(self.hashes.len())].to_vec(),
+            weights: self.weights[..len.min(self.weights.len())].to_vec(),
+            items: self.items[..len.min(self.items.len())].to_vec(),
+            last_used: None,
+        }
     }
 }
 
@@ -350,8 +354,10 @@ impl ChainStore {
         (inner.chains.len(), inner.bytes)
     }
 
-    /// Removes and returns the kept chain sharing the longest prefix with
-    /// `hashes` (the most recently used on a tie), cut to that prefix.
+    /// The kept chain sharing the longest prefix with `hashes` (the most
+    /// recently used on a tie): removed from the store when `hashes` covers
+    /// all of it (the same conversation, resent or continued), otherwise a
+    /// copy of the shared prefix, the kept chain staying in place.
     fn take_longest(&self, hashes: &[u128]) -> Option<Chain> {
         let first = hashes.first()?;
         let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
@@ -366,10 +372,17 @@ impl ChainStore {
             }
         }
         let (index, shared) = best?;
-        let mut chain = inner.chains.remove(index)?;
+        if shared < inner.chains.get(index)?.hashes.len() {
+            // A fork: another conversation sharing a prefix (the same system
+            // prompt and tools, the usual case at a shared gateway), or this
+            // one edited or cut short. The kept chain stays for its own
+            // conversation; this request gets a copy of the shared prefix.
+            // (Taking the chain would let conversations that share a prompt
+            // take each other's chains on every request: no reuse at all.)
+            return Some(inner.chains.get(index)?.prefix(shared));
+        }
+        let chain = inner.chains.remove(index)?;
         inner.bytes -= chain.weight();
-        drop(inner);
-        chain.truncate(shared);
         Some(chain)
     }
 

@@ -110,6 +110,35 @@ fn a_retry_reuses_every_item() {
     assert_eq!(check(&s, Dialect::OpenaiChat, &openai(&history)), 3);
 }
 
+/// Conversations that share their system prompt (every session of one agent
+/// at a shared gateway) keep a chain each: taking turns, each reuses its
+/// whole history, and neither takes the other's chain.
+#[test]
+fn conversations_sharing_a_prompt_keep_their_own_chains() {
+    let s = store();
+    let conversation = |n: usize| {
+        let mut history = vec![
+            json!({"role": "system", "content": "You are a coding agent."}),
+            json!({"role": "user", "content": format!("task {n}")}),
+        ];
+        for i in 0..4 {
+            history.push(call(&format!("c{n}_{i}"), "read_file"));
+            history.push(result(&format!("c{n}_{i}"), &format!("file {i} of task {n}")));
+        }
+        openai(&history)
+    };
+    let bodies: Vec<Vec<u8>> = (0..3).map(conversation).collect();
+    for body in &bodies {
+        check(&s, Dialect::OpenaiChat, body);
+    }
+    for round in 0..3 {
+        for body in &bodies {
+            assert_eq!(check(&s, Dialect::OpenaiChat, body), 10, "round {round}");
+        }
+    }
+    assert_eq!(s.usage().0, 3, "one chain per conversation");
+}
+
 /// An edited earlier message, a truncated history (compaction, a rerun of
 /// the same task) and a fork reuse the prefix before the first difference.
 #[test]

@@ -1,6 +1,14 @@
-//! The Redis client of the shared state: one multiplexed connection
-//! (redis-rs `ConnectionManager`, which reconnects on its own), two Lua
-//! scripts (load, compare-and-set save), every call bounded by `timeout_ms`.
+//! The Redis client of the shared state: multiplexed connections (redis-rs
+//! `ConnectionManager`, which reconnects on its own), three Lua scripts
+//! (load, compare-and-set save, delete), every call bounded by `timeout_ms`.
+//!
+//! Connections: one made on the runtime that started the store (the admin
+//! API, and any caller without a connection of its own), and one per proxy
+//! worker, made on that worker's runtime ([`Shared::connect_worker`]), so a
+//! request's round trip is driven on the thread that serves it: no hand-off
+//! to another runtime's thread and back (two cross-thread wake-ups a round
+//! trip, issue #15's latency goal). A worker whose connection is not up yet
+//! uses the first one.
 //!
 //! Keys (all with the session TTL, `sessions.idle_ttl_secs`):
 //! - `<prefix>s:<session key>`: hash `v` (version, bumped by every write),
@@ -81,9 +89,18 @@ return 1
 /// replica (other replicas are kept apart by the version check).
 const STRIPES: usize = 64;
 
-/// The shared store: a connection (once one was made) and the scripts.
+/// Proxy workers with a connection of their own; workers past this many
+/// share the first connection.
+const WORKER_SLOTS: usize = 64;
+
+/// The shared store: its connections (once made) and the scripts.
 pub struct Shared {
+    client: redis::Client,
+    /// The first connection, made on the runtime that started the store.
     conn: ArcSwapOption<ConnectionManager>,
+    /// Each proxy worker's connection, made on its runtime (by worker index).
+    workers: Vec<ArcSwapOption<ConnectionManager>>,
+    shown_url: String,
     prefix: String,
     timeout: Duration,
     ttl_secs: u64,
@@ -99,6 +116,10 @@ impl std::fmt::Debug for Shared {
         f.debug_struct("Shared")
             .field("prefix", &self.prefix)
             .field("connected", &self.conn.load().is_some())
+            .field(
+                "worker_connections",
+                &self.workers.iter().filter(|c| c.load().is_some()).count(),
+            )
             .finish()
     }
 }
@@ -145,8 +166,23 @@ impl Shared {
         let password = url::Url::parse(url.secret())
             .ok()
             .and_then(|u| u.password().map(str::to_owned));
+        let client = match redis::Client::open(url.secret()) {
+            Ok(c) => c,
+            Err(e) => {
+                let text = e.to_string();
+                let text = match &password {
+                    Some(p) if !p.is_empty() => text.replace(p.as_str(), "***"),
+                    _ => text,
+                };
+                tracing::error!(url = %url, error = %text, "state store URL rejected; sessions stay in the process");
+                return None;
+            }
+        };
         let shared = Arc::new(Self {
+            client,
             conn: ArcSwapOption::empty(),
+            workers: (0..WORKER_SLOTS).map(|_| ArcSwapOption::empty()).collect(),
+            shown_url: url.to_string(),
             prefix: config.key_prefix.clone(),
             timeout: config.timeout,
             ttl_secs: idle_ttl.as_secs().max(1),
@@ -156,39 +192,68 @@ impl Shared {
             delete: Script::new(DELETE),
             stripes: (0..STRIPES).map(|_| tokio::sync::Mutex::new(())).collect(),
         });
-        let client = match redis::Client::open(url.secret()) {
-            Ok(c) => c,
-            Err(e) => {
-                tracing::error!(url = %url, error = %shared.clean(&e), "state store URL rejected; sessions stay in the process");
-                return None;
-            }
-        };
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return Some(shared);
-        };
-        let connecting = Arc::clone(&shared);
-        let shown = url.to_string();
-        crate::task::spawn_on(&runtime, async move {
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            shared.connect(&runtime, None);
+        }
+        Some(shared)
+    }
+
+    /// Makes proxy worker `index`'s own connection, on the runtime this is
+    /// called from (the worker's), in the background. Until it is up, and
+    /// for a worker index past the slots, the worker uses the first
+    /// connection.
+    pub fn connect_worker(self: &Arc<Self>, index: usize) {
+        if index >= self.workers.len() {
+            return;
+        }
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            self.connect(&runtime, Some(index));
+        }
+    }
+
+    /// Connects in the background on `runtime` (retrying every half second
+    /// until the first connection; after that the connection manager
+    /// reconnects by itself) into the first slot or worker `slot`'s.
+    fn connect(self: &Arc<Self>, runtime: &tokio::runtime::Handle, slot: Option<usize>) {
+        let connecting = Arc::clone(self);
+        crate::task::spawn_on(runtime, async move {
             let config = redis::aio::ConnectionManagerConfig::new()
                 .set_connection_timeout(Some(Duration::from_secs(2)))
                 .set_response_timeout(Some(Duration::from_secs(2)))
                 .set_max_delay(Duration::from_secs(1));
+            let target = match slot {
+                Some(i) => &connecting.workers[i],
+                None => &connecting.conn,
+            };
             loop {
-                match ConnectionManager::new_with_config(client.clone(), config.clone()).await {
+                match ConnectionManager::new_with_config(connecting.client.clone(), config.clone()).await {
                     Ok(conn) => {
-                        tracing::info!(url = %shown, "state store connected");
-                        connecting.conn.store(Some(Arc::new(conn)));
+                        if slot.is_none() {
+                            tracing::info!(url = %connecting.shown_url, "state store connected");
+                        }
+                        target.store(Some(Arc::new(conn)));
                         return;
                     }
                     Err(e) => {
-                        tracing::warn!(url = %shown, error = %connecting.clean(&e), "state store unreachable; retrying");
-                        count_error("connect");
+                        // Each worker retries too; the first connection speaks for all.
+                        if slot.is_none() {
+                            tracing::warn!(url = %connecting.shown_url, error = %connecting.clean(&e), "state store unreachable; retrying");
+                            count_error("connect");
+                        }
                         tokio::time::sleep(Duration::from_millis(500)).await;
                     }
                 }
             }
         });
-        Some(shared)
+    }
+
+    /// The connection for a call made here: the calling proxy worker's own
+    /// when it is up, else the first one.
+    fn connection(&self) -> Option<Arc<ConnectionManager>> {
+        crate::workers::current()
+            .and_then(|i| self.workers.get(i))
+            .and_then(ArcSwapOption::load_full)
+            .or_else(|| self.conn.load_full())
     }
 
     /// An error's text with the URL password, if any, blanked out.
@@ -221,7 +286,7 @@ impl Shared {
         op: &'static str,
         run: impl AsyncFnOnce(ConnectionManager) -> redis::RedisResult<T>,
     ) -> Option<T> {
-        let Some(conn) = self.conn.load_full() else {
+        let Some(conn) = self.connection() else {
             count_error(op);
             tracing::debug!(
                 op,
