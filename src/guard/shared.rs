@@ -8,7 +8,7 @@
 //! state changes only) on the fresh state after a conflict. Any store
 //! failure leaves the request judged on this replica's copy.
 
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError};
 
 use super::{Guard, RequestView, lane_id};
 use crate::config::Config;
@@ -72,9 +72,16 @@ impl Guard {
         let shared = self.shared.as_ref()?;
         let probe = probe?;
         let outbox = Outbox::new(Arc::clone(shared), Arc::clone(&self.store));
+        // A version 0 copy was never written (or the store lost it): ask for the blob.
+        let known = self
+            .store
+            .get(&probe.key)
+            .map(|s| s.lock().unwrap_or_else(PoisonError::into_inner).version)
+            .filter(|v| *v > 0);
         let Some(loaded) = shared
             .load(
                 &probe.key,
+                known,
                 &probe.tenant,
                 probe.response_id.as_deref(),
                 probe.fingerprint.then_some(probe.lane),

@@ -46,7 +46,11 @@ if KEYS[2] ~= '' then
 end
 local s = redis.call('HMGET', skey, 'v', 'd')
 out[3] = s[1]
-out[4] = s[2]
+if skey == KEYS[1] and s[1] and s[1] == ARGV[3] then
+  out[4] = ''
+else
+  out[4] = s[2]
+end
 if KEYS[3] ~= '' and not s[1] then
   local lk = redis.call('GET', KEYS[3])
   if lk then
@@ -316,10 +320,14 @@ impl Shared {
     /// One round trip: the session under `key`, or — when `response_id`
     /// names a response of `tenant` — the session that response belongs to
     /// (and its calls), and, when no session is stored under the key, the
-    /// latest session of the fingerprinted `lane`.
+    /// latest session of the fingerprinted `lane`. `known`: the version of
+    /// `key` this replica holds; when the store holds that same version, its
+    /// blob is not sent (the loaded blob is empty, and
+    /// [`install`] keeps the process copy, which is that version).
     pub async fn load(
         &self,
         key: &str,
+        known: Option<u64>,
         tenant: &str,
         response_id: Option<&str>,
         lane: Option<u64>,
@@ -338,6 +346,7 @@ impl Shared {
                     .key(&keys[2])
                     .arg(&prefix)
                     .arg(tenant)
+                    .arg(known.map_or_else(String::new, |v| v.to_string()))
                     .invoke_async(&mut conn)
                     .await
             })

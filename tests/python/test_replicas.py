@@ -332,6 +332,42 @@ def test_stateful_responses_chain_through_three_replicas(mock, cluster):
     assert all(a != b for a, b in zip(served, served[1:])), served
 
 
+def redis_clients(redis):
+    """(id, last command) of each connection to `redis` but redis-cli's own."""
+    out = []
+    for line in redis.cli("CLIENT", "LIST").splitlines():
+        fields = dict(f.split("=", 1) for f in line.split() if "=" in f)
+        if fields.get("cmd") != "client|list":
+            out.append((int(fields["id"]), fields.get("cmd", "")))
+    return sorted(out)
+
+
+def test_each_proxy_worker_has_its_own_connection(mock):
+    """A request's round trips go over the connection of the worker serving
+    it (made on that worker's runtime), not over the first connection, which
+    lives on another thread: one connection per worker besides the first,
+    and the loop's scripts ran on worker connections only."""
+    redis = Redis()
+    replica = start_loopguard(mock, state_config(redis, "lgworkers:"))
+    try:
+        wait_connected(replica)
+        workers = os.cpu_count() or 1
+        for _ in range(200):
+            if len(redis_clients(redis)) >= workers + 1:
+                break
+            time.sleep(0.02)
+        clients = redis_clients(redis)
+        assert len(clients) == workers + 1, clients
+        openai_loop(replica.url, session_id(), stream=False)
+        clients = redis_clients(redis)
+        first, rest = clients[0], clients[1:]
+        assert first[1] not in ("evalsha", "eval"), clients
+        assert any(cmd in ("evalsha", "eval") for _, cmd in rest), clients
+    finally:
+        replica.stop()
+        redis.kill()
+
+
 def test_sigkill_of_the_serving_replica_does_not_break_the_streak(mock):
     cluster = Cluster(mock, "lgkill:")
     try:
