@@ -28,7 +28,8 @@
 //! the next request. A history larger than the budget is not kept (each of
 //! its requests gets the full parse).
 
-use std::collections::VecDeque;
+use std::collections::hash_map::Entry;
+use std::collections::{HashMap, VecDeque};
 use std::sync::{LazyLock, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -45,8 +46,8 @@ use crate::transcript::{Arguments, Message, ResultContent, ToolCall, ToolResult}
 
 /// Most bytes the store keeps, all chains together (64 MiB).
 pub const BUDGET_BYTES: usize = 64 << 20;
-/// Most chains the store keeps (each request compares its first hash with
-/// every kept chain's).
+/// Most chains the store keeps (a request that neither repeats nor extends
+/// a kept chain compares its first hash with every kept chain's).
 pub const MAX_CHAINS: usize = 1024;
 /// Bytes counted per item on top of its raw JSON: the parsed message's
 /// structure, its hash and its weight.
@@ -143,7 +144,55 @@ struct Inner {
     chains: VecDeque<Chain>,
     /// Sum of the chains' weights.
     bytes: usize,
+    /// How many kept chains end with each hash (their last one): a request
+    /// that repeats or extends a kept chain finds it here without comparing
+    /// its hashes with every chain's.
+    ends: HashMap<u128, u32>,
 }
+
+impl Inner {
+    fn push(&mut self, chain: Chain) {
+        if let Some(end) = chain.hashes.last() {
+            *self.ends.entry(*end).or_default() += 1;
+        }
+        self.bytes += chain.weight();
+        self.chains.push_back(chain);
+    }
+
+    fn remove(&mut self, index: usize) -> Option<Chain> {
+        let chain = self.chains.remove(index)?;
+        self.bytes -= chain.weight();
+        if let Some(end) = chain.hashes.last()
+            && let Entry::Occupied(mut count) = self.ends.entry(*end)
+        {
+            *count.get_mut() -= 1;
+            if *count.get() == 0 {
+                count.remove();
+            }
+        }
+        Some(chain)
+    }
+
+    /// The most recently used chain that the request with `hashes` repeats
+    /// or extends and that ends within its last [`END_WINDOW`] items.
+    fn ending_in(&self, hashes: &[u128]) -> Option<usize> {
+        let lowest = hashes.len().saturating_sub(END_WINDOW);
+        (lowest..hashes.len()).rev().find_map(|k| {
+            let end = hashes.get(k)?;
+            if !self.ends.contains_key(end) {
+                return None;
+            }
+            self.chains
+                .iter()
+                .rposition(|c| c.hashes.len() == k + 1 && c.hashes.last() == Some(end))
+        })
+    }
+}
+
+/// How far back from a request's last item [`ChainStore`] looks for a kept
+/// chain ending there (a turn adds a few items) before comparing the
+/// request with every kept chain.
+const END_WINDOW: usize = 64;
 
 /// One history's items: their chain hashes and parses.
 #[derive(Debug, Default)]
@@ -348,6 +397,20 @@ impl ChainStore {
         Ok((Parsed::Lean(assemble(split.head, items)), from))
     }
 
+    /// Asserts the index of chain ends counts exactly the kept chains' last
+    /// hashes (tests).
+    #[cfg(test)]
+    fn assert_ends_indexed(&self) {
+        let inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut counted: HashMap<u128, u32> = HashMap::new();
+        for chain in &inner.chains {
+            if let Some(end) = chain.hashes.last() {
+                *counted.entry(*end).or_default() += 1;
+            }
+        }
+        assert_eq!(counted, inner.ends);
+    }
+
     /// Chains kept and their total weight in bytes.
     pub fn usage(&self) -> (usize, usize) {
         let inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
@@ -361,6 +424,9 @@ impl ChainStore {
     fn take_longest(&self, hashes: &[u128]) -> Option<Chain> {
         let first = hashes.first()?;
         let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(index) = inner.ending_in(hashes) {
+            return inner.remove(index);
+        }
         let mut best: Option<(usize, usize)> = None;
         for (index, chain) in inner.chains.iter().enumerate().rev() {
             if chain.hashes.first() != Some(first) {
@@ -381,9 +447,7 @@ impl ChainStore {
             // take each other's chains on every request: no reuse at all.)
             return Some(inner.chains.get(index)?.prefix(shared));
         }
-        let chain = inner.chains.remove(index)?;
-        inner.bytes -= chain.weight();
-        Some(chain)
+        inner.remove(index)
     }
 
     /// Keeps a chain as the most recently used, then drops chains past the
@@ -395,8 +459,7 @@ impl ChainStore {
         let now = Instant::now();
         chain.last_used = Some(now);
         let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
-        inner.bytes += chain.weight();
-        inner.chains.push_back(chain);
+        inner.push(chain);
         while let Some(oldest) = inner.chains.front() {
             let idle = oldest
                 .last_used
@@ -404,9 +467,7 @@ impl ChainStore {
             if !idle && inner.bytes <= self.budget && inner.chains.len() <= self.max_chains {
                 break;
             }
-            if let Some(dropped) = inner.chains.pop_front() {
-                inner.bytes -= dropped.weight();
-            }
+            inner.remove(0);
         }
     }
 }

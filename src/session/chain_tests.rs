@@ -44,7 +44,9 @@ fn responses(input: &[Value]) -> Vec<u8> {
 /// and returns how many items were reused.
 fn check(store: &ChainStore, dialect: Dialect, body: &[u8]) -> usize {
     let full = dialect.parse_request(body);
-    match store.parse_reusing(dialect, SCOPE, body) {
+    let reusing = store.parse_reusing(dialect, SCOPE, body);
+    store.assert_ends_indexed();
+    match reusing {
         Ok((parsed, reused)) => {
             assert_eq!(
                 Some(&parsed),
@@ -137,6 +139,26 @@ fn conversations_sharing_a_prompt_keep_their_own_chains() {
         }
     }
     assert_eq!(s.usage().0, 3, "one chain per conversation");
+}
+
+/// A request that adds more items than the end window looks back over (a
+/// client that sends every few turns) still reuses its chain, found by
+/// comparing with every kept chain.
+#[test]
+fn a_chain_further_back_than_the_end_window_is_still_reused() {
+    let s = store();
+    let mut history = vec![json!({"role": "user", "content": "go"})];
+    check(&s, Dialect::OpenaiChat, &openai(&history));
+    for i in 0..END_WINDOW {
+        history.push(call(&format!("c{i}"), "ls"));
+        history.push(result(&format!("c{i}"), "out"));
+    }
+    assert_eq!(check(&s, Dialect::OpenaiChat, &openai(&history)), 1);
+    history.push(call("last", "ls"));
+    assert_eq!(
+        check(&s, Dialect::OpenaiChat, &openai(&history)),
+        history.len() - 1
+    );
 }
 
 /// An edited earlier message, a truncated history (compaction, a rerun of
