@@ -826,6 +826,47 @@ async fn a_zstd_stream_is_forwarded_unchanged_and_judged_on_a_side_copy() {
     .await;
 }
 
+/// #13.10 with bounded cost: a gzip stream whose side copy decodes far past
+/// `max_response_bytes` (here 64 KiB of gzip become 8 MiB of text events,
+/// cap 1 MiB) reaches the client unchanged and whole, while its side copy
+/// stops decoding at the cap (`response_too_large`, once) instead of
+/// decoding and parsing all of it. The twin within the cap is the test above
+/// (`response_too_large` stays 0 there).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_gzip_stream_decoding_past_the_cap_stops_its_side_copy() {
+    let line = text_chunk(&"x".repeat(1000));
+    let mut events = Vec::with_capacity(8 << 20);
+    while events.len() < 8 << 20 {
+        events.extend_from_slice(&line);
+    }
+    events.extend_from_slice(b"data: [DONE]\n\n");
+    let encoded = gzip(&events);
+    assert!(encoded.len() < events.len() / 50, "{}", encoded.len());
+    let mut answer =
+        b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-encoding: gzip\r\nconnection: close\r\n\r\n"
+            .to_vec();
+    answer.extend_from_slice(&encoded);
+    let url = canned_upstream(answer).await;
+    let lg = loopguard(&config_for(&url, "max_response_bytes = 1048576"));
+    let body =
+        serde_json::json!({"model": "m", "stream": true, "messages": [{"role": "user", "content": "go"}]});
+    let r = post(format!("{}/v1/chat/completions", lg.url()), &[], body.to_string()).await;
+    let (got, end) = common::read_body(r).await;
+    assert_eq!(end, Ok(()));
+    assert!(
+        got == encoded,
+        "the encoded bytes changed ({} of {})",
+        got.len(),
+        encoded.len()
+    );
+    let text = common::metrics(&lg).await;
+    assert_eq!(
+        common::metric_value(&text, "loopguard_fail_open_total{reason=\"response_too_large\"}"),
+        1.0,
+        "{text}"
+    );
+}
+
 /// An event stream encoded as `coding` by `encode`: the encoded bytes reach
 /// the client unchanged, the repeated call gets a stream-time verdict from
 /// the decoded side copy, and `response_encoded` is counted.
@@ -876,6 +917,11 @@ async fn encoded_stream_is_forwarded_unchanged_and_judged(coding: &str, encode: 
     let text = common::metrics(&lg).await;
     assert!(
         common::metric_value(&text, "loopguard_fail_open_total{reason=\"response_encoded\"}") >= 1.0,
+        "{text}"
+    );
+    assert_eq!(
+        common::metric_value(&text, "loopguard_fail_open_total{reason=\"response_too_large\"}"),
+        0.0,
         "{text}"
     );
 }

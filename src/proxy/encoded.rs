@@ -4,6 +4,13 @@
 //! boundaries), while a side copy is decoded and parsed so the detectors
 //! still see its calls. Verdicts found here act on the next request.
 //! Counted as `loopguard_fail_open_total{reason="response_encoded"}`.
+//!
+//! Bounded cost: the side copy decodes at most `max_response_bytes` (a
+//! compressed stream can expand a thousandfold: past the cap detection
+//! stops for that response, counted as `response_too_large`, while its
+//! bytes keep going to the client), and a chunk of more than
+//! [`OFFLOAD_ABOVE`] compressed bytes is decoded and judged off the async
+//! worker ([`super::offload::blocking_now`]).
 
 use std::io::Write;
 
@@ -16,16 +23,27 @@ use crate::dialect::{Dialect, Mode, StreamEvent};
 use crate::plan::StreamJudge;
 use crate::transcript::ToolCall;
 
+/// Compressed bytes in one chunk past which its decoding and judgement run
+/// off the async worker (at a thousandfold expansion, a 1 MiB answer).
+const OFFLOAD_ABOVE: usize = 1024;
+
 /// The decoded side copy goes straight into the tap, in the decoder's own
-/// small pieces (a highly compressed chunk is never decoded whole).
+/// small pieces (a highly compressed chunk is never decoded whole), up to
+/// `cap` bytes.
 struct TapSink {
     tap: Tap,
     frames: Vec<Frame>,
     decoded: u64,
+    cap: u64,
+    over_cap: bool,
 }
 
 impl Write for TapSink {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self.decoded + buf.len() as u64 > self.cap {
+            self.over_cap = true;
+            return Err(std::io::Error::other("decoded side copy past max_response_bytes"));
+        }
         self.decoded += buf.len() as u64;
         self.tap.feed(buf, &mut self.frames);
         Ok(buf.len())
@@ -86,7 +104,8 @@ pub struct SideJudge {
 
 impl SideJudge {
     /// For a response with content coding `coding` (gzip, x-gzip, deflate, zstd;
-    /// any other is passed through without parsing) framed as `mode`.
+    /// any other is passed through without parsing) framed as `mode`, its
+    /// side copy decoded up to `max_json_bytes` (`max_response_bytes`).
     /// Counts the fail-open.
     pub fn new(
         coding: &str,
@@ -100,6 +119,8 @@ impl SideJudge {
             tap: Tap::new(dialect, mode, max_json_bytes),
             frames: Vec::new(),
             decoded: 0,
+            cap: max_json_bytes as u64,
+            over_cap: false,
         };
         let decoder = match coding {
             "gzip" | "x-gzip" => Some(Decoder::Gzip(flate2::write::MultiGzDecoder::new(sink))),
@@ -144,16 +165,31 @@ impl SideJudge {
     }
 }
 
-impl Observer for SideJudge {
-    fn chunk(&mut self, bytes: &[u8]) {
+impl SideJudge {
+    fn decode_and_judge(&mut self, bytes: &[u8]) {
         if let Some(decoder) = self.decoder.as_mut() {
             if let Err(e) = decoder.write_all(bytes) {
-                tracing::debug!(error = %e, "encoded response does not decode: no more detection");
+                if decoder.sink().over_cap {
+                    crate::telemetry::fail_open("response_too_large");
+                    tracing::debug!("encoded response decodes past max_response_bytes: no more detection");
+                } else {
+                    tracing::debug!(error = %e, "encoded response does not decode: no more detection");
+                }
                 self.decoder = None;
                 return;
             }
         }
         self.judge_frames();
+    }
+}
+
+impl Observer for SideJudge {
+    fn chunk(&mut self, bytes: &[u8]) {
+        if bytes.len() > OFFLOAD_ABOVE {
+            super::offload::blocking_now(|| self.decode_and_judge(bytes));
+        } else {
+            self.decode_and_judge(bytes);
+        }
     }
 
     fn end(&mut self) {
