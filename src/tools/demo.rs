@@ -260,7 +260,7 @@ pub async fn run() -> Result<(), String> {
 const NEXT: &str = "
 Try next:
   loopguard replay --summary ../shared/trajectories/*.jsonl     the detectors over recorded sessions, one row per file
-  loopguard mock-upstream --listen 127.0.0.1:8090 &             a scripted upstream (see README, \"Try it with the mock\")
+  loopguard mock-upstream --listen 127.0.0.1:8090 &             a scripted upstream (see README, \"The mock upstream\")
   loopguard serve --config config/loopguard.toml                the proxy in front of it (routes point at the mock with
                                                                 LOOPGUARD_OPENAI_UPSTREAM=http://127.0.0.1:8090)
   open http://127.0.0.1:9090/ui                                 the live page: sessions, their timelines, verdicts per detector";
