@@ -32,15 +32,19 @@ PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); pr
 redis-server --port "$PORT" --bind 127.0.0.1 --save '' --appendonly no --dir "$WORK" >/dev/null &
 sleep 0.3
 
-start() { # extra config -> URL
+start() { # name, extra config: started in this shell (not in a $(…) subshell), so that the EXIT trap stops it
   cp "$WORK/lg.toml" "$WORK/$1.toml"
   printf '%b\n' "$2" >>"$WORK/$1.toml"
   LOOPGUARD_LOG=warn "$BIN" serve --config "$WORK/$1.toml" >"$WORK/$1.out" 2>"$WORK/$1.err" &
-  sleep 0.7
+}
+url_of() { # name -> URL
   echo "http://$(sed -n 's/.*proxy=\([^ ]*\).*/\1/p' "$WORK/$1.out")"
 }
-MEM=$(start memory '[state]\nbackend = "memory"')
-RED=$(start redis "[state]\nbackend = \"redis\"\nurl = \"redis://127.0.0.1:$PORT/0\"")
+start memory '[state]\nbackend = "memory"'
+start redis "[state]\nbackend = \"redis\"\nurl = \"redis://127.0.0.1:$PORT/0\""
+sleep 0.7
+MEM=$(url_of memory)
+RED=$(url_of redis)
 
 python3 - "$SESSIONS" >"$WORK/bodies" <<'PY'
 import json, sys
