@@ -7,9 +7,11 @@
 
 FROM rust:1.95-slim-bookworm AS build
 WORKDIR /src
-# C toolchain for zstd-sys; everything else is pure Rust (rustls with ring).
+# C toolchain for zstd-sys, ring and mimalloc (built with the CFLAGS of
+# .cargo/config.toml, as on a developer's machine).
 RUN apt-get update && apt-get install -y --no-install-recommends gcc libc6-dev && rm -rf /var/lib/apt/lists/*
 COPY Cargo.toml Cargo.lock ./
+COPY .cargo ./.cargo
 COPY src ./src
 COPY benches ./benches
 COPY config ./config
