@@ -208,3 +208,34 @@ async fn a_gzip_body_within_the_budget_is_judged_in_full() {
     .await;
     assert_judged(&lg, &r, 0.0).await;
 }
+
+/// #13.1 for encoded bodies: a gzip body far under `offload_body_bytes` as
+/// received (256 KiB) that decodes to megabytes is decoded, parsed and
+/// judged off the async workers (counted in `loopguard_offloaded_total`),
+/// as its decoded size would be, not on the worker serving other
+/// connections.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_small_gzip_body_that_decodes_large_is_judged_off_the_async_workers() {
+    let upstream = mock();
+    let lg = loopguard(&config_for(&upstream.url(), ""));
+    let plain = body(history(300, 8_000, 10));
+    let sent = gzip(plain.as_bytes());
+    assert!(
+        sent.len() < 256 << 10 && plain.len() > 2 << 20,
+        "{} / {}",
+        sent.len(),
+        plain.len()
+    );
+    let r = post(
+        format!("{}/v1/chat/completions", lg.url()),
+        &[("content-encoding", "gzip")],
+        sent,
+    )
+    .await;
+    assert_judged(&lg, &r, 0.0).await;
+    let text = common::metrics(&lg).await;
+    assert!(
+        common::metric_value(&text, "loopguard_offloaded_total") >= 2.0,
+        "the decode, parse and judgement ran on the async worker: {text}"
+    );
+}

@@ -18,6 +18,11 @@ use crate::guard::Guard;
 use crate::route;
 use crate::session::chain::Parsed;
 
+/// Compressed bytes past which an encoded request body is decoded, parsed
+/// and judged off the async workers whatever its size as received (gzip of
+/// repetitive JSON expands a hundredfold and more).
+const ENCODED_OFFLOAD_ABOVE: usize = 4096;
+
 /// A request let in: routed, its body read and (when its dialect is known)
 /// parsed.
 #[derive(Debug)]
@@ -109,7 +114,11 @@ pub(super) async fn admit<'c>(
 
     // loopguard's own time on the request starts here: decoding, parsing and detection count.
     let body_read = Instant::now();
-    let heavy = body.len() > config.server.offload_body_bytes;
+    // An encoded body is judged on what it decodes to, unknown until it is
+    // decoded (a thousandfold for a hostile one): past a small compressed
+    // size its decoding and parse go off the async workers too.
+    let heavy = body.len() > config.server.offload_body_bytes
+        || (body::is_encoded(&parts.headers) && body.len() > ENCODED_OFFLOAD_ABOVE);
     let budget = guard.reserve_parse(config);
     let side = offload
         .run(heavy, || {

@@ -112,7 +112,8 @@ pub(super) async fn decide<'a>(
     let d = view.dialect;
     // Large bodies are judged on the offload pool, never on the async
     // workers; the shared store's load and write are the async frame around it.
-    let heavy = admitted.body.len() > config.server.offload_body_bytes;
+    // Decided on the decoded body: a small compressed body may decode large.
+    let heavy = view.decoded.len() > config.server.offload_body_bytes;
     let probe = offload.run(heavy, || guard.shared_probe(config, &view)).await;
     let begun = guard.shared_begin(probe).await;
     let outbox = begun.as_ref().map(|b| Arc::clone(b.outbox()));
