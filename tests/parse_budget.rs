@@ -167,6 +167,16 @@ fn gzip(bytes: &[u8]) -> Vec<u8> {
     encoder.finish().unwrap_or_else(|e| panic!("{e}"))
 }
 
+/// Posts `sent` to the chat route as a gzip-encoded body.
+async fn post_gzip(lg: &common::Proc, sent: Vec<u8>) -> reqwest::Response {
+    post(
+        format!("{}/v1/chat/completions", lg.url()),
+        &[("content-encoding", "gzip")],
+        sent,
+    )
+    .await
+}
+
 /// A gzip body is parsed from a decoded copy, and that copy counts toward
 /// the parse budget: a looping history that compresses to a few KB but
 /// decodes past the 1 MiB request budget reaches the upstream byte-exact,
@@ -184,12 +194,7 @@ async fn a_gzip_body_decoding_past_the_budget_passes_through_unjudged_and_is_cou
         plain.len(),
         sent.len()
     );
-    let r = post(
-        format!("{}/v1/chat/completions", lg.url()),
-        &[("content-encoding", "gzip")],
-        sent.clone(),
-    )
-    .await;
+    let r = post_gzip(&lg, sent.clone()).await;
     assert_passed_unjudged(&lg, &upstream, r, &sent).await;
 }
 
@@ -200,12 +205,7 @@ async fn a_gzip_body_within_the_budget_is_judged_in_full() {
     let upstream = mock();
     let lg = loopguard(&config_for(&upstream.url(), ""));
     let sent = gzip(body(history(300, 8_000, 10)).as_bytes());
-    let r = post(
-        format!("{}/v1/chat/completions", lg.url()),
-        &[("content-encoding", "gzip")],
-        sent,
-    )
-    .await;
+    let r = post_gzip(&lg, sent).await;
     assert_judged(&lg, &r, 0.0).await;
 }
 
@@ -226,16 +226,11 @@ async fn a_small_gzip_body_that_decodes_large_is_judged_off_the_async_workers() 
         sent.len(),
         plain.len()
     );
-    let r = post(
-        format!("{}/v1/chat/completions", lg.url()),
-        &[("content-encoding", "gzip")],
-        sent,
-    )
-    .await;
+    let r = post_gzip(&lg, sent).await;
     assert_judged(&lg, &r, 0.0).await;
-    let text = common::metrics(&lg).await;
+    let text = metrics(&lg).await;
     assert!(
-        common::metric_value(&text, "loopguard_offloaded_total") >= 2.0,
+        metric_value(&text, "loopguard_offloaded_total") >= 2.0,
         "the decode, parse and judgement ran on the async worker: {text}"
     );
 }
