@@ -173,11 +173,7 @@ impl Shared {
         let client = match redis::Client::open(url.secret()) {
             Ok(c) => c,
             Err(e) => {
-                let text = e.to_string();
-                let text = match &password {
-                    Some(p) if !p.is_empty() => text.replace(p.as_str(), "***"),
-                    _ => text,
-                };
+                let text = scrub(&e, password.as_deref());
                 tracing::error!(url = %url, error = %text, "state store URL rejected; sessions stay in the process");
                 return None;
             }
@@ -262,11 +258,7 @@ impl Shared {
 
     /// An error's text with the URL password, if any, blanked out.
     fn clean(&self, e: &redis::RedisError) -> String {
-        let text = e.to_string();
-        match &self.password {
-            Some(p) if !p.is_empty() => text.replace(p.as_str(), "***"),
-            _ => text,
-        }
+        scrub(e, self.password.as_deref())
     }
 
     fn session_key(&self, key: &str) -> String {
@@ -538,6 +530,15 @@ impl Shared {
                 .filter_map(|b| serde_json::from_slice::<Session>(&b).ok())
                 .collect(),
         )
+    }
+}
+
+/// An error's text with `password`, if any, blanked out.
+fn scrub(e: &redis::RedisError, password: Option<&str>) -> String {
+    let text = e.to_string();
+    match password {
+        Some(p) if !p.is_empty() => text.replace(p, "***"),
+        _ => text,
     }
 }
 
