@@ -42,7 +42,11 @@ fn body(messages: Vec<Value>) -> String {
 /// requests went to the lean form and that none passed unjudged.
 async fn assert_judged(lg: &common::Proc, r: &reqwest::Response, lean: f64) {
     let verdict = verdict_header(r).unwrap_or_default();
-    assert!(verdict.contains("detector=identical_call"), "{verdict:?}");
+    assert!(
+        verdict.contains("detector=identical_call"),
+        "{verdict:?} {}",
+        metrics(lg).await
+    );
     let text = metrics(lg).await;
     assert_eq!(metric_value(&text, "loopguard_parse_lean_total"), lean, "{text}");
     assert_eq!(
@@ -158,6 +162,36 @@ async fn a_twenty_megabyte_history_of_five_thousand_calls_is_fully_judged_by_def
     assert!(sent.len() > 19_000_000, "{} bytes", sent.len());
     let r = post(format!("{}/v1/chat/completions", lg.url()), &[], sent).await;
     assert_judged(&lg, &r, 0.0).await;
+}
+
+/// One assistant message of 30,000 parallel calls (about 2.7 MB, a parse
+/// estimated past the 40 MiB request budget) before a looping end: the
+/// message is parsed a slice at a time into its lean form, so the request
+/// is judged by its call hashes and blocked, not passed unjudged (before,
+/// one item too large to parse whole sent the body through unjudged).
+#[tokio::test(flavor = "multi_thread")]
+async fn one_message_of_thirty_thousand_calls_is_judged_by_its_call_hashes() {
+    let upstream = mock();
+    let budget = "parse_budget_bytes = 67108864\nparse_budget_request_bytes = 41943040";
+    let lg = loopguard(&config_for(&upstream.url(), budget));
+    let calls: Vec<Value> = (0..30_000)
+        .map(|i| {
+            json!({"id": format!("p{i}"), "type": "function",
+                "function": {"name": "read_file", "arguments": json!({"path": format!("src/m{}/f{i}.rs", i % 9)}).to_string()}})
+        })
+        .collect();
+    let mut messages = vec![
+        json!({"role": "user", "content": "Read every file."}),
+        json!({"role": "assistant", "content": "Reading all of them.", "tool_calls": calls}),
+    ];
+    messages.extend(
+        (0..30_000).map(|i| json!({"role": "tool", "tool_call_id": format!("p{i}"), "content": "ok"})),
+    );
+    messages.extend(history(20, 500, 10).into_iter().skip(1));
+    let sent = body(messages);
+    assert!(sent.len() > 3_000_000, "{} bytes", sent.len());
+    let r = post(format!("{}/v1/chat/completions", lg.url()), &[], sent).await;
+    assert_judged(&lg, &r, 1.0).await;
 }
 
 fn gzip(bytes: &[u8]) -> Vec<u8> {

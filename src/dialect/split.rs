@@ -147,6 +147,13 @@ impl<'a> SplitRequest<'a> {
             .collect::<Result<Vec<_>, _>>()?;
         Ok((self.parse)(before, &values))
     }
+
+    /// Parses items given as values (not items of this body: copies of one
+    /// cut into slices, see [`crate::session::slice`]), given the parses of
+    /// the items before them.
+    pub fn parse_values(&self, before: &[HistoryItem], values: &[Value]) -> Vec<HistoryItem> {
+        (self.parse)(before, values)
+    }
 }
 
 /// The request: `head` with the items' messages, and the items' system

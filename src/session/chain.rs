@@ -38,7 +38,7 @@ use serde_json::value::RawValue;
 use xxhash_rust::xxh3::{xxh3_128, xxh3_128_with_seed};
 
 use super::budget::{Reservation, estimate, estimate_kept};
-use super::lean;
+use super::{lean, slice};
 use crate::detect::Settings;
 use crate::dialect::split::assemble;
 use crate::dialect::{Dialect, DialectError, HistoryItem, ParsedRequest};
@@ -93,7 +93,7 @@ fn parsed_size(item: &HistoryItem) -> usize {
         }
 }
 
-fn arguments_size(arguments: &Arguments) -> usize {
+pub(super) fn arguments_size(arguments: &Arguments) -> usize {
     match arguments {
         Arguments::Json(value) => value_size(value),
         Arguments::Unparsable(text) => text.len(),
@@ -374,11 +374,29 @@ impl ChainStore {
             return Ok((Parsed::OverBudget, from));
         }
         while at < split.items.len() {
-            let guess = estimate(split.items[at].get().as_bytes());
-            if !budget.grow(guess) {
-                return Ok((Parsed::OverBudget, from));
+            // A chunk of items at a time (a tool message's parse reads the
+            // calls before it once a chunk), as many as the budget has room
+            // for; slices of one item when the item alone does not fit.
+            let limit = chunk_end(&split.items, at);
+            let (mut end, mut guess) = (at, 0_usize);
+            while end < limit {
+                let next = estimate(split.items[end].get().as_bytes());
+                if !budget.fits(guess.saturating_add(next)) {
+                    break;
+                }
+                guess += next;
+                end += 1;
             }
-            let Ok(new) = split.parse_range(&items, at..at + 1) else {
+            if end == at || !budget.grow(guess) {
+                let Some(item) = slice::lean_item(&split, &mut items, split.items[at], budget, settings)
+                else {
+                    return Ok((Parsed::OverBudget, from));
+                };
+                items.push(item);
+                at += 1;
+                continue;
+            }
+            let Ok(new) = split.parse_range(&items, at..end) else {
                 return full();
             };
             let new: Vec<HistoryItem> = new.iter().map(|i| lean::item(i, settings)).collect();
@@ -387,7 +405,7 @@ impl ChainStore {
                 return Ok((Parsed::OverBudget, from));
             }
             items.extend(new);
-            at += 1;
+            at = end;
         }
         tracing::debug!(
             items = items.len(),
@@ -509,7 +527,7 @@ fn chunk_end(items: &[&RawValue], at: usize) -> usize {
 }
 
 /// What a parsed item weighs in a budget (see [`ITEM_OVERHEAD`]).
-fn weight(item: &HistoryItem) -> usize {
+pub(super) fn weight(item: &HistoryItem) -> usize {
     parsed_size(item) + ITEM_OVERHEAD
 }
 

@@ -1,6 +1,7 @@
 //! The lean form of a parsed history item, for a request past its
 //! parse-memory budget (see [`crate::session::budget`]): calls judged by
-//! their hashes. Each call keeps its id, name, signature and, in its
+//! their hashes. A call with small arguments (at most [`CALL_KEEP`] bytes
+//! parsed) stays as it is; any other keeps its id, name, signature and, in its
 //! [`crate::transcript::Digest`], the identity and echo hashes of its full
 //! arguments, with the arguments themselves bounded (as the shared store
 //! keeps them, [`crate::state::record::lean`]); a tool result or an
@@ -11,7 +12,7 @@
 
 use crate::detect::Settings;
 use crate::dialect::HistoryItem;
-use crate::transcript::{Message, ResultContent, Role, ToolResult, canonical_json};
+use crate::transcript::{Message, ResultContent, Role, ToolCall, ToolResult, canonical_json};
 
 /// Bytes kept of a long tool result or assistant text.
 pub const TEXT_KEEP: usize = 1024;
@@ -33,13 +34,21 @@ fn message(m: &Message, settings: &Settings) -> Message {
             Role::System | Role::User => m.text.clone(),
             Role::Assistant | Role::Tool => cut(&m.text),
         },
-        tool_calls: m
-            .tool_calls
-            .iter()
-            .map(|c| crate::state::record::lean(c, settings))
-            .collect(),
+        tool_calls: m.tool_calls.iter().map(|c| call(c, settings)).collect(),
         tool_results: m.tool_results.iter().map(result).collect(),
     }
+}
+
+/// Bytes of arguments (parsed, estimated as the parse cache weighs them)
+/// up to which a call is kept as it is: its lean form, which carries the
+/// hashes of its full arguments beside a bounded copy, would weigh more.
+pub const CALL_KEEP: usize = 512;
+
+fn call(c: &ToolCall, settings: &Settings) -> ToolCall {
+    if c.digest.is_some() || super::chain::arguments_size(&c.arguments) <= CALL_KEEP {
+        return c.clone();
+    }
+    crate::state::record::lean(c, settings)
 }
 
 fn result(r: &ToolResult) -> ToolResult {

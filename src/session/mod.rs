@@ -19,6 +19,7 @@ pub mod chain;
 pub mod key;
 pub mod lean;
 pub mod semantic_schedule;
+pub mod slice;
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};

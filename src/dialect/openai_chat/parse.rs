@@ -95,8 +95,11 @@ fn parse_items(before: &[HistoryItem], messages: &[Value]) -> Vec<HistoryItem> {
                     .as_deref()
                     .and_then(|id| {
                         names.get(id).cloned().or_else(|| {
-                            let before_names = before_names.get_or_insert_with(|| call_names(before));
-                            before_names.get(id).map(|name| (*name).to_owned())
+                            let name = recent_call_name(before, id).or_else(|| {
+                                let before_names = before_names.get_or_insert_with(|| call_names(before));
+                                before_names.get(id).copied()
+                            });
+                            name.map(str::to_owned)
                         })
                     })
                     .or_else(|| str_field(message, "name"));
@@ -109,6 +112,27 @@ fn parse_items(before: &[HistoryItem], messages: &[Value]) -> Vec<HistoryItem> {
         out.push(HistoryItem::Message(parsed));
     }
     out
+}
+
+/// Items and calls looked at from the end of `before` for a tool message's
+/// call before all of them are indexed (its call is nearly always among the
+/// last: a history parsed a few items at a time then costs no index each).
+const RECENT_ITEMS: usize = 64;
+/// See [`RECENT_ITEMS`].
+const RECENT_CALLS: usize = 256;
+
+/// The tool name of the last call with id `id` among the last
+/// [`RECENT_CALLS`] calls of the last [`RECENT_ITEMS`] items of `items`.
+fn recent_call_name<'a>(items: &'a [HistoryItem], id: &str) -> Option<&'a str> {
+    items
+        .iter()
+        .rev()
+        .take(RECENT_ITEMS)
+        .flat_map(|item| item.messages().iter().rev())
+        .flat_map(|message| message.tool_calls.iter().rev())
+        .take(RECENT_CALLS)
+        .find(|call| call.id.as_deref() == Some(id))
+        .map(|call| call.name.as_str())
 }
 
 /// Call id → tool name of every call with an id in `items`, later calls winning.
