@@ -116,6 +116,29 @@ fn environment_overrides_listen_and_upstreams() {
     }
 }
 
+/// The cap on request bodies in flight must hold one body of the largest
+/// size accepted.
+#[test]
+fn the_bodies_in_flight_hold_at_least_one_largest_body() {
+    let config = load_str(DEFAULT_TOML, "t.toml")
+        .unwrap_or_else(|e| panic!("{e}"))
+        .config;
+    assert_eq!(config.server.max_request_bytes_in_flight, 128 << 20);
+    let text = DEFAULT_TOML.replace(
+        "max_request_bytes_in_flight = 134217728",
+        "max_request_bytes_in_flight = 1048576",
+    );
+    let err = load_str(&text, "t.toml")
+        .err()
+        .unwrap_or_else(|| panic!("expected an error"));
+    assert!(
+        err.to_string().contains(
+            "server.max_request_bytes_in_flight: 1048576 is under server.max_request_bytes (67108864)"
+        ),
+        "{err}"
+    );
+}
+
 /// The parse-memory budget: one request's share must fit in the total, and
 /// neither may be 0; the defaults judge a 20 MB history of 5,000 calls in full.
 #[test]

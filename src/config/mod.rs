@@ -62,6 +62,9 @@ pub struct ServerConfig {
     pub admin_allowed_hosts: Vec<String>,
     /// Request body cap, bytes.
     pub max_request_bytes: usize,
+    /// Cap on the request bodies held at once, all requests together, bytes
+    /// (see [`crate::proxy::body::read_limited`]).
+    pub max_request_bytes_in_flight: usize,
     /// Request bodies over this many bytes are parsed and judged off the
     /// async workers (see [`crate::proxy::offload`]).
     pub offload_body_bytes: usize,
@@ -373,6 +376,15 @@ fn validate_server(raw: &RawConfig, problems: &mut Problems) -> ServerConfig {
             ),
         );
     }
+    if s.max_request_bytes_in_flight < s.max_request_bytes {
+        problems.push(
+            "server.max_request_bytes_in_flight",
+            format!(
+                "{} is under server.max_request_bytes ({}): a body of the largest size accepted must fit",
+                s.max_request_bytes_in_flight, s.max_request_bytes
+            ),
+        );
+    }
     if s.keepalive_secs >= s.idle_timeout_secs && s.idle_timeout_secs > 0 {
         problems.notice(
             "server.keepalive_secs",
@@ -393,6 +405,7 @@ fn validate_server(raw: &RawConfig, problems: &mut Problems) -> ServerConfig {
             "server.max_request_bytes",
             problems,
         )),
+        max_request_bytes_in_flight: to_usize(s.max_request_bytes_in_flight),
         offload_body_bytes: to_usize(s.offload_body_bytes),
         parse_budget_bytes: to_usize(positive(
             s.parse_budget_bytes,

@@ -55,6 +55,10 @@ pub struct RawServer {
     /// Largest request body accepted, in bytes.
     #[serde(default = "default_max_request_bytes")]
     pub max_request_bytes: u64,
+    /// Most bytes of request bodies held at once, all requests together
+    /// (received, or declared by their `Content-Length`).
+    #[serde(default = "default_max_request_bytes_in_flight")]
+    pub max_request_bytes_in_flight: u64,
     /// Request bodies larger than this are parsed and judged off the async
     /// workers, in bytes.
     #[serde(default = "default_offload_body_bytes")]
@@ -119,6 +123,7 @@ impl Default for RawServer {
             admin_token: None,
             admin_allowed_hosts: None,
             max_request_bytes: default_max_request_bytes(),
+            max_request_bytes_in_flight: default_max_request_bytes_in_flight(),
             offload_body_bytes: default_offload_body_bytes(),
             parse_budget_bytes: default_parse_budget_bytes(),
             parse_budget_request_bytes: default_parse_budget_request_bytes(),
@@ -199,6 +204,9 @@ fn default_admin_listen() -> String {
 }
 fn default_max_request_bytes() -> u64 {
     64 * 1024 * 1024
+}
+fn default_max_request_bytes_in_flight() -> u64 {
+    128 << 20
 }
 fn default_max_response_bytes() -> u64 {
     16 * 1024 * 1024

@@ -26,7 +26,7 @@ use crate::detect::{Settings, Verdict, decisive};
 use crate::dialect::{Dialect, ParsedRequest};
 use crate::plan::{PassJudge, Target};
 pub use crate::plan::{RequestDecision, abort_instead_of_block, abort_message};
-use crate::session::budget::{ParseBudget, Reservation};
+use crate::session::budget::{ByteBudget, Reservation};
 use crate::session::chain::{ChainStore, Parsed};
 use crate::session::key::{self, BodyIds};
 use crate::session::{SharedSession, Store};
@@ -102,7 +102,10 @@ pub struct Guard {
     store: Arc<Store>,
     chains: ChainStore,
     /// The parse-memory budget of all requests (see [`crate::session::budget`]).
-    parse_budget: Arc<ParseBudget>,
+    parse_budget: Arc<ByteBudget>,
+    /// The request bodies held by all requests in flight (see
+    /// [`crate::proxy::body::read_limited`]).
+    body_budget: Arc<ByteBudget>,
     judge: crate::semantic::Checker,
     fault_injection: bool,
     /// `[recording]`, when on.
@@ -173,7 +176,8 @@ impl Guard {
         Self {
             store: Arc::new(Store::new(config.sessions.max_sessions, config.sessions.idle_ttl)),
             chains: ChainStore::new(config.sessions.idle_ttl),
-            parse_budget: Arc::new(ParseBudget::default()),
+            parse_budget: Arc::new(ByteBudget::default()),
+            body_budget: Arc::new(ByteBudget::default()),
             judge: crate::semantic::Checker::new(config),
             fault_injection: std::env::var("LOOPGUARD_FAULT_INJECTION").is_ok_and(|v| v == "1"),
             recorder: start_recorder(config),
@@ -217,6 +221,21 @@ impl Guard {
             config.server.parse_budget_request_bytes,
             config.server.parse_budget_bytes,
         )
+    }
+
+    /// A request's share of the bytes of request bodies held at once, within
+    /// `server.max_request_bytes` and, all requests together,
+    /// `server.max_request_bytes_in_flight`.
+    pub fn reserve_body(&self, config: &Config) -> Reservation {
+        self.body_budget.reserve(
+            config.server.max_request_bytes,
+            config.server.max_request_bytes_in_flight,
+        )
+    }
+
+    /// Bytes of request bodies held now, all requests together.
+    pub fn bodies_in_flight(&self) -> usize {
+        self.body_budget.in_use()
     }
 
     /// [`Guard::parse_request`] within `budget`: the full form, else the

@@ -45,6 +45,9 @@ pub(super) struct Admitted<'c> {
     pub(super) side: Option<(Bytes, ParsedRequest)>,
     /// What the parse holds of the parse-memory budget, until the request is done.
     pub(super) parse_budget: crate::session::budget::Reservation,
+    /// What the body holds of `server.max_request_bytes_in_flight`, given
+    /// back when the request is done (on drop).
+    pub(super) _body_budget: crate::session::budget::Reservation,
 }
 
 impl Admitted<'_> {
@@ -95,10 +98,12 @@ pub(super) async fn admit<'c>(
         return Err(Box::new(misrouted(config, matched.route, wanted)));
     }
 
+    let body_budget = guard.reserve_body(config);
     let body = match body::read_limited(
         body,
         config.server.max_request_bytes,
         config.server.client_body_timeout,
+        &body_budget,
     )
     .await
     {
@@ -148,6 +153,7 @@ pub(super) async fn admit<'c>(
         body_read,
         side,
         parse_budget: budget,
+        _body_budget: body_budget,
     })
 }
 

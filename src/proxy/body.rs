@@ -4,37 +4,73 @@
 use std::io::Read;
 
 use axum::body::Body;
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use http::HeaderMap;
 use http::header::CONTENT_ENCODING;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 
 use super::error::ProxyError;
+use crate::session::budget::Reservation;
 
 /// Reads the whole request body, refusing more than `limit` bytes (at once
 /// when its declared `Content-Length` is over, before reading any of it, so
 /// an `Expect: 100-continue` client never sends it) and a body not complete
-/// within `timeout`.
+/// within `timeout`. What it holds is reserved in `held` (its declared
+/// length at once, then what arrives past it), which the caller keeps until
+/// the request is done: all requests' bodies together stay within the
+/// reservation's total, `server.max_request_bytes_in_flight`.
 ///
 /// # Errors
-/// [`ProxyError::BodyTooLarge`] past the limit, [`ProxyError::BodyTimeout`]
-/// when the client is too slow, [`ProxyError::BodyRead`] when the client's
-/// body broke off.
+/// [`ProxyError::BodyTooLarge`] past the limit, [`ProxyError::BodiesInFlight`]
+/// when the body does not fit beside the bodies held by other requests,
+/// [`ProxyError::BodyTimeout`] when the client is too slow,
+/// [`ProxyError::BodyRead`] when the client's body broke off.
 pub async fn read_limited(
     body: Body,
     limit: usize,
     timeout: std::time::Duration,
+    held: &Reservation,
 ) -> Result<Bytes, ProxyError> {
     let declared = axum::body::HttpBody::size_hint(&body).lower();
     if declared > u64::try_from(limit).unwrap_or(u64::MAX) {
         return Err(ProxyError::BodyTooLarge { limit });
     }
-    match tokio::time::timeout(timeout, Limited::new(body, limit).collect()).await {
-        Ok(Ok(collected)) => Ok(collected.to_bytes()),
-        Ok(Err(e)) if e.downcast_ref::<LengthLimitError>().is_some() => {
-            Err(ProxyError::BodyTooLarge { limit })
+    let in_flight = || ProxyError::BodiesInFlight { limit: held.total() };
+    let declared = usize::try_from(declared).unwrap_or(usize::MAX);
+    if !held.grow(declared) {
+        return Err(in_flight());
+    }
+    let read = async {
+        let mut body = Limited::new(body, limit);
+        let mut chunks: Vec<Bytes> = Vec::new();
+        let mut received = 0_usize;
+        while let Some(frame) = body.frame().await {
+            let frame = frame.map_err(|e| {
+                if e.downcast_ref::<LengthLimitError>().is_some() {
+                    ProxyError::BodyTooLarge { limit }
+                } else {
+                    ProxyError::BodyRead(e.to_string())
+                }
+            })?;
+            let Ok(data) = frame.into_data() else { continue };
+            received += data.len();
+            if received > held.held() && !held.grow(received - held.held()) {
+                return Err(in_flight());
+            }
+            chunks.push(data);
         }
-        Ok(Err(e)) => Err(ProxyError::BodyRead(e.to_string())),
+        Ok(match chunks.len() {
+            0 => Bytes::new(),
+            1 => chunks.swap_remove(0),
+            _ => {
+                let mut whole = BytesMut::with_capacity(received);
+                chunks.iter().for_each(|c| whole.extend_from_slice(c));
+                whole.freeze()
+            }
+        })
+    };
+    match tokio::time::timeout(timeout, read).await {
+        Ok(result) => result,
         Err(_) => Err(ProxyError::BodyTimeout {
             secs: timeout.as_secs(),
         }),

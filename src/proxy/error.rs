@@ -48,6 +48,15 @@ pub enum ProxyError {
         /// The configured limit.
         limit: usize,
     },
+    /// The request bodies held at once would pass
+    /// `server.max_request_bytes_in_flight`: answered with `Retry-After`.
+    #[error(
+        "loopguard: too many request bodies are being received at once (server.max_request_bytes_in_flight, {limit} bytes); retry shortly"
+    )]
+    BodiesInFlight {
+        /// The configured limit.
+        limit: usize,
+    },
     /// The client did not send its whole body within `client_body_timeout_secs`.
     #[error("loopguard: the request body did not arrive within {secs} s (server.client_body_timeout_secs)")]
     BodyTimeout {
@@ -84,6 +93,7 @@ impl ProxyError {
             Self::NoRoute { .. } => StatusCode::NOT_FOUND,
             Self::Misrouted { .. } | Self::UnsafePath { .. } => StatusCode::BAD_REQUEST,
             Self::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::BodiesInFlight { .. } => StatusCode::SERVICE_UNAVAILABLE,
             Self::BodyRead(_) => StatusCode::BAD_REQUEST,
             Self::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
             Self::UpstreamUnreachable { .. } => StatusCode::BAD_GATEWAY,
@@ -98,6 +108,7 @@ impl ProxyError {
             Self::Misrouted { .. } => "loopguard_misrouted",
             Self::UnsafePath { .. } => "loopguard_unsafe_path",
             Self::BodyTooLarge { .. } => "loopguard_body_too_large",
+            Self::BodiesInFlight { .. } => "loopguard_request_bytes_in_flight",
             Self::BodyRead(_) => "loopguard_body_read",
             Self::BodyTimeout { .. } => "loopguard_body_timeout",
             Self::UpstreamUnreachable { .. } => "loopguard_upstream_unreachable",
@@ -108,9 +119,19 @@ impl ProxyError {
     /// The error as a response in `provider`'s error shape (OpenAI's when
     /// there is no route).
     pub fn into_response_for(self, provider: Option<Provider>) -> Response {
-        error_response(self.status(), provider, self.code(), &self.to_string())
+        let mut response = error_response(self.status(), provider, self.code(), &self.to_string());
+        if let Self::BodiesInFlight { .. } = self {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static(RETRY_AFTER_SECS));
+        }
+        response
     }
 }
+
+/// The `Retry-After` of [`ProxyError::BodiesInFlight`], seconds: an upload
+/// in flight takes about this long to finish or time out in the common case.
+const RETRY_AFTER_SECS: &str = "1";
 
 /// Builds an error response in a provider's JSON error shape.
 ///
@@ -171,6 +192,7 @@ fn anthropic_type(status: StatusCode) -> &'static str {
         400 => "invalid_request_error",
         404 => "not_found_error",
         413 => "request_too_large",
+        503 => "overloaded_error",
         504 => "timeout_error",
         _ => "api_error",
     }

@@ -14,11 +14,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// Bytes held by the parsed forms of all requests in flight.
 #[derive(Debug, Default)]
-pub struct ParseBudget {
+pub struct ByteBudget {
     in_use: AtomicUsize,
 }
 
-impl ParseBudget {
+impl ByteBudget {
     /// Bytes reserved now, all requests together.
     pub fn in_use(&self) -> usize {
         self.in_use.load(Ordering::Relaxed)
@@ -44,10 +44,10 @@ impl ParseBudget {
     }
 }
 
-/// One request's share of the [`ParseBudget`], released on drop.
+/// One request's share of the [`ByteBudget`], released on drop.
 #[derive(Debug)]
 pub struct Reservation {
-    budget: Arc<ParseBudget>,
+    budget: Arc<ByteBudget>,
     held: AtomicUsize,
     per_request: usize,
     total: usize,
@@ -56,7 +56,12 @@ pub struct Reservation {
 impl Reservation {
     /// An unlimited reservation on a budget of its own (tests, tools).
     pub fn unlimited() -> Self {
-        Arc::new(ParseBudget::default()).reserve(usize::MAX, usize::MAX)
+        Arc::new(ByteBudget::default()).reserve(usize::MAX, usize::MAX)
+    }
+
+    /// The limit of all reservations together, bytes.
+    pub fn total(&self) -> usize {
+        self.total
     }
 
     /// Bytes this reservation holds.
@@ -159,7 +164,7 @@ mod tests {
 
     #[test]
     fn reservations_stay_within_their_own_limit_and_the_total_and_release_on_drop() {
-        let budget = Arc::new(ParseBudget::default());
+        let budget = Arc::new(ByteBudget::default());
         let a = budget.reserve(100, 150);
         assert!(a.grow(80));
         assert!(!a.grow(30), "past its own limit");

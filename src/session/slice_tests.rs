@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use super::super::budget::ParseBudget;
+use super::super::budget::ByteBudget;
 use super::super::chain::{ChainStore, Parsed};
 use super::*;
 use crate::dialect::{Dialect, ParsedRequest};
@@ -34,7 +34,7 @@ fn lean_whole(dialect: Dialect, body: &[u8]) -> ParsedRequest {
 /// `body` parsed within a budget of `per_request` bytes.
 fn parse(dialect: Dialect, body: &[u8], per_request: usize) -> (Parsed, usize) {
     let store = ChainStore::new(Duration::from_secs(60));
-    let budget = Arc::new(ParseBudget::default()).reserve(per_request, per_request);
+    let budget = Arc::new(ByteBudget::default()).reserve(per_request, per_request);
     let parsed = store
         .parse_within(dialect, b"scope", body, &budget, &Settings::default())
         .unwrap();
