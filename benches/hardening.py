@@ -16,8 +16,9 @@ of this script's own (loopback only):
    scripts/measure_parse_memory.py), one and three at once;
 5. slow uploads: ten clients declaring 50 MB and sending 1 byte/s, beside
    ten that send all but the last 4 KiB and then 1 byte/s: when loopguard
-   closes them, its RSS meanwhile; the time to the answer for a declared
-   `Content-Length` over `max_request_bytes`;
+   closes them (HTTP 503 at once for those past
+   `max_request_bytes_in_flight`), its RSS meanwhile; the time to the answer
+   for a declared `Content-Length` over `max_request_bytes`;
 6. a burst of 1,000 connects, each one streamed request (a Gemini SSE text
    answer paced over a second, so every stream is open at once; the same
    burst straight to the mock for reference): errors, p50/p99 time to first
@@ -519,8 +520,14 @@ class SlowUpload:
     def __init__(self, addr, size, first):
         self.sock = socket.create_connection(addr, timeout=60)
         self.started = time.monotonic()
-        self.sock.sendall(upload_head(size) + b" " * first)
         self.closed_after, self.answer = None, b""
+        try:
+            self.sock.sendall(upload_head(size) + b" " * first)
+        except OSError:
+            # Answered while sending (503 past max_request_bytes_in_flight) and closed.
+            with contextlib.suppress(OSError):
+                self.answer = self.sock.recv(200)
+            self.close()
 
     def tick(self):
         """Sends a byte, or notes that loopguard answered or closed."""

@@ -1,7 +1,10 @@
-//! The parse-memory budget (issue #13): what the parsed forms of request
-//! bodies may hold, per request and all requests together, so a body whose
-//! parse grows many times over (a 54 MB history of 10⁶ small calls) cannot
-//! take the process past its memory limit.
+//! Byte budgets of requests in flight (issue #13), per request and all
+//! requests together: the parse-memory budget, what the parsed forms of
+//! request bodies may hold, so a body whose parse grows many times over (a
+//! 54 MB history of 10⁶ small calls) cannot take the process past its
+//! memory limit; and the bodies themselves while they are received and
+//! held (`server.max_request_bytes_in_flight`, see
+//! [`crate::proxy::body::read_limited`]).
 //!
 //! A request's [`Reservation`] grows before each piece of its parse (by an
 //! [`estimate`] of what parsing it allocates) and shrinks to what the parse
@@ -12,7 +15,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-/// Bytes held by the parsed forms of all requests in flight.
+/// Bytes held by all requests in flight (their parsed forms, or their bodies).
 #[derive(Debug, Default)]
 pub struct ByteBudget {
     in_use: AtomicUsize,
