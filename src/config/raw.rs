@@ -56,7 +56,7 @@ pub struct RawServer {
     #[serde(default = "default_max_request_bytes")]
     pub max_request_bytes: u64,
     /// Most bytes of request bodies held at once, all requests together
-    /// (received, or declared by their `Content-Length`).
+    /// (as received).
     #[serde(default = "default_max_request_bytes_in_flight")]
     pub max_request_bytes_in_flight: u64,
     /// Request bodies larger than this are parsed and judged off the async

@@ -15,10 +15,11 @@ use crate::session::budget::Reservation;
 /// Reads the whole request body, refusing more than `limit` bytes (at once
 /// when its declared `Content-Length` is over, before reading any of it, so
 /// an `Expect: 100-continue` client never sends it) and a body not complete
-/// within `timeout`. What it holds is reserved in `held` (its declared
-/// length at once, then what arrives past it), which the caller keeps until
-/// the request is done: all requests' bodies together stay within the
-/// reservation's total, `server.max_request_bytes_in_flight`.
+/// within `timeout`. What it holds is reserved in `held` as it arrives
+/// (what was received, not what was declared: a client that declares a
+/// large body and sends nothing holds nothing), which the caller keeps
+/// until the request is done: all requests' bodies together stay within
+/// the reservation's total, `server.max_request_bytes_in_flight`.
 ///
 /// # Errors
 /// [`ProxyError::BodyTooLarge`] past the limit, [`ProxyError::BodiesInFlight`]
@@ -36,10 +37,6 @@ pub async fn read_limited(
         return Err(ProxyError::BodyTooLarge { limit });
     }
     let in_flight = || ProxyError::BodiesInFlight { limit: held.total() };
-    let declared = usize::try_from(declared).unwrap_or(usize::MAX);
-    if !held.grow(declared) {
-        return Err(in_flight());
-    }
     let read = async {
         let mut body = Limited::new(body, limit);
         let mut chunks: Vec<Bytes> = Vec::new();

@@ -121,9 +121,11 @@ impl ProxyError {
     pub fn into_response_for(self, provider: Option<Provider>) -> Response {
         let mut response = error_response(self.status(), provider, self.code(), &self.to_string());
         if let Self::BodiesInFlight { .. } = self {
-            response
-                .headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from_static(RETRY_AFTER_SECS));
+            let headers = response.headers_mut();
+            headers.insert(header::RETRY_AFTER, HeaderValue::from_static(RETRY_AFTER_SECS));
+            // The rest of the body is not read: the connection cannot carry
+            // another request.
+            headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
         }
         response
     }

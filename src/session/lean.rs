@@ -6,8 +6,8 @@
 //! arguments, with the arguments themselves bounded (as the shared store
 //! keeps them, [`crate::state::record::lean`]); a tool result or an
 //! assistant text longer than [`TEXT_KEEP`] bytes keeps its head and the
-//! hash of the whole (`…#<hash>`), so equal results stay equal and
-//! different ones different. System and user texts stay whole: the session
+//! hash of the whole (`…<hash>…`) and its tail, so equal results stay
+//! equal and different ones different. System and user texts stay whole: the session
 //! key and the lane are derived from them.
 
 use crate::detect::Settings;
@@ -71,21 +71,31 @@ fn result(r: &ToolResult) -> ToolResult {
     }
 }
 
-/// `text` when at most [`TEXT_KEEP`] bytes, else its head and `…#` and the
-/// hash of the whole.
+/// `text` when at most [`TEXT_KEEP`] bytes, else its head (three quarters
+/// of [`TEXT_KEEP`]), the hash of the whole and its tail (the last quarter:
+/// where a growing log or a test run says how it ended). The hash is written
+/// in the letters `g`–`v`, one per hex digit: outcome normalisation masks
+/// hex and other random-looking tokens as volatile
+/// ([`crate::detect::outcome`]), and two results that differ only past the
+/// head must stay different.
 fn cut(text: &str) -> String {
     if text.len() <= TEXT_KEEP {
         return text.to_owned();
     }
-    let mut end = TEXT_KEEP;
-    while !text.is_char_boundary(end) {
-        end -= 1;
+    let mut head = TEXT_KEEP * 3 / 4;
+    while !text.is_char_boundary(head) {
+        head -= 1;
     }
-    format!(
-        "{}…#{:016x}",
-        &text[..end],
-        crate::detect::outcome::hash64(text.as_bytes())
-    )
+    let mut tail = text.len() - TEXT_KEEP / 4;
+    while !text.is_char_boundary(tail) {
+        tail += 1;
+    }
+    let hash = crate::detect::outcome::hash64(text.as_bytes());
+    let word: String = (0..16)
+        .rev()
+        .map(|i| char::from(b'g' + u8::try_from((hash >> (4 * i)) & 0xf).unwrap_or(0)))
+        .collect();
+    format!("{} …{word}… {}", &text[..head], &text[tail..])
 }
 
 #[cfg(test)]
@@ -115,6 +125,25 @@ mod tests {
         ])
     }
 
+    /// Results that differ only past the kept head (a growing log, a test
+    /// run's summary at its end) keep different outcomes in the lean form,
+    /// as in the full one; equal results keep equal ones.
+    #[test]
+    fn results_differing_past_the_head_keep_different_outcomes() {
+        let settings = Settings::default();
+        let outcome = |text: String| {
+            let item = item(&turn(json!({"path": "build.log"}), &text), &settings);
+            crate::detect::outcome::outcome_of(&item.messages()[1].tool_results[0], &settings)
+        };
+        let log = |end: &str| format!("{}\n{end}", "compiling crate ok\n".repeat(80));
+        for (a, b) in [("alpha", "bravo"), ("2 passed", "3 passed"), ("", "FAILED: x")] {
+            assert_ne!(outcome(log(a)).hash, outcome(log(b)).hash, "{a} / {b}");
+        }
+        let middle = |word: &str| format!("{}{word}{}", "a".repeat(2000), "b".repeat(2000));
+        assert_ne!(outcome(middle("one")).hash, outcome(middle("two")).hash);
+        assert_eq!(outcome(log("alpha")).hash, outcome(log("alpha")).hash);
+    }
+
     #[test]
     fn calls_keep_their_signature_and_identity_and_long_texts_their_hash() {
         let settings = Settings::default();
@@ -133,7 +162,7 @@ mod tests {
         let ResultContent::Text(kept) = &l[1].tool_results[0].content else {
             panic!("text result");
         };
-        assert!(kept.len() < TEXT_KEEP + 32 && kept.contains("…#"), "{kept}");
+        assert!(kept.len() < TEXT_KEEP + 32 && kept.contains('…'), "{kept}");
         let other = item(&turn(json!({"path": long}), &"z".repeat(50_001)), &settings);
         assert_ne!(other.messages()[1].tool_results, l[1].tool_results);
     }
