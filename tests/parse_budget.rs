@@ -194,6 +194,58 @@ async fn one_message_of_thirty_thousand_calls_is_judged_by_its_call_hashes() {
     assert_judged(&lg, &r, 1.0).await;
 }
 
+/// The twin that warns: after the same 30,000-call message, three identical
+/// calls get a warning, and in the lean form too it reaches the model: the
+/// upstream gets the body as sent with only the last tool message changed
+/// (the warning appended to it), not a body parsed and written again.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_warning_on_a_lean_request_reaches_the_upstream_in_the_body_as_sent() {
+    let upstream = mock();
+    let budget = "parse_budget_bytes = 67108864\nparse_budget_request_bytes = 41943040";
+    let lg = loopguard(&config_for(&upstream.url(), budget));
+    let calls: Vec<Value> = (0..30_000)
+        .map(|i| {
+            json!({"id": format!("p{i}"), "type": "function",
+                "function": {"name": "read_file", "arguments": json!({"path": format!("src/m{}/f{i}.rs", i % 9)}).to_string()}})
+        })
+        .collect();
+    let mut messages = vec![
+        json!({"role": "user", "content": "Read every file."}),
+        json!({"role": "assistant", "content": "Reading all of them.", "tool_calls": calls}),
+    ];
+    messages.extend(
+        (0..30_000).map(|i| json!({"role": "tool", "tool_call_id": format!("p{i}"), "content": "ok"})),
+    );
+    messages.extend(history(20, 500, 3).into_iter().skip(1));
+    let last_tool = serde_json::to_string(messages.last().unwrap_or(&Value::Null)).unwrap_or_default();
+    let sent = body(messages);
+    let r = post(format!("{}/v1/chat/completions", lg.url()), &[], sent.clone()).await;
+    assert_eq!(r.status(), 200);
+    let _ = r.bytes().await;
+    let seen = mock_requests(&upstream).await;
+    let forwarded = seen[0]["body"].as_str().unwrap_or_default();
+    let carrier = sent
+        .rfind(&last_tool)
+        .unwrap_or_else(|| panic!("no last tool message"));
+    assert_eq!(
+        &forwarded[..carrier],
+        &sent[..carrier],
+        "the body before the warned message changed"
+    );
+    assert!(
+        forwarded[carrier..].contains("[loopguard]"),
+        "{}",
+        &forwarded[carrier..]
+    );
+    assert!(
+        forwarded[carrier..].contains("identical"),
+        "{}",
+        &forwarded[carrier..]
+    );
+    let text = metrics(&lg).await;
+    assert_eq!(metric_value(&text, "loopguard_parse_lean_total"), 1.0, "{text}");
+}
+
 fn gzip(bytes: &[u8]) -> Vec<u8> {
     use std::io::Write;
     let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());

@@ -581,6 +581,22 @@ async fn request_bodies_in_flight_are_capped_and_the_share_comes_back() {
     assert_eq!(mock_requests(&mock).await.len(), 2);
 }
 
+/// A client that goes away in the middle of its body is logged as
+/// `client_disconnected`, not as an answer of loopguard's own.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_client_gone_mid_body_is_logged_as_disconnected() {
+    let (_mock, lg) = pair("");
+    let tcp = connect_and_send(
+        lg.addr,
+        b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-length: 100000\r\n\r\n{\"mo",
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    drop(tcp);
+    let events = lg.wait_log_events("request", 1);
+    assert_eq!(events[0]["outcome"], "client_disconnected", "{}", events[0]);
+}
+
 /// #13.4: a client sending its body at a trickle gets 408 after
 /// `client_body_timeout_secs`; one that never finishes its headers is
 /// disconnected after `client_header_timeout_secs`.

@@ -211,26 +211,19 @@ fn backticked(message: &str) -> Vec<&str> {
     message.split('`').skip(1).step_by(2).collect()
 }
 
-/// The known name closest to a misspelt one, when it is close enough to be
-/// what was meant: at most a third of its letters differ (one always may),
-/// or one is the start of the other (`warn` for `warning`).
+/// The known name closest to a misspelt one (fewest edits), when it is
+/// close enough to be what was meant: at most a third of its letters differ
+/// (one always may), or one is the start of the other (`warn` for
+/// `warning`). A closer name wins over a start (`max_request_bytes_inflight`
+/// is `max_request_bytes_in_flight`, not `max_request_bytes`).
 fn closest<'a>(unknown: &str, known: &[&'a str]) -> Option<&'a str> {
     let limit = (unknown.chars().count() / 3).max(1);
     let prefix =
         |k: &str| unknown.len() >= 3 && k.len() >= 3 && (k.starts_with(unknown) || unknown.starts_with(k));
     known
         .iter()
-        .map(|k| {
-            (
-                if prefix(k) {
-                    0
-                } else {
-                    strsim::damerau_levenshtein(unknown, k)
-                },
-                *k,
-            )
-        })
-        .filter(|(d, _)| *d <= limit)
+        .map(|k| (strsim::damerau_levenshtein(unknown, k), *k))
+        .filter(|(d, k)| *d <= limit || prefix(k))
         .min_by_key(|(d, _)| *d)
         .map(|(_, k)| k)
 }
@@ -302,6 +295,13 @@ mod tests {
         );
         assert_eq!(closest("bogus", &["cycle", "identical_call"]), None);
         assert_eq!(closest("upstrem", &["upstream", "prefix"]), Some("upstream"));
+        assert_eq!(
+            closest(
+                "max_request_bytes_inflight",
+                &["max_request_bytes", "max_request_bytes_in_flight"]
+            ),
+            Some("max_request_bytes_in_flight")
+        );
     }
 
     #[test]

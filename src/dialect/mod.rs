@@ -14,6 +14,7 @@ pub mod gemini;
 mod list;
 pub mod openai_chat;
 pub mod openai_responses;
+pub mod splice;
 pub mod split;
 pub mod write;
 

@@ -76,9 +76,20 @@ impl RequestView<'_> {
     }
 
     /// The body with the warning injected, or `None` when it has no tool result
-    /// to carry it or its parse does not fit the request's budget (then the
-    /// request is forwarded unchanged).
+    /// to carry it or the items to parse do not fit the request's budget
+    /// (then the request is forwarded unchanged). Only the item that carries
+    /// the warning is written again ([`crate::dialect::splice`]); a body that
+    /// does not split is parsed whole, changed and written again.
     pub(super) fn inject(&self, warning: &str) -> Option<Bytes> {
+        use crate::dialect::splice::{Spliced, inject_warning};
+        match inject_warning(self.dialect, self.decoded, warning, self.budget) {
+            Spliced::Injected(body) => return Some(Bytes::from(body)),
+            Spliced::NoCarrier => {
+                tracing::debug!("no tool result to carry the warning; forwarded unchanged");
+                return None;
+            }
+            Spliced::NotDone => {}
+        }
         let cost = crate::session::budget::estimate(self.decoded);
         if let Some(budget) = self.budget {
             if !budget.grow(cost) {

@@ -109,11 +109,12 @@ pub(super) async fn admit<'c>(
     {
         Ok(bytes) => bytes,
         Err(e) => {
-            return Err(Box::new(counted(
-                &matched.route.prefix,
-                "-",
-                e.into_response_for(Some(provider)),
-            )));
+            let gone = matches!(e, ProxyError::BodyRead(_));
+            let mut response = counted(&matched.route.prefix, "-", e.into_response_for(Some(provider)));
+            if gone {
+                response.extensions_mut().insert(super::ClientGone);
+            }
+            return Err(Box::new(response));
         }
     };
 

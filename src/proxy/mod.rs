@@ -91,6 +91,11 @@ struct OwnAnswer {
     dialect: &'static str,
 }
 
+/// Marks an answer to a client that went away while sending its body: its
+/// `request` event says `outcome="client_disconnected"` (nobody reads the answer).
+#[derive(Debug, Clone, Copy)]
+struct ClientGone;
+
 /// Counts a response loopguard wrote itself in `loopguard_requests_total`
 /// and marks it for its `request` event ([`logged`]).
 fn counted(route: &str, dialect: &'static str, mut response: Response) -> Response {
@@ -113,6 +118,11 @@ fn counted(route: &str, dialect: &'static str, mut response: Response) -> Respon
 /// out, a request-time block or abort).
 fn logged(mut response: Response, started: Instant) -> Response {
     let own = response.extensions_mut().remove::<OwnAnswer>();
+    let outcome = if response.extensions_mut().remove::<ClientGone>().is_some() {
+        "client_disconnected"
+    } else {
+        "answered_by_loopguard"
+    };
     let (route, dialect) = own.map_or(("-".to_owned(), "-"), |o| (o.route, o.dialect));
     let verdict = response
         .headers()
@@ -125,7 +135,7 @@ fn logged(mut response: Response, started: Instant) -> Response {
         status = response.status().as_u16(),
         duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
         verdict,
-        outcome = "answered_by_loopguard",
+        outcome,
         "request"
     );
     response
