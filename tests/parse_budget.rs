@@ -164,16 +164,13 @@ async fn a_twenty_megabyte_history_of_five_thousand_calls_is_fully_judged_by_def
     assert_judged(&lg, &r, 0.0).await;
 }
 
-/// One assistant message of 30,000 parallel calls (about 2.7 MB, a parse
-/// estimated past the 40 MiB request budget) before a looping end: the
-/// message is parsed a slice at a time into its lean form, so the request
-/// is judged by its call hashes and blocked, not passed unjudged (before,
-/// one item too large to parse whole sent the body through unjudged).
-#[tokio::test(flavor = "multi_thread")]
-async fn one_message_of_thirty_thousand_calls_is_judged_by_its_call_hashes() {
-    let upstream = mock();
-    let budget = "parse_budget_bytes = 67108864\nparse_budget_request_bytes = 41943040";
-    let lg = loopguard(&config_for(&upstream.url(), budget));
+/// A request budget of 40 MiB (of 64 MiB in all).
+const BUDGET_40_MIB: &str = "parse_budget_bytes = 67108864\nparse_budget_request_bytes = 41943040";
+
+/// A history of one assistant message of 30,000 parallel calls and their
+/// results (about 2.7 MB, a parse estimated past 40 MiB), then 20 tool
+/// cycles whose last `looping` are the same call with the same result.
+fn thirty_thousand_calls_then(looping: usize) -> Vec<Value> {
     let calls: Vec<Value> = (0..30_000)
         .map(|i| {
             json!({"id": format!("p{i}"), "type": "function",
@@ -187,7 +184,20 @@ async fn one_message_of_thirty_thousand_calls_is_judged_by_its_call_hashes() {
     messages.extend(
         (0..30_000).map(|i| json!({"role": "tool", "tool_call_id": format!("p{i}"), "content": "ok"})),
     );
-    messages.extend(history(20, 500, 10).into_iter().skip(1));
+    messages.extend(history(20, 500, looping).into_iter().skip(1));
+    messages
+}
+
+/// One assistant message of 30,000 parallel calls (about 2.7 MB, a parse
+/// estimated past the 40 MiB request budget) before a looping end: the
+/// message is parsed a slice at a time into its lean form, so the request
+/// is judged by its call hashes and blocked, not passed unjudged (before,
+/// one item too large to parse whole sent the body through unjudged).
+#[tokio::test(flavor = "multi_thread")]
+async fn one_message_of_thirty_thousand_calls_is_judged_by_its_call_hashes() {
+    let upstream = mock();
+    let lg = loopguard(&config_for(&upstream.url(), BUDGET_40_MIB));
+    let messages = thirty_thousand_calls_then(10);
     let sent = body(messages);
     assert!(sent.len() > 3_000_000, "{} bytes", sent.len());
     let r = post(format!("{}/v1/chat/completions", lg.url()), &[], sent).await;
@@ -201,22 +211,8 @@ async fn one_message_of_thirty_thousand_calls_is_judged_by_its_call_hashes() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_warning_on_a_lean_request_reaches_the_upstream_in_the_body_as_sent() {
     let upstream = mock();
-    let budget = "parse_budget_bytes = 67108864\nparse_budget_request_bytes = 41943040";
-    let lg = loopguard(&config_for(&upstream.url(), budget));
-    let calls: Vec<Value> = (0..30_000)
-        .map(|i| {
-            json!({"id": format!("p{i}"), "type": "function",
-                "function": {"name": "read_file", "arguments": json!({"path": format!("src/m{}/f{i}.rs", i % 9)}).to_string()}})
-        })
-        .collect();
-    let mut messages = vec![
-        json!({"role": "user", "content": "Read every file."}),
-        json!({"role": "assistant", "content": "Reading all of them.", "tool_calls": calls}),
-    ];
-    messages.extend(
-        (0..30_000).map(|i| json!({"role": "tool", "tool_call_id": format!("p{i}"), "content": "ok"})),
-    );
-    messages.extend(history(20, 500, 3).into_iter().skip(1));
+    let lg = loopguard(&config_for(&upstream.url(), BUDGET_40_MIB));
+    let messages = thirty_thousand_calls_then(3);
     let last_tool = serde_json::to_string(messages.last().unwrap_or(&Value::Null)).unwrap_or_default();
     let sent = body(messages);
     let r = post(format!("{}/v1/chat/completions", lg.url()), &[], sent.clone()).await;

@@ -167,14 +167,7 @@ pub fn assemble(mut head: ParsedRequest, items: impl IntoIterator<Item = History
             HistoryItem::Message(message) => messages.push(message),
             HistoryItem::Messages(turns) => messages.extend(turns),
             HistoryItem::Part(part) => match messages.last_mut() {
-                Some(last) if last.role == part.role => {
-                    if !last.text.is_empty() && !part.text.is_empty() {
-                        last.text.push('\n');
-                    }
-                    last.text.push_str(&part.text);
-                    last.tool_calls.extend(part.tool_calls);
-                    last.tool_results.extend(part.tool_results);
-                }
+                Some(last) if last.role == part.role => append_turn(last, part),
                 _ => messages.push(part),
             },
             HistoryItem::Compaction => head.transcript.compactions += 1,
@@ -188,6 +181,17 @@ pub fn assemble(mut head: ParsedRequest, items: impl IntoIterator<Item = History
         head.transcript.system = system.join("\n");
     }
     head
+}
+
+/// Appends `part` to the turn `last` of the same role: its text on a new
+/// line, its calls and results after `last`'s.
+pub fn append_turn(last: &mut Message, part: Message) {
+    if !last.text.is_empty() && !part.text.is_empty() {
+        last.text.push('\n');
+    }
+    last.text.push_str(&part.text);
+    last.tool_calls.extend(part.tool_calls);
+    last.tool_results.extend(part.tool_results);
 }
 
 /// Splits a JSON object body into its other fields (parsed) and the items of

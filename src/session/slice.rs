@@ -22,7 +22,7 @@ use super::budget::{Reservation, estimate};
 use super::lean;
 use crate::detect::Settings;
 use crate::dialect::HistoryItem;
-use crate::dialect::split::{SplitRequest, split_object};
+use crate::dialect::split::{SplitRequest, append_turn, split_object};
 use crate::transcript::Message;
 
 /// Fewest raw bytes in a slice (fewer only for the last).
@@ -194,14 +194,7 @@ fn join(item: &mut HistoryItem, part: HistoryItem, with_text: bool) {
             continue;
         }
         match turns.iter_mut().find(|t| t.role == next.role) {
-            Some(turn) => {
-                if !turn.text.is_empty() && !next.text.is_empty() {
-                    turn.text.push('\n');
-                }
-                turn.text.push_str(&next.text);
-                turn.tool_calls.extend(next.tool_calls);
-                turn.tool_results.extend(next.tool_results);
-            }
+            Some(turn) => append_turn(turn, next),
             None => turns.push(next),
         }
     }
