@@ -20,9 +20,16 @@ fn split(data: &[u8], pieces: &[&[u8]]) -> (Vec<ArrayElement>, Result<(), SplitE
     let end = result.and_then(|()| splitter.finish());
     let mut at = 0;
     for e in &elements {
-        assert!(e.start >= at && e.end > e.start && e.end <= data.len() as u64, "{e:?}");
+        assert!(
+            e.start >= at && e.end > e.start && e.end <= data.len() as u64,
+            "{e:?}"
+        );
         let bytes = &data[e.start as usize..e.end as usize];
-        assert_eq!(e.text, String::from_utf8_lossy(bytes), "an element is its own bytes");
+        assert_eq!(
+            e.text,
+            String::from_utf8_lossy(bytes),
+            "an element is its own bytes"
+        );
         at = e.end;
     }
     (elements, end)

@@ -14,7 +14,11 @@ fuzz_target!(|input: &[u8]| {
     if let Some(Ok(split)) = dialect.split_request(body) {
         if let (Ok(items), Ok(whole)) = (split.parse_items(&[], 0), &whole) {
             let head = split.head.clone();
-            assert_eq!(&assemble(head, items), whole, "split parse differs from the whole parse");
+            assert_eq!(
+                &assemble(head, items),
+                whole,
+                "split parse differs from the whole parse"
+            );
         }
     }
 });

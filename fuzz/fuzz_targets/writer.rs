@@ -47,7 +47,9 @@ fn decision(b: u8) -> Decision {
 }
 
 fuzz_target!(|input: &[u8]| {
-    let [which, framing, behaviour, seed, body @ ..] = input else { return };
+    let [which, framing, behaviour, seed, body @ ..] = input else {
+        return;
+    };
     let dialect = common::dialect(*which);
     let mode = match framing % 3 {
         0 => Mode::Sse,
@@ -55,7 +57,8 @@ fuzz_target!(|input: &[u8]| {
         _ => Mode::JsonArray,
     };
     let on_calls = decision(*behaviour);
-    let at_event = (behaviour & 0x10 != 0).then(|| (usize::from((behaviour >> 5) & 3) + 1, decision(behaviour >> 2)));
+    let at_event =
+        (behaviour & 0x10 != 0).then(|| (usize::from((behaviour >> 5) & 3) + 1, decision(behaviour >> 2)));
     let quiet = on_calls == Decision::Pass && at_event.as_ref().is_none_or(|(_, d)| *d == Decision::Pass);
     let max_held = if behaviour & 0x80 != 0 { 256 } else { 1 << 20 };
     let mut judge = Scripted {
@@ -63,7 +66,13 @@ fuzz_target!(|input: &[u8]| {
         at_event,
         events: 0,
     };
-    let mut holder = Holder::new(Tap::new(dialect, mode, 1 << 20), dialect, mode, seed & 1 == 0, max_held);
+    let mut holder = Holder::new(
+        Tap::new(dialect, mode, 1 << 20),
+        dialect,
+        mode,
+        seed & 1 == 0,
+        max_held,
+    );
     let mut out = Vec::new();
     let mut stopped = false;
     for piece in common::chunks(body, *seed) {

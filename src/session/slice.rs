@@ -152,11 +152,14 @@ fn largest_array(raw: &RawValue) -> Option<String> {
         .map(|(key, _)| key)
 }
 
-/// The envelope's short scalars (role, type, ids), for the copies after the first.
+/// The envelope's short scalars (ids, flags) and its `role` and `type`
+/// whatever their length (they decide how the item parses), for the copies
+/// after the first.
 fn scalars(envelope: &Map<String, Value>) -> Map<String, Value> {
     envelope
         .iter()
-        .filter(|(_, value)| match value {
+        .filter(|(key, value)| match value {
+            _ if matches!(key.as_str(), "role" | "type") => true,
             Value::String(text) => text.len() <= KEPT_SCALAR_BYTES,
             Value::Array(_) | Value::Object(_) => false,
             _ => true,
