@@ -95,6 +95,18 @@ impl Reservation {
         own.min(self.total.saturating_sub(self.budget.in_use()))
     }
 
+    /// Grows or shrinks to hold exactly `bytes`: `false` (and nothing
+    /// changed) when growing does not fit.
+    pub fn hold(&self, bytes: usize) -> bool {
+        let held = self.held();
+        if bytes <= held {
+            self.shrink(held - bytes);
+            true
+        } else {
+            self.grow(bytes - held)
+        }
+    }
+
     /// Shrinks by `bytes` (at most what it holds).
     pub fn shrink(&self, bytes: usize) {
         let bytes = bytes.min(self.held());

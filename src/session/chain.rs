@@ -341,10 +341,7 @@ impl ChainStore {
             chain.items.extend(new);
             at = end;
             // Hold what the items weigh, not the guess.
-            let held = chain.weight();
-            if held <= budget.held() {
-                budget.shrink(budget.held() - held);
-            } else if !budget.grow(held - budget.held()) {
+            if !budget.hold(chain.weight()) {
                 lean = true;
             }
         }

@@ -51,9 +51,9 @@ pub fn lean_item(
     let held = budget.held();
     let item = parse_sliced(split, before, raw, budget, settings);
     match item {
-        Some(item) if grow_to(budget, held + super::chain::weight(&item)) => Some(item),
+        Some(item) if budget.hold(held + super::chain::weight(&item)) => Some(item),
         _ => {
-            grow_to(budget, held);
+            budget.hold(held);
             None
         }
     }
@@ -206,17 +206,6 @@ fn join(item: &mut HistoryItem, part: HistoryItem, with_text: bool) {
         1 if !was_many => HistoryItem::Message(turns.remove(0)),
         _ => HistoryItem::Messages(turns),
     };
-}
-
-/// Grows or shrinks `budget` to hold `bytes`: `false` when growing does not fit.
-fn grow_to(budget: &Reservation, bytes: usize) -> bool {
-    let held = budget.held();
-    if bytes <= held {
-        budget.shrink(held - bytes);
-        true
-    } else {
-        budget.grow(bytes - held)
-    }
 }
 
 #[cfg(test)]
