@@ -19,7 +19,8 @@
 //! Validation reports every problem with its key path; the threshold ladder
 //! is repaired with a notice naming the key (DESIGN §3).
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock, Mutex, PoisonError};
 use std::time::Duration;
 
 use regex::Regex;
@@ -263,13 +264,41 @@ fn regexes(list: &[String], path: &str, anchor: bool, problems: &mut Problems) -
         .enumerate()
         .filter_map(|(i, p)| {
             let text = if anchor { format!("^(?:{p})") } else { p.clone() };
-            Regex::new(&text)
+            compile(text)
                 .map_err(|e| {
                     problems.push(format!("{path}[{i}]"), format!("{p:?} is not a valid regex: {e}"))
                 })
                 .ok()
         })
         .collect()
+}
+
+/// Patterns compiled before, by their text: a reload (or `check-config`,
+/// or a test building settings) compiles the same few dozen built-in
+/// patterns again, which took most of a config load (over half of its time
+/// in a profile of the config fuzz target). A [`Regex`] clone shares its
+/// compiled program. At most [`COMPILED_KEPT`] patterns are kept, so a
+/// config file of many patterns costs one compile each, as before.
+static COMPILED: LazyLock<Mutex<HashMap<String, Regex>>> = LazyLock::new(Mutex::default);
+/// See [`COMPILED`].
+const COMPILED_KEPT: usize = 256;
+
+/// `text` compiled, from [`COMPILED`] when it was compiled before.
+fn compile(text: String) -> Result<Regex, regex::Error> {
+    let kept = COMPILED
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .get(&text)
+        .cloned();
+    if let Some(regex) = kept {
+        return Ok(regex);
+    }
+    let regex = Regex::new(&text)?;
+    let mut map = COMPILED.lock().unwrap_or_else(PoisonError::into_inner);
+    if map.len() < COMPILED_KEPT {
+        map.insert(text, regex.clone());
+    }
+    Ok(regex)
 }
 
 /// A built-in tool matcher: name and (argument, accepted values).
@@ -493,4 +522,32 @@ fn ladders(raw: &RawLoopDetection, s: &mut Settings, path: &str, problems: &mut 
         problems,
     );
     s.detectors[DetectorKind::SemanticLoop.index()].enabled = s.semantic_check.enabled;
+}
+
+#[cfg(test)]
+mod compiled_tests {
+    use super::*;
+
+    #[test]
+    fn a_pattern_compiled_again_comes_from_the_kept_ones_which_stay_bounded() {
+        let text = "^compiled-again-[0-9]+$".to_owned();
+        let first = compile(text.clone()).expect("valid");
+        let kept = COMPILED
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .contains_key(&text);
+        let again = compile(text).expect("valid");
+        assert_eq!(first.as_str(), again.as_str());
+        assert!(again.is_match("compiled-again-42"));
+        // Kept unless other tests filled the map first.
+        assert!(kept || COMPILED.lock().unwrap_or_else(PoisonError::into_inner).len() >= COMPILED_KEPT);
+        for i in 0..COMPILED_KEPT + 10 {
+            compile(format!("bounded-{i}")).expect("valid");
+        }
+        assert!(COMPILED.lock().unwrap_or_else(PoisonError::into_inner).len() <= COMPILED_KEPT);
+        assert!(
+            compile("(unclosed".to_owned()).is_err(),
+            "an invalid pattern is still an error"
+        );
+    }
 }
