@@ -525,6 +525,7 @@ fn ladders(raw: &RawLoopDetection, s: &mut Settings, path: &str, problems: &mut 
 }
 
 #[cfg(test)]
+#[expect(clippy::expect_used, reason = "test")]
 mod compiled_tests {
     use super::*;
 
