@@ -460,6 +460,24 @@ fn the_person_speaking_restarts_a_streak() {
     }
 }
 
+/// The person speaking right after the loop's last result (an interjection
+/// sent with the results, no model turn between) lifts the verdict: the
+/// request carrying the person's words reaches the model unjudged, where
+/// the request before it, the same history without them, was blocked.
+#[test]
+fn the_person_speaking_after_the_last_result_is_not_blocked() {
+    for d in ALL {
+        let mut s = Scenario::new(TOOLS);
+        let read = call("read_file", json!({"path": "a.py"}), text("print(1)"));
+        s.repeat(read, 5);
+        s.push(Step::User("Stop re-reading a.py; the bug is in b.py.".into()));
+        let v = s.judge(d);
+        let at = |request: usize| v.iter().filter(|x| x.request == request).map(|x| x.level).max();
+        assert_eq!(at(4), Some(L::Critical), "{d:?}: the 5th read is blocked: {v:?}");
+        assert_eq!(at(5), None, "{d:?}: the person's request is not: {v:?}");
+    }
+}
+
 /// A text-protocol agent writing six files with heredocs: each screen is the
 /// same empty prompt, and the agent's short acknowledgement repeats; neither
 /// is a failure: silent.

@@ -124,12 +124,19 @@ impl SessionState {
         // The last turn's steps: its tool cycles, or its text turn, plus any
         // canned replies after it.
         let n = steps.len();
+        // The person spoke after the last turn (in this request, after the
+        // loop's last result): the streaks it ended are over, and the
+        // person's words must reach the model, not a verdict on what came
+        // before them.
+        let person_spoke_last = steps.last().is_some_and(|s| s.epoch < self.epoch);
         let canned = steps
             .iter()
             .rev()
             .take_while(|s| s.kind == StepKind::Canned)
             .count();
-        if let Some(last) = steps.len().checked_sub(canned + 1).map(|i| steps[i]) {
+        if person_spoke_last {
+            // Only the request-level detectors below.
+        } else if let Some(last) = steps.len().checked_sub(canned + 1).map(|i| steps[i]) {
             let first = if last.cycle().is_some() {
                 n - canned
                     - steps[..n - canned]

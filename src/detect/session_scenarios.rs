@@ -298,3 +298,28 @@ fn a_run_of_canned_reminders_without_model_turns_counts_each() {
     }
     assert_eq!(level(&v, D::ConsecutiveFailures), Some(L::Critical), "{v:#?}");
 }
+
+/// The person speaking in the same request as the loop's last result (no
+/// model turn between: an interjection sent with the results) ends the
+/// streak there: the request reaches the model with the person's words
+/// instead of a verdict on the calls before them, and the next identical
+/// call counts from one. Its twin without the person is blocked.
+#[test]
+fn the_person_speaking_after_the_last_result_lifts_that_request_verdict() {
+    for d in DIALECTS {
+        let mut twin = Run::new(d, TOOLS);
+        let mut r = Run::new(d, TOOLS);
+        for _ in 0..4 {
+            twin.call("read_file", json!({"path": "a.rs"}), "x", false);
+            r.call("read_file", json!({"path": "a.rs"}), "x", false);
+        }
+        let blocked = twin.call("read_file", json!({"path": "a.rs"}), "x", false);
+        assert_eq!(level(&blocked, D::IdenticalCall), Some(L::Critical), "{d:?}");
+        r.b.call("read_file", json!({"path": "a.rs"}), "x", false)
+            .say(Role::User, "Stop reading a.rs, look at b.rs instead.");
+        let v = r.send();
+        assert!(v.is_empty(), "{d:?}: {v:#?}");
+        let next = r.call("read_file", json!({"path": "a.rs"}), "x", false);
+        assert!(next.is_empty(), "{d:?}: the streak restarted: {next:#?}");
+    }
+}
