@@ -38,7 +38,7 @@ fn transcript(cycles: usize) -> Transcript {
     Transcript {
         system: "You are a coding agent.".into(),
         tools: vec!["read_file".into(), "edit_file".into()],
-        messages,
+        messages: messages.into(),
         compactions: 0,
     }
 }

@@ -30,7 +30,7 @@ fn summarizer_prompts_of_known_agents_are_recognised() {
         "The messages above are a conversation to summarize. Create a structured context checkpoint summary…",
     ] {
         let mut t = long_session();
-        t.messages.push(Message::text(Role::User, prompt));
+        t.messages_mut().push(Message::text(Role::User, prompt));
         assert_eq!(classify(None, &t, &s), Classification::Summarizer, "{prompt}");
     }
     let t = Transcript {
@@ -47,13 +47,14 @@ fn compaction_fresh_start_and_pruning_are_told_apart() {
     let before = long_session();
     let prev = RequestSummary::of(&before, &s);
     let mut compacted = Builder::new(Dialect::OpenAi, &["read"]).request();
-    compacted.messages[0].text = "<state_snapshot><overall_goal>fix</overall_goal></state_snapshot>".into();
+    compacted.messages_mut()[0].text =
+        "<state_snapshot><overall_goal>fix</overall_goal></state_snapshot>".into();
     assert_eq!(
         classify(Some(&prev), &compacted, &s),
         Classification::Compacted(Evidence::SummaryPrefix)
     );
     let mut replaced = Builder::new(Dialect::OpenAi, &["read"]).request();
-    replaced.messages[0].text = "Earlier we read files 0..9; continue with the fix.".into();
+    replaced.messages_mut()[0].text = "Earlier we read files 0..9; continue with the fix.".into();
     assert_eq!(
         classify(Some(&prev), &replaced, &s),
         Classification::Compacted(Evidence::ReplacedHistory)
@@ -61,7 +62,7 @@ fn compaction_fresh_start_and_pruning_are_told_apart() {
     let fresh = Builder::new(Dialect::OpenAi, &["read"]).request();
     assert_eq!(classify(Some(&prev), &fresh, &s), Classification::FreshStart);
     let mut pruned = before.clone();
-    if let Some(m) = pruned.messages.get_mut(2) {
+    if let Some(m) = pruned.messages_mut().get_mut(2) {
         m.tool_results.clear();
     }
     assert_eq!(classify(Some(&prev), &pruned, &s), Classification::Continuation);

@@ -123,7 +123,7 @@ fn rewrite(t: &Transcript, ops: &[u8], drops: bool) -> Transcript {
         }
         kept.push(m);
     }
-    out.messages = kept;
+    out.messages = kept.into();
     out
 }
 
@@ -184,7 +184,7 @@ fn a_reminder_clipped_from_the_next_request_on_still_counts_each_time() {
         let t = b.request();
         let mut c = t.clone();
         let newest = c.messages.len() - 1;
-        for m in &mut c.messages[..newest] {
+        for m in &mut c.messages_mut()[..newest] {
             if m.text == WHOLE {
                 m.text = CLIPPED.to_owned();
             }

@@ -237,7 +237,7 @@ fn post_compaction_loop_and_compaction_storm_break() {
     let ids = r.b.next_id;
     r.b = super::testkit::Builder::new(Dialect::OpenAi, TOOLS);
     r.b.next_id = ids;
-    r.b.t.messages[0].text =
+    r.b.t.messages_mut()[0].text =
         "This session is being continued from a previous conversation. Summary: reading a.rs".into();
     let mut v = Vec::new();
     for i in 1..=3 {

@@ -152,7 +152,7 @@ fn a_huge_batch_is_judged_in_linear_time() {
 /// call of the response it chains to is put first).
 fn delta(round: usize, result: &str) -> Transcript {
     let mut b = Builder::new(Dialect::OpenAi, &["list_directory"]);
-    b.t.messages.clear();
+    b.t.messages_mut().clear();
     b.next_id = round * 10;
     b.call("list_directory", json!({"path": "."}), result, false);
     b.request()

@@ -27,7 +27,7 @@ impl Builder {
         let t = Transcript {
             system: "You are a coding agent.".into(),
             tools: tools.iter().map(|s| (*s).to_owned()).collect(),
-            messages: vec![Message::text(Role::User, "Fix the failing test in the repo.")],
+            messages: vec![Message::text(Role::User, "Fix the failing test in the repo.")].into(),
             compactions: 0,
         };
         Self {
@@ -78,7 +78,7 @@ impl Builder {
                 }
             });
         }
-        self.t.messages.push(Message {
+        self.t.messages_mut().push(Message {
             role: Role::Assistant,
             text: String::new(),
             tool_calls,
@@ -89,7 +89,7 @@ impl Builder {
         } else {
             Role::User
         };
-        self.t.messages.push(Message {
+        self.t.messages_mut().push(Message {
             role,
             text: String::new(),
             tool_calls: Vec::new(),
@@ -102,7 +102,7 @@ impl Builder {
     pub fn raw_call(&mut self, name: &str, raw: &str, result: &str) -> &mut Self {
         self.next_id += 1;
         let id = format!("call_{}", self.next_id);
-        self.t.messages.push(Message {
+        self.t.messages_mut().push(Message {
             role: Role::Assistant,
             text: String::new(),
             tool_calls: vec![ToolCall::new(
@@ -112,7 +112,7 @@ impl Builder {
             )],
             tool_results: Vec::new(),
         });
-        self.t.messages.push(Message {
+        self.t.messages_mut().push(Message {
             role: Role::Tool,
             text: String::new(),
             tool_calls: Vec::new(),
@@ -128,7 +128,7 @@ impl Builder {
 
     /// A message of some role with text only.
     pub fn say(&mut self, role: Role, text: &str) -> &mut Self {
-        self.t.messages.push(Message::text(role, text));
+        self.t.messages_mut().push(Message::text(role, text));
         self
     }
 

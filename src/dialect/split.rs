@@ -14,6 +14,7 @@
 //! [`Dialect::split_request`]: super::Dialect::split_request
 
 use std::fmt;
+use std::sync::Arc;
 
 use serde::de::{Deserializer, MapAccess, Visitor};
 use serde_json::value::RawValue;
@@ -160,20 +161,41 @@ impl<'a> SplitRequest<'a> {
 /// texts joined by newlines after the head's own (Responses `instructions`).
 pub fn assemble(mut head: ParsedRequest, items: impl IntoIterator<Item = HistoryItem>) -> ParsedRequest {
     let mut system: Vec<String> = Vec::new();
-    let messages = &mut head.transcript.messages;
+    let messages = Arc::make_mut(&mut head.transcript.messages);
     for item in items {
         match item {
             HistoryItem::System(text) => system.push(text),
-            HistoryItem::Message(message) => messages.push(message),
-            HistoryItem::Messages(turns) => messages.extend(turns),
-            HistoryItem::Part(part) => match messages.last_mut() {
-                Some(last) if last.role == part.role => append_turn(last, part),
-                _ => messages.push(part),
-            },
             HistoryItem::Compaction => head.transcript.compactions += 1,
             HistoryItem::Summarize => head.summarizer = true,
+            turns => push_turns(messages, turns),
         }
     }
+    with_system(head, system)
+}
+
+/// [`assemble`] for items whose turns were assembled already (`turns`,
+/// pushed one item at a time with [`push_turns`]): the request shares them
+/// instead of copying every item's turns again. The rest (system texts,
+/// compactions, a summarize request) is read from `items`.
+pub fn assemble_shared(
+    mut head: ParsedRequest,
+    items: &[HistoryItem],
+    turns: Arc<Vec<Message>>,
+) -> ParsedRequest {
+    let mut system: Vec<String> = Vec::new();
+    for item in items {
+        match item {
+            HistoryItem::System(text) => system.push(text.clone()),
+            HistoryItem::Compaction => head.transcript.compactions += 1,
+            HistoryItem::Summarize => head.summarizer = true,
+            HistoryItem::Message(_) | HistoryItem::Messages(_) | HistoryItem::Part(_) => {}
+        }
+    }
+    head.transcript.messages = turns;
+    with_system(head, system)
+}
+
+fn with_system(mut head: ParsedRequest, mut system: Vec<String>) -> ParsedRequest {
     if !system.is_empty() {
         if !head.transcript.system.is_empty() {
             system.insert(0, std::mem::take(&mut head.transcript.system));
@@ -181,6 +203,60 @@ pub fn assemble(mut head: ParsedRequest, items: impl IntoIterator<Item = History
         head.transcript.system = system.join("\n");
     }
     head
+}
+
+/// Adds an item's turns to `messages`: its messages, or its part joined to
+/// the last turn of the same role (see [`HistoryItem::Part`]). Items that
+/// make no turn add nothing.
+pub fn push_turns(messages: &mut Vec<Message>, item: HistoryItem) {
+    match item {
+        HistoryItem::Message(message) => messages.push(message),
+        HistoryItem::Messages(turns) => messages.extend(turns),
+        HistoryItem::Part(part) => match messages.last_mut() {
+            Some(last) if last.role == part.role => append_turn(last, part),
+            _ => messages.push(part),
+        },
+        HistoryItem::System(_) | HistoryItem::Compaction | HistoryItem::Summarize => {}
+    }
+}
+
+/// Where assembled turns stood after an item: how many turns, and the last
+/// one's text, call and result lengths. A later item only adds turns or
+/// appends to the last one ([`push_turns`]), so [`TurnsMark::cut`] gives
+/// back the turns as they were.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TurnsMark {
+    messages: usize,
+    text: usize,
+    calls: usize,
+    results: usize,
+}
+
+impl TurnsMark {
+    /// Where `messages` stand now.
+    pub fn of(messages: &[Message]) -> Self {
+        messages.last().map_or_else(Self::default, |last| Self {
+            messages: messages.len(),
+            text: last.text.len(),
+            calls: last.tool_calls.len(),
+            results: last.tool_results.len(),
+        })
+    }
+
+    /// How many turns there were.
+    pub fn messages(self) -> usize {
+        self.messages
+    }
+
+    /// Cuts `messages` back to where they stood at this mark.
+    pub fn cut(self, messages: &mut Vec<Message>) {
+        messages.truncate(self.messages);
+        if let Some(last) = messages.last_mut() {
+            last.text.truncate(self.text);
+            last.tool_calls.truncate(self.calls);
+            last.tool_results.truncate(self.results);
+        }
+    }
 }
 
 /// Appends `part` to the turn `last` of the same role: its text on a new

@@ -679,7 +679,7 @@ fn with_calls(
     if !calls.is_empty() {
         let mut turn = crate::transcript::Message::text(crate::transcript::Role::Assistant, "");
         turn.tool_calls = calls.to_vec();
-        out.messages.insert(0, turn);
+        out.messages_mut().insert(0, turn);
     }
     out
 }

@@ -298,14 +298,14 @@ mod tests {
     #[test]
     fn results_are_cut_and_the_request_is_the_persons_latest_message() {
         let mut t = Transcript::default();
-        t.messages.push(Message::text(Role::User, "fix the parser"));
+        t.messages_mut().push(Message::text(Role::User, "fix the parser"));
         let mut a = Message::text(Role::Assistant, "");
         a.tool_calls.push(ToolCall::new(
             Some("1".into()),
             "read",
             Arguments::Json(json!({"p": "a"})),
         ));
-        t.messages.push(a);
+        t.messages_mut().push(a);
         let mut r = Message::text(Role::Tool, "");
         r.tool_results.push(ToolResult {
             call_id: Some("1".into()),
@@ -313,8 +313,8 @@ mod tests {
             content: ResultContent::Text("x".repeat(5000)),
             is_error: false,
         });
-        t.messages.push(r);
-        t.messages.push(Message::text(
+        t.messages_mut().push(r);
+        t.messages_mut().push(Message::text(
             Role::User,
             "<system-reminder>be brief</system-reminder>",
         ));

@@ -20,17 +20,23 @@
 //! known yet. The hash is seeded per process and by a scope (the caller's
 //! credential hash and the route), so tenants never share a chain.
 //!
+//! A request that repeats or extends a kept chain shares the chain's
+//! assembled turns ([`crate::transcript::Transcript::messages`] is an
+//! `Arc`): reusing a long history costs no copy of it.
+//!
 //! Memory: one chain per active conversation, holding the parsed items of
-//! its last request (about the size of its history), so the store is bounded
+//! its last request and their assembled turns (each about the size of its
+//! history), so the store is bounded
 //! as a whole: at most [`BUDGET_BYTES`] (each item weighs the larger of its
-//! raw bytes and an estimate of its parsed size, plus [`ITEM_OVERHEAD`]) and [`MAX_CHAINS`] chains; the least recently
+//! raw bytes and an estimate of its parsed size, plus [`ITEM_OVERHEAD`], plus
+//! its turns' parsed size) and [`MAX_CHAINS`] chains; the least recently
 //! used go first, and a chain idle for the sessions' idle TTL is dropped at
 //! the next request. A history larger than the budget is not kept (each of
 //! its requests gets the full parse).
 
 use std::collections::hash_map::Entry;
 use std::collections::{HashMap, VecDeque};
-use std::sync::{LazyLock, Mutex, PoisonError};
+use std::sync::{Arc, LazyLock, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -40,7 +46,7 @@ use xxhash_rust::xxh3::{xxh3_128, xxh3_128_with_seed};
 use super::budget::{Reservation, estimate, estimate_kept};
 use super::{lean, slice};
 use crate::detect::Settings;
-use crate::dialect::split::assemble;
+use crate::dialect::split::{TurnsMark, assemble, assemble_shared, push_turns};
 use crate::dialect::{Dialect, DialectError, HistoryItem, ParsedRequest};
 use crate::transcript::{Arguments, Message, ResultContent, ToolCall, ToolResult};
 
@@ -155,13 +161,13 @@ impl Inner {
         if let Some(end) = chain.hashes.last() {
             *self.ends.entry(*end).or_default() += 1;
         }
-        self.bytes += chain.weight();
+        self.bytes += chain.kept_weight();
         self.chains.push_back(chain);
     }
 
     fn remove(&mut self, index: usize) -> Option<Chain> {
         let chain = self.chains.remove(index)?;
-        self.bytes -= chain.weight();
+        self.bytes -= chain.kept_weight();
         if let Some(end) = chain.hashes.last()
             && let Entry::Occupied(mut count) = self.ends.entry(*end)
         {
@@ -194,7 +200,8 @@ impl Inner {
 /// request with every kept chain.
 const END_WINDOW: usize = 64;
 
-/// One history's items: their chain hashes and parses.
+/// One history's items: their chain hashes and parses, and the turns they
+/// assemble into.
 #[derive(Debug, Default)]
 struct Chain {
     /// `hashes[i]` covers the scope and items `0..=i`.
@@ -202,22 +209,61 @@ struct Chain {
     /// `weights[i]`: the weight of items `0..=i` (see [`ITEM_OVERHEAD`]).
     weights: Vec<usize>,
     items: Vec<HistoryItem>,
+    /// The items' turns, assembled one item at a time: a request that
+    /// repeats or extends the chain shares them (an `Arc` clone) instead of
+    /// copying every reused item's turns again, which was a third of the
+    /// CPU of a 500 KB history's request (issue #14). While no request
+    /// holds them any more, the next one extends them in place.
+    turns: Arc<Vec<Message>>,
+    /// `marks[i]`: where `turns` stood after item `i`.
+    marks: Vec<TurnsMark>,
+    /// Heap bytes of `turns`, estimated as the items' parsed size: kept
+    /// chains count them in the store's budget.
+    turns_bytes: usize,
     last_used: Option<Instant>,
 }
 
 impl Chain {
+    /// What a request given these items holds (see [`ITEM_OVERHEAD`]).
     fn weight(&self) -> usize {
         self.weights.last().copied().unwrap_or(0)
     }
 
-    /// A copy of the first `len` items (their hashes, weights and parses).
+    /// What the chain weighs in the store: its items and its turns.
+    fn kept_weight(&self) -> usize {
+        self.weight() + self.turns_bytes
+    }
+
+    /// A copy of the first `len` items (their hashes, weights, parses and
+    /// turns).
     fn prefix(&self, len: usize) -> Self {
+        let len = len.min(self.items.len());
+        let mut turns = Vec::new();
+        if let Some(mark) = len.checked_sub(1).and_then(|last| self.marks.get(last)) {
+            turns = self.turns[..mark.messages().min(self.turns.len())].to_vec();
+            mark.cut(&mut turns);
+        }
         Self {
             hashes: self.hashes[..len.min(self.hashes.len())].to_vec(),
             weights: self.weights[..len.min(self.weights.len())].to_vec(),
-            items: self.items[..len.min(self.items.len())].to_vec(),
+            items: self.items[..len].to_vec(),
+            turns: Arc::new(turns),
+            marks: self.marks[..len.min(self.marks.len())].to_vec(),
+            turns_bytes: self.items[..len].iter().map(parsed_size).sum(),
             last_used: None,
         }
+    }
+
+    /// Appends parsed items: their turns to the shared turns (copied first
+    /// when a request still holds them), and their marks.
+    fn extend(&mut self, new: Vec<HistoryItem>) {
+        let turns = Arc::make_mut(&mut self.turns);
+        for item in &new {
+            self.turns_bytes += parsed_size(item);
+            push_turns(turns, item.clone());
+            self.marks.push(TurnsMark::of(turns));
+        }
+        self.items.extend(new);
     }
 }
 
@@ -338,7 +384,7 @@ impl ChainStore {
                 chain.hashes.push(*hash);
                 chain.weights.push(weight);
             }
-            chain.items.extend(new);
+            chain.extend(new);
             at = end;
             // Hold what the items weigh, not the guess.
             if !budget.hold(chain.weight()) {
@@ -352,14 +398,9 @@ impl ChainStore {
                 held = budget.held(),
                 "history parsed"
             );
-            let parsed = if chain.weight() <= self.budget {
-                let parsed = assemble(split.head, chain.items.iter().cloned());
-                self.put_back(chain);
-                parsed
-            } else {
-                // Not kept: moved, not copied.
-                assemble(split.head, chain.items)
-            };
+            let turns = Arc::clone(&chain.turns);
+            let parsed = assemble_shared(split.head, &chain.items, turns);
+            self.put_back(chain);
             return Ok((Parsed::Full(parsed), from));
         }
         // The lean form: what was parsed in full stays kept (within the
@@ -468,7 +509,7 @@ impl ChainStore {
     /// Keeps a chain as the most recently used, then drops chains past the
     /// limits or idle for too long.
     fn put_back(&self, mut chain: Chain) {
-        if chain.items.is_empty() || chain.weight() > self.budget {
+        if chain.items.is_empty() || chain.kept_weight() > self.budget {
             return;
         }
         let now = Instant::now();

@@ -99,6 +99,53 @@ fn appended_items_are_the_only_ones_parsed() {
     assert_eq!(s.usage().0, 1, "one conversation, one chain");
 }
 
+/// A request that extends a kept chain shares the chain's turns (no copy),
+/// and a request still holding the turns of an earlier one keeps them as
+/// they were while the chain grows (the chain copies them first). Responses
+/// parts join the last turn, so the growth is inside a turn too.
+#[test]
+fn a_request_shares_the_chain_turns_and_an_earlier_one_keeps_its_own() {
+    let s = store();
+    let user = json!({"type": "message", "role": "user", "content": "go"});
+    let call =
+        |id: &str| json!({"type": "function_call", "call_id": id, "name": "exec_command", "arguments": "{}"});
+    let output = |id: &str| json!({"type": "function_call_output", "call_id": id, "output": "ok"});
+    let mut history = vec![user, call("c1")];
+    let first = s
+        .parse(Dialect::OpenaiResponses, SCOPE, &responses(&history))
+        .unwrap();
+    history.extend([call("c2"), output("c1"), output("c2")]);
+    let second = s
+        .parse(Dialect::OpenaiResponses, SCOPE, &responses(&history))
+        .unwrap();
+    let first_alone = Dialect::OpenaiResponses
+        .parse_request(&responses(&history[..2]))
+        .unwrap();
+    assert_eq!(first, first_alone, "the earlier request's turns did not change");
+    assert_eq!(
+        second.transcript.messages[1].tool_calls.len(),
+        2,
+        "c2 joined the turn of c1"
+    );
+    drop((first, second));
+    history.push(
+        json!({"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "done"}]}),
+    );
+    let third = s
+        .parse(Dialect::OpenaiResponses, SCOPE, &responses(&history))
+        .unwrap();
+    assert_eq!(
+        Arc::strong_count(&third.transcript.messages),
+        2,
+        "the request and the kept chain share one copy of the turns"
+    );
+    assert_eq!(
+        check(&s, Dialect::OpenaiResponses, &responses(&history[..2])),
+        2,
+        "cut inside a turn"
+    );
+}
+
 /// A retry of the same body parses nothing again.
 #[test]
 fn a_retry_reuses_every_item() {

@@ -22,7 +22,7 @@ fn path(i: usize) -> String {
 fn lean_whole(dialect: Dialect, body: &[u8]) -> ParsedRequest {
     let mut parsed = dialect.parse_request(body).unwrap();
     let settings = Settings::default();
-    for message in &mut parsed.transcript.messages {
+    for message in parsed.transcript.messages_mut() {
         let HistoryItem::Message(lean) = lean::item(&HistoryItem::Message(message.clone()), &settings) else {
             panic!("a message");
         };
@@ -59,7 +59,12 @@ fn assert_sliced_is_lean_whole(dialect: Dialect, body: &[u8], large: &Value) {
     assert!(held <= BUDGET, "{held}");
     let whole = lean_whole(dialect, body);
     assert_eq!(sliced.transcript.messages.len(), whole.transcript.messages.len());
-    for (s, w) in sliced.transcript.messages.iter().zip(&whole.transcript.messages) {
+    for (s, w) in sliced
+        .transcript
+        .messages
+        .iter()
+        .zip(whole.transcript.messages.iter())
+    {
         assert_eq!(s.role, w.role);
         assert_eq!(s.text, w.text, "{dialect:?}");
         assert_eq!(s.tool_calls, w.tool_calls, "{dialect:?}");

@@ -9,6 +9,8 @@ mod signature;
 
 pub use signature::{Signature, canonical_json, canonical_json_prefix};
 
+use std::sync::Arc;
+
 use serde_json::Value;
 
 /// Who wrote a message, in the dialect-neutral sense.
@@ -37,11 +39,22 @@ pub struct Transcript {
     pub system: String,
     /// Names of the tools the request declares, in declaration order.
     pub tools: Vec<String>,
-    /// The turns, in order.
-    pub messages: Vec<Message>,
+    /// The turns, in order. Shared: a request whose history a kept hash
+    /// chain already holds gets the chain's turns without a copy
+    /// ([`crate::session::chain`]); change them with [`Arc::make_mut`],
+    /// which copies them first when they are shared.
+    pub messages: Arc<Vec<Message>>,
     /// Opaque compaction items the history carries (OpenAI Responses
     /// `compaction`): one more than in the previous request is a compaction.
     pub compactions: usize,
+}
+
+impl Transcript {
+    /// The turns to change: copied first when another request or the hash
+    /// chain store shares them ([`Arc::make_mut`]).
+    pub fn messages_mut(&mut self) -> &mut Vec<Message> {
+        Arc::make_mut(&mut self.messages)
+    }
 }
 
 /// One turn of the history.

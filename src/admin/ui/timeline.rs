@@ -98,7 +98,7 @@ mod tests {
             tools: vec!["ls".into()],
             ..Transcript::default()
         };
-        t.messages.push(Message::text(Role::User, "list the files"));
+        t.messages_mut().push(Message::text(Role::User, "list the files"));
         for i in 0..n {
             let id = Some(format!("c{i}"));
             let mut turn = Message::text(Role::Assistant, "");
@@ -107,7 +107,7 @@ mod tests {
                 "ls",
                 Arguments::from_json_str(r#"{"path":"."}"#),
             )];
-            t.messages.push(turn);
+            t.messages_mut().push(turn);
             let mut result = Message::text(Role::Tool, "");
             result.tool_results = vec![ToolResult {
                 call_id: id,
@@ -115,7 +115,7 @@ mod tests {
                 content: ResultContent::Text("a.txt".into()),
                 is_error: false,
             }];
-            t.messages.push(result);
+            t.messages_mut().push(result);
         }
         t
     }

@@ -63,7 +63,7 @@ fn head(root: &Map<String, Value>) -> ParsedRequest {
         transcript: Transcript {
             system,
             tools,
-            messages: Vec::new(),
+            messages: Default::default(),
             compactions: 0,
         },
         stream: false,

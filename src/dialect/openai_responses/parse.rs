@@ -108,7 +108,7 @@ pub fn parse_request(body: &[u8]) -> Result<ParsedRequest, DialectError> {
         Some(Value::String(text)) => {
             parsed
                 .transcript
-                .messages
+                .messages_mut()
                 .push(Message::text(Role::User, text.clone()));
             Ok(parsed)
         }
