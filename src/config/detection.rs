@@ -277,11 +277,14 @@ fn regexes(list: &[String], path: &str, anchor: bool, problems: &mut Problems) -
 /// or a test building settings) compiles the same few dozen built-in
 /// patterns again, which took most of a config load (over half of its time
 /// in a profile of the config fuzz target). A [`Regex`] clone shares its
-/// compiled program. At most [`COMPILED_KEPT`] patterns are kept, so a
-/// config file of many patterns costs one compile each, as before.
+/// compiled program. Only patterns of at most [`COMPILED_TEXT_BYTES`] are
+/// kept, and the map starts over when it holds [`COMPILED_KEPT`], so what
+/// stays is bounded and follows the patterns in use.
 static COMPILED: LazyLock<Mutex<HashMap<String, Regex>>> = LazyLock::new(Mutex::default);
 /// See [`COMPILED`].
 const COMPILED_KEPT: usize = 256;
+/// See [`COMPILED`].
+const COMPILED_TEXT_BYTES: usize = 512;
 
 /// `text` compiled, from [`COMPILED`] when it was compiled before.
 fn compile(text: String) -> Result<Regex, regex::Error> {
@@ -294,8 +297,11 @@ fn compile(text: String) -> Result<Regex, regex::Error> {
         return Ok(regex);
     }
     let regex = Regex::new(&text)?;
-    let mut map = COMPILED.lock().unwrap_or_else(PoisonError::into_inner);
-    if map.len() < COMPILED_KEPT {
+    if text.len() <= COMPILED_TEXT_BYTES {
+        let mut map = COMPILED.lock().unwrap_or_else(PoisonError::into_inner);
+        if map.len() >= COMPILED_KEPT {
+            map.clear();
+        }
         map.insert(text, regex.clone());
     }
     Ok(regex)
@@ -529,26 +535,30 @@ fn ladders(raw: &RawLoopDetection, s: &mut Settings, path: &str, problems: &mut 
 mod compiled_tests {
     use super::*;
 
-    #[test]
-    fn a_pattern_compiled_again_comes_from_the_kept_ones_which_stay_bounded() {
-        let text = "^compiled-again-[0-9]+$".to_owned();
-        let first = compile(text.clone()).expect("valid");
-        let kept = COMPILED
+    fn kept(text: &str) -> bool {
+        COMPILED
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .contains_key(&text);
-        let again = compile(text).expect("valid");
+            .contains_key(text)
+    }
+
+    #[test]
+    fn compiled_patterns_are_kept_bounded_and_only_when_short() {
+        let first = compile("^compiled-again-[0-9]+$".to_owned()).expect("valid");
+        let again = compile("^compiled-again-[0-9]+$".to_owned()).expect("valid");
         assert_eq!(first.as_str(), again.as_str());
         assert!(again.is_match("compiled-again-42"));
-        // Kept unless other tests filled the map first.
-        assert!(kept || COMPILED.lock().unwrap_or_else(PoisonError::into_inner).len() >= COMPILED_KEPT);
         for i in 0..COMPILED_KEPT + 10 {
             compile(format!("bounded-{i}")).expect("valid");
         }
         assert!(COMPILED.lock().unwrap_or_else(PoisonError::into_inner).len() <= COMPILED_KEPT);
+        let long = format!("long-{}", "x".repeat(COMPILED_TEXT_BYTES));
+        assert!(compile(long.clone()).expect("valid").is_match(&long));
+        assert!(!kept(&long), "a long pattern is compiled, not kept");
         assert!(
             compile("(unclosed".to_owned()).is_err(),
             "an invalid pattern is still an error"
         );
+        assert!(!kept("(unclosed"));
     }
 }

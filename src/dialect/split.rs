@@ -220,45 +220,6 @@ pub fn push_turns(messages: &mut Vec<Message>, item: HistoryItem) {
     }
 }
 
-/// Where assembled turns stood after an item: how many turns, and the last
-/// one's text, call and result lengths. A later item only adds turns or
-/// appends to the last one ([`push_turns`]), so [`TurnsMark::cut`] gives
-/// back the turns as they were.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct TurnsMark {
-    messages: usize,
-    text: usize,
-    calls: usize,
-    results: usize,
-}
-
-impl TurnsMark {
-    /// Where `messages` stand now.
-    pub fn of(messages: &[Message]) -> Self {
-        messages.last().map_or_else(Self::default, |last| Self {
-            messages: messages.len(),
-            text: last.text.len(),
-            calls: last.tool_calls.len(),
-            results: last.tool_results.len(),
-        })
-    }
-
-    /// How many turns there were.
-    pub fn messages(self) -> usize {
-        self.messages
-    }
-
-    /// Cuts `messages` back to where they stood at this mark.
-    pub fn cut(self, messages: &mut Vec<Message>) {
-        messages.truncate(self.messages);
-        if let Some(last) = messages.last_mut() {
-            last.text.truncate(self.text);
-            last.tool_calls.truncate(self.calls);
-            last.tool_results.truncate(self.results);
-        }
-    }
-}
-
 /// Appends `part` to the turn `last` of the same role: its text on a new
 /// line, its calls and results after `last`'s.
 pub fn append_turn(last: &mut Message, part: Message) {

@@ -46,12 +46,14 @@ use xxhash_rust::xxh3::{xxh3_128, xxh3_128_with_seed};
 use super::budget::{Reservation, estimate, estimate_kept};
 use super::{lean, slice};
 use crate::detect::Settings;
-use crate::dialect::split::{TurnsMark, assemble, assemble_shared, push_turns};
+use crate::dialect::split::{assemble, assemble_shared, push_turns};
 use crate::dialect::{Dialect, DialectError, HistoryItem, ParsedRequest};
 use crate::transcript::{Arguments, Message, ResultContent, ToolCall, ToolResult};
 
-/// Most bytes the store keeps, all chains together (64 MiB).
-pub const BUDGET_BYTES: usize = 64 << 20;
+/// Most bytes the store keeps, all chains together (128 MiB: a kept chain
+/// weighs its items and its assembled turns, so this keeps as many
+/// histories as 64 MiB did before the turns were kept).
+pub const BUDGET_BYTES: usize = 128 << 20;
 /// Most chains the store keeps (a request that neither repeats nor extends
 /// a kept chain compares its first hash with every kept chain's).
 pub const MAX_CHAINS: usize = 1024;
@@ -148,7 +150,7 @@ pub struct ChainStore {
 struct Inner {
     /// Least recently used first.
     chains: VecDeque<Chain>,
-    /// Sum of the chains' weights.
+    /// Sum of the chains' kept weights (items and turns).
     bytes: usize,
     /// How many kept chains end with each hash (their last one): a request
     /// that repeats or extends a kept chain finds it here without comparing
@@ -209,15 +211,16 @@ struct Chain {
     /// `weights[i]`: the weight of items `0..=i` (see [`ITEM_OVERHEAD`]).
     weights: Vec<usize>,
     items: Vec<HistoryItem>,
-    /// The items' turns, assembled one item at a time: a request that
-    /// repeats or extends the chain shares them (an `Arc` clone) instead of
-    /// copying every reused item's turns again, which was a third of the
-    /// CPU of a 500 KB history's request (issue #14). While no request
-    /// holds them any more, the next one extends them in place.
+    /// The turns of `items[..built]`, assembled: a request that repeats or
+    /// extends the chain shares them (an `Arc` clone) instead of copying
+    /// every reused item's turns again, which was a third of the CPU of a
+    /// 500 KB history's request (issue #14). While no request holds them
+    /// any more, the next one extends them in place.
     turns: Arc<Vec<Message>>,
-    /// `marks[i]`: where `turns` stood after item `i`.
-    marks: Vec<TurnsMark>,
-    /// Heap bytes of `turns`, estimated as the items' parsed size: kept
+    /// How many of `items` have their turns in `turns` (a prefix copied
+    /// from another chain has none until [`Chain::build_turns`]).
+    built: usize,
+    /// Heap bytes of `turns`, estimated as their items' parsed size: kept
     /// chains count them in the store's budget.
     turns_bytes: usize,
     last_used: Option<Instant>,
@@ -234,36 +237,40 @@ impl Chain {
         self.weight() + self.turns_bytes
     }
 
-    /// A copy of the first `len` items (their hashes, weights, parses and
-    /// turns).
+    /// What building the turns of the items that have none adds, bytes.
+    fn unbuilt_bytes(&self) -> usize {
+        self.items
+            .get(self.built..)
+            .unwrap_or_default()
+            .iter()
+            .map(parsed_size)
+            .sum()
+    }
+
+    /// A copy of the first `len` items (their hashes, weights and parses);
+    /// their turns are built outside the store's lock, by the request.
     fn prefix(&self, len: usize) -> Self {
         let len = len.min(self.items.len());
-        let mut turns = Vec::new();
-        if let Some(mark) = len.checked_sub(1).and_then(|last| self.marks.get(last)) {
-            turns = self.turns[..mark.messages().min(self.turns.len())].to_vec();
-            mark.cut(&mut turns);
-        }
         Self {
             hashes: self.hashes[..len.min(self.hashes.len())].to_vec(),
             weights: self.weights[..len.min(self.weights.len())].to_vec(),
             items: self.items[..len].to_vec(),
-            turns: Arc::new(turns),
-            marks: self.marks[..len.min(self.marks.len())].to_vec(),
-            turns_bytes: self.items[..len].iter().map(parsed_size).sum(),
-            last_used: None,
+            ..Self::default()
         }
     }
 
-    /// Appends parsed items: their turns to the shared turns (copied first
-    /// when a request still holds them), and their marks.
-    fn extend(&mut self, new: Vec<HistoryItem>) {
+    /// Assembles the turns of the items that have none yet, from copies of
+    /// them (the turns are copied first when a request still holds them).
+    fn build_turns(&mut self) {
+        let Some(unbuilt) = self.items.get(self.built..).filter(|rest| !rest.is_empty()) else {
+            return;
+        };
         let turns = Arc::make_mut(&mut self.turns);
-        for item in &new {
+        for item in unbuilt {
             self.turns_bytes += parsed_size(item);
             push_turns(turns, item.clone());
-            self.marks.push(TurnsMark::of(turns));
         }
-        self.items.extend(new);
+        self.built = self.items.len();
     }
 }
 
@@ -384,7 +391,7 @@ impl ChainStore {
                 chain.hashes.push(*hash);
                 chain.weights.push(weight);
             }
-            chain.extend(new);
+            chain.items.extend(new);
             at = end;
             // Hold what the items weigh, not the guess.
             if !budget.hold(chain.weight()) {
@@ -398,9 +405,26 @@ impl ChainStore {
                 held = budget.held(),
                 "history parsed"
             );
-            let turns = Arc::clone(&chain.turns);
-            let parsed = assemble_shared(split.head, &chain.items, turns);
-            self.put_back(chain);
+            // Kept: the request shares the chain's turns, built for the new
+            // items (and held in the budget while the request lives). Too
+            // large to keep, or past the budget: the items are moved into
+            // the request, not copied.
+            let kept = chain.kept_weight() + chain.unbuilt_bytes();
+            let parsed = if kept <= self.budget && budget.hold(kept) {
+                chain.build_turns();
+                let parsed = assemble_shared(split.head, &chain.items, Arc::clone(&chain.turns));
+                self.put_back(chain);
+                parsed
+            } else {
+                let Chain {
+                    mut items,
+                    turns,
+                    built,
+                    ..
+                } = chain;
+                let rest = items.split_off(built.min(items.len()));
+                assemble(assemble_shared(split.head, &items, turns), rest)
+            };
             return Ok((Parsed::Full(parsed), from));
         }
         // The lean form: what was parsed in full stays kept (within the
