@@ -115,7 +115,9 @@ pub fn block_answer(mode: Mode, model: &str, message: &str) -> Answer {
 /// those blocks replaced by one text block carrying `message`, and
 /// `stop_reason: "end_turn"`. `None` when no whole message was parsed.
 pub fn block_whole(state: &StreamState, message: &str) -> Option<Vec<u8>> {
-    let mut whole = state.message.clone()?;
+    // Only an object can carry the text (an upstream's `message` that is
+    // anything else gets the block's own answer instead).
+    let mut whole = state.message.clone().filter(Value::is_object)?;
     let mut content: Vec<Value> = whole
         .get("content")
         .and_then(Value::as_array)

@@ -71,3 +71,15 @@ fn a_cut_closes_the_open_text_block_with_the_note() {
             && text.ends_with("event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n")
     );
 }
+
+/// Found while fixing the Responses writer's fuzz crash: a `message_start`
+/// whose `message` is not an object is not completed as one (it panicked);
+/// the whole-body block falls back to the block's own answer.
+#[test]
+fn a_message_that_is_not_an_object_is_not_completed() {
+    let state = StreamState {
+        message: Some(json!(["not", "an", "object"])),
+        ..StreamState::default()
+    };
+    assert_eq!(block_whole(&state, "[loopguard] blocked"), None);
+}

@@ -243,10 +243,12 @@ fn first_sequence(state: &StreamState, held_sequence: Option<u64>) -> u64 {
 /// The response object a stream ending completes: the upstream's terminal
 /// one, else the one it opened with, else a made-up one.
 fn base_of(state: &StreamState) -> Value {
-    state
-        .terminal
-        .clone()
-        .or_else(|| state.response.clone())
+    // Only an object can be completed or failed: an upstream whose
+    // `response` is anything else gets one made up (found by fuzzing: a
+    // string `response` panicked the cut).
+    [&state.terminal, &state.response]
+        .into_iter()
+        .find_map(|r| r.as_ref().filter(|v| v.is_object()).cloned())
         .unwrap_or_else(|| fresh_response(""))
 }
 

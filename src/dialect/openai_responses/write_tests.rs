@@ -66,3 +66,27 @@ fn abort_shapes_match_openai() {
     assert!(event.starts_with("event: error\ndata: "));
     assert!(event.contains("\"sequence_number\":5") && event.contains("\"code\":\"loop_detected\""));
 }
+
+/// Found by fuzzing (`writer`): an upstream whose `response.created` carried
+/// a string as its `response` panicked the cut, the block and the abort,
+/// which completed that value as if it were an object. They now complete a
+/// response object of their own.
+#[test]
+fn a_response_that_is_not_an_object_is_completed_as_one_of_our_own() {
+    let state = StreamState {
+        response: Some(json!("not an object")),
+        terminal: Some(json!(7)),
+        ..StreamState::default()
+    };
+    for out in [
+        cut_ending(&state, "[loopguard] cut"),
+        block_stream_ending(&state, None, None, "[loopguard] blocked"),
+        stream_error_event(&state, None, None, "loop_detected: x"),
+    ] {
+        let text = String::from_utf8(out).unwrap();
+        let last = text.rsplit("data: ").next().unwrap().trim();
+        let event: Value = serde_json::from_str(last).unwrap();
+        assert!(event["response"]["status"].is_string(), "{text}");
+        assert_eq!(event["response"]["object"], "response", "{text}");
+    }
+}
