@@ -260,14 +260,15 @@ impl Chain {
     }
 
     /// Assembles the turns of the items that have none yet, from copies of
-    /// them (the turns are copied first when a request still holds them).
-    fn build_turns(&mut self) {
+    /// them (the turns are copied first when a request still holds them);
+    /// `bytes` is what they add ([`Chain::unbuilt_bytes`], measured once).
+    fn build_turns(&mut self, bytes: usize) {
         let Some(unbuilt) = self.items.get(self.built..).filter(|rest| !rest.is_empty()) else {
             return;
         };
         let turns = Arc::make_mut(&mut self.turns);
+        self.turns_bytes += bytes;
         for item in unbuilt {
-            self.turns_bytes += parsed_size(item);
             push_turns(turns, item.clone());
         }
         self.built = self.items.len();
@@ -409,9 +410,10 @@ impl ChainStore {
             // items (and held in the budget while the request lives). Too
             // large to keep, or past the budget: the items are moved into
             // the request, not copied.
-            let kept = chain.kept_weight() + chain.unbuilt_bytes();
+            let unbuilt = chain.unbuilt_bytes();
+            let kept = chain.kept_weight() + unbuilt;
             let parsed = if kept <= self.budget && budget.hold(kept) {
-                chain.build_turns();
+                chain.build_turns(unbuilt);
                 let parsed = assemble_shared(split.head, &chain.items, Arc::clone(&chain.turns));
                 self.put_back(chain);
                 parsed
