@@ -34,8 +34,7 @@
 //! the next request. A history larger than the budget is not kept (each of
 //! its requests gets the full parse).
 
-use std::collections::hash_map::Entry;
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, hash_map};
 use std::sync::{Arc, LazyLock, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -54,11 +53,10 @@ use crate::transcript::{Arguments, Message, ResultContent, ToolCall, ToolResult}
 /// weighs its items and its assembled turns, so this keeps as many
 /// histories as 64 MiB did before the turns were kept).
 pub const BUDGET_BYTES: usize = 128 << 20;
-/// Most chains the store keeps (a request that neither repeats nor extends
-/// a kept chain compares its first hash with every kept chain's).
+/// Most chains the store keeps.
 pub const MAX_CHAINS: usize = 1024;
 /// Bytes counted per item on top of its raw JSON: the parsed message's
-/// structure, its hash and its weight.
+/// structure, its hash, its weight and its entry in the store's index.
 pub const ITEM_OVERHEAD: usize = 256;
 
 /// Bytes a parsed item holds on the heap, estimated: its texts, and every
@@ -146,54 +144,127 @@ pub struct ChainStore {
     idle_ttl: Duration,
 }
 
+/// A hash map keyed by chain hashes (xxh3 outputs, already uniform: a fast
+/// hash of them is enough).
+type ByHash<V> = HashMap<u128, V, foldhash::fast::FixedState>;
+
+/// The kept chains and their indexes. Every lookup is a few hash-map probes
+/// and a binary search, never a walk over the chains (issue #14: at a
+/// gateway of 1,024 conversations sharing one system prompt, comparing a new
+/// conversation with every kept chain was a tenth of the proxy's CPU).
 #[derive(Debug, Default)]
 struct Inner {
-    /// Least recently used first.
-    chains: VecDeque<Chain>,
+    /// By id. Ids grow with every push, so the first is the least recently
+    /// used.
+    chains: BTreeMap<u64, Chain>,
+    next_id: u64,
     /// Sum of the chains' kept weights (items and turns).
     bytes: usize,
-    /// How many kept chains end with each hash (their last one): a request
-    /// that repeats or extends a kept chain finds it here without comparing
-    /// its hashes with every chain's.
-    ends: HashMap<u128, u32>,
+    /// The newest kept chain ending with each hash (its last one): a
+    /// request that repeats or extends a kept chain finds it here.
+    ends: ByHash<u64>,
+    /// Every hash of every kept chain: how many chains hold it, and the
+    /// newest that does. A prefix of a kept chain is found by a binary
+    /// search of the request's hashes here (hash `i` covers items `0..=i`,
+    /// so a hash held means every earlier one is held too).
+    prefixes: ByHash<Holders>,
+}
+
+/// Who holds one hash (see [`Inner::prefixes`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Holders {
+    count: u32,
+    /// The newest chain holding the hash; `None` once that chain left the
+    /// store while older ones still hold it (they are then found by a walk,
+    /// see [`Inner::holder`]).
+    newest: Option<u64>,
 }
 
 impl Inner {
     fn push(&mut self, chain: Chain) {
+        let id = self.next_id;
+        self.next_id += 1;
         if let Some(end) = chain.hashes.last() {
-            *self.ends.entry(*end).or_default() += 1;
+            self.ends.insert(*end, id);
+        }
+        for hash in &chain.hashes {
+            let holders = self.prefixes.entry(*hash).or_insert(Holders {
+                count: 0,
+                newest: None,
+            });
+            holders.count += 1;
+            holders.newest = Some(id);
         }
         self.bytes += chain.kept_weight();
-        self.chains.push_back(chain);
+        self.chains.insert(id, chain);
     }
 
-    fn remove(&mut self, index: usize) -> Option<Chain> {
-        let chain = self.chains.remove(index)?;
+    fn remove(&mut self, id: u64) -> Option<Chain> {
+        let chain = self.chains.remove(&id)?;
         self.bytes -= chain.kept_weight();
         if let Some(end) = chain.hashes.last()
-            && let Entry::Occupied(mut count) = self.ends.entry(*end)
+            && self.ends.get(end) == Some(&id)
         {
-            *count.get_mut() -= 1;
-            if *count.get() == 0 {
-                count.remove();
+            self.ends.remove(end);
+        }
+        for hash in &chain.hashes {
+            if let hash_map::Entry::Occupied(mut entry) = self.prefixes.entry(*hash) {
+                let holders = entry.get_mut();
+                holders.count -= 1;
+                if holders.count == 0 {
+                    entry.remove();
+                } else if holders.newest == Some(id) {
+                    holders.newest = None;
+                }
             }
         }
         Some(chain)
     }
 
+    /// The least recently used chain's id.
+    fn oldest(&self) -> Option<u64> {
+        self.chains.keys().next().copied()
+    }
+
     /// The most recently used chain that the request with `hashes` repeats
     /// or extends and that ends within its last [`END_WINDOW`] items.
-    fn ending_in(&self, hashes: &[u128]) -> Option<usize> {
+    fn ending_in(&self, hashes: &[u128]) -> Option<u64> {
         let lowest = hashes.len().saturating_sub(END_WINDOW);
-        (lowest..hashes.len()).rev().find_map(|k| {
-            let end = hashes.get(k)?;
-            if !self.ends.contains_key(end) {
-                return None;
+        hashes[lowest..]
+            .iter()
+            .rev()
+            .find_map(|end| self.ends.get(end).copied())
+    }
+
+    /// How many of `hashes` some kept chain shares (its longest common
+    /// prefix with them).
+    fn longest_shared(&self, hashes: &[u128]) -> usize {
+        // hashes[..low] are held; the answer is in low..=high.
+        let (mut low, mut high) = (0, hashes.len());
+        while low < high {
+            let mid = low + (high - low).div_ceil(2);
+            if self.prefixes.contains_key(&hashes[mid - 1]) {
+                low = mid;
+            } else {
+                high = mid - 1;
             }
-            self.chains
+        }
+        low
+    }
+
+    /// The newest kept chain holding `hash` as its hash `at`.
+    fn holder(&self, at: usize, hash: u128) -> Option<u64> {
+        match self.prefixes.get(&hash)?.newest {
+            Some(id) => Some(id),
+            // Its newest holder left (taken by its own conversation's
+            // request, or dropped): the newest of the others, by a walk.
+            None => self
+                .chains
                 .iter()
-                .rposition(|c| c.hashes.len() == k + 1 && c.hashes.last() == Some(end))
-        })
+                .rev()
+                .find(|(_, c)| c.hashes.get(at) == Some(&hash))
+                .map(|(id, _)| *id),
+        }
     }
 }
 
@@ -479,18 +550,42 @@ impl ChainStore {
         Ok((Parsed::Lean(assemble(split.head, items)), from))
     }
 
-    /// Asserts the index of chain ends counts exactly the kept chains' last
-    /// hashes (tests).
+    /// Asserts the indexes hold exactly the kept chains' hashes: each end
+    /// names its newest chain, each hash its holders (tests).
     #[cfg(test)]
-    fn assert_ends_indexed(&self) {
+    fn assert_indexed(&self) {
         let inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
-        let mut counted: HashMap<u128, u32> = HashMap::new();
-        for chain in &inner.chains {
+        let mut ends: HashMap<u128, u64> = HashMap::new();
+        let mut prefixes: HashMap<u128, Holders> = HashMap::new();
+        for (id, chain) in &inner.chains {
             if let Some(end) = chain.hashes.last() {
-                *counted.entry(*end).or_default() += 1;
+                ends.insert(*end, *id);
+            }
+            for hash in &chain.hashes {
+                let holders = prefixes.entry(*hash).or_insert(Holders {
+                    count: 0,
+                    newest: None,
+                });
+                holders.count += 1;
+                holders.newest = Some(*id);
             }
         }
-        assert_eq!(counted, inner.ends);
+        // An end whose newest chain left is forgotten, not pointed elsewhere.
+        for (end, id) in &inner.ends {
+            assert_eq!(ends.get(end), Some(id), "an end names its newest chain");
+        }
+        assert_eq!(prefixes.len(), inner.prefixes.len(), "every held hash is indexed");
+        for (hash, holders) in &inner.prefixes {
+            let counted = prefixes.get(hash).copied();
+            assert_eq!(counted.map(|h| h.count), Some(holders.count), "holders counted");
+            if holders.newest.is_some() {
+                assert_eq!(
+                    counted.and_then(|h| h.newest),
+                    holders.newest,
+                    "the newest holder"
+                );
+            }
+        }
     }
 
     /// Chains kept and their total weight in bytes.
@@ -504,32 +599,24 @@ impl ChainStore {
     /// all of it (the same conversation, resent or continued), otherwise a
     /// copy of the shared prefix, the kept chain staying in place.
     fn take_longest(&self, hashes: &[u128]) -> Option<Chain> {
-        let first = hashes.first()?;
         let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(index) = inner.ending_in(hashes) {
-            return inner.remove(index);
+        if let Some(id) = inner.ending_in(hashes) {
+            return inner.remove(id);
         }
-        let mut best: Option<(usize, usize)> = None;
-        for (index, chain) in inner.chains.iter().enumerate().rev() {
-            if chain.hashes.first() != Some(first) {
-                continue;
-            }
-            let shared = common_prefix(&chain.hashes, hashes);
-            if best.is_none_or(|(_, longest)| shared > longest) {
-                best = Some((index, shared));
-            }
-        }
-        let (index, shared) = best?;
-        if shared < inner.chains.get(index)?.hashes.len() {
+        let shared = inner.longest_shared(hashes);
+        let at = shared.checked_sub(1)?;
+        let id = inner.holder(at, hashes[at])?;
+        let chain = inner.chains.get(&id)?;
+        if shared < chain.hashes.len() {
             // A fork: another conversation sharing a prefix (the same system
             // prompt and tools, the usual case at a shared gateway), or this
             // one edited or cut short. The kept chain stays for its own
             // conversation; this request gets a copy of the shared prefix.
             // (Taking the chain would let conversations that share a prompt
             // take each other's chains on every request: no reuse at all.)
-            return Some(inner.chains.get(index)?.prefix(shared));
+            return Some(chain.prefix(shared));
         }
-        inner.remove(index)
+        inner.remove(id)
     }
 
     /// Keeps a chain as the most recently used, then drops chains past the
@@ -542,14 +629,16 @@ impl ChainStore {
         chain.last_used = Some(now);
         let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
         inner.push(chain);
-        while let Some(oldest) = inner.chains.front() {
-            let idle = oldest
-                .last_used
-                .is_none_or(|at| now.duration_since(at) > self.idle_ttl);
+        while let Some(id) = inner.oldest() {
+            let idle = inner.chains.get(&id).is_none_or(|oldest| {
+                oldest
+                    .last_used
+                    .is_none_or(|at| now.duration_since(at) > self.idle_ttl)
+            });
             if !idle && inner.bytes <= self.budget && inner.chains.len() <= self.max_chains {
                 break;
             }
-            inner.remove(0);
+            inner.remove(id);
         }
     }
 }

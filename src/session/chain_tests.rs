@@ -45,7 +45,7 @@ fn responses(input: &[Value]) -> Vec<u8> {
 fn check(store: &ChainStore, dialect: Dialect, body: &[u8]) -> usize {
     let full = dialect.parse_request(body);
     let reusing = store.parse_reusing(dialect, SCOPE, body);
-    store.assert_ends_indexed();
+    store.assert_indexed();
     match reusing {
         Ok((parsed, reused)) => {
             assert_eq!(
@@ -189,8 +189,8 @@ fn conversations_sharing_a_prompt_keep_their_own_chains() {
 }
 
 /// A request that adds more items than the end window looks back over (a
-/// client that sends every few turns) still reuses its chain, found by
-/// comparing with every kept chain.
+/// client that sends every few turns) still reuses its chain, found by its
+/// prefix in the store's index.
 #[test]
 fn a_chain_further_back_than_the_end_window_is_still_reused() {
     let s = store();
@@ -206,6 +206,42 @@ fn a_chain_further_back_than_the_end_window_is_still_reused() {
         check(&s, Dialect::OpenaiChat, &openai(&history)),
         history.len() - 1
     );
+}
+
+/// A fork finds the longest prefix a kept chain shares with it even when the
+/// newest chain holding that prefix has left the store (here: grown past the
+/// store's budget) and only an older one still holds it.
+#[test]
+fn a_fork_finds_an_older_chain_when_the_newest_holder_left() {
+    let s = ChainStore::with_limits(64 << 10, MAX_CHAINS, Duration::from_secs(3600));
+    let head = [
+        json!({"role": "system", "content": "sys"}),
+        json!({"role": "user", "content": "go"}),
+        call("c1", "ls"),
+    ];
+    let with = |tail: &[Value]| openai(&[&head[..], tail].concat());
+    let a = with(&[result("c1", "a"), call("c2", "ls"), result("c2", "a2")]);
+    assert_eq!(check(&s, Dialect::OpenaiChat, &a), 0);
+    // B forks from A after the call: the newest holder of the shared prefix.
+    let b = [result("c1", "b")];
+    assert_eq!(check(&s, Dialect::OpenaiChat, &with(&b)), 3);
+    // B grows past the store's budget: taken, then not kept.
+    let huge = [
+        b[0].clone(),
+        json!({"role": "user", "content": "x".repeat(100 << 10)}),
+    ];
+    assert_eq!(check(&s, Dialect::OpenaiChat, &with(&huge)), 4);
+    assert_eq!(s.usage().0, 1, "only A is kept");
+    // C forks from the same prefix: A still holds it.
+    assert_eq!(check(&s, Dialect::OpenaiChat, &with(&[result("c1", "c")])), 3);
+    // A itself continues with its whole chain.
+    let a_next = with(&[
+        result("c1", "a"),
+        call("c2", "ls"),
+        result("c2", "a2"),
+        call("c3", "ls"),
+    ]);
+    assert_eq!(check(&s, Dialect::OpenaiChat, &a_next), 6);
 }
 
 /// An edited earlier message, a truncated history (compaction, a rerun of
