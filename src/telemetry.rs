@@ -97,6 +97,10 @@ fn describe() {
         "Streams loopguard cut (a chanting block or an abort): the upstream request was dropped."
     );
     metrics::describe_gauge!("loopguard_sessions", "Sessions kept in the store.");
+    metrics::describe_counter!(
+        "loopguard_parse_cache_rejected_total",
+        "Parsed histories not kept: the parse cache was full of conversations seen more often lately."
+    );
     // Counters a dashboard alerts on exist from the start, at 0.
     metrics::counter!("loopguard_upstream_requests_avoided_total").increment(0);
     metrics::counter!("loopguard_generation_cut_total").increment(0);

@@ -31,8 +31,12 @@
 //! raw bytes and an estimate of its parsed size, plus [`ITEM_OVERHEAD`], plus
 //! its turns' parsed size) and [`MAX_CHAINS`] chains; the least recently
 //! used go first, and a chain idle for the sessions' idle TTL is dropped at
-//! the next request. A history larger than the budget is not kept (each of
-//! its requests gets the full parse).
+//! the next request. A new conversation's chain that needs room is kept only
+//! when its conversation was seen more often lately than each chain it would
+//! push out ([`super::frequency`], TinyLFU's admission test): when more
+//! conversations take turns than the store holds, the ones kept stay and
+//! are reused, instead of each pushing out the next one's. A history larger
+//! than the budget is not kept (each of its requests gets the full parse).
 
 use std::collections::{BTreeMap, HashMap, hash_map};
 use std::sync::{Arc, LazyLock, Mutex, PoisonError};
@@ -42,7 +46,8 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 use xxhash_rust::xxh3::{xxh3_128, xxh3_128_with_seed};
 
-use super::budget::{Reservation, estimate, estimate_kept};
+use super::budget::{Estimate, Reservation, estimate};
+use super::frequency::Frequency;
 use super::{lean, slice};
 use crate::detect::Settings;
 use crate::dialect::split::{assemble, assemble_shared, push_turns};
@@ -152,7 +157,7 @@ type ByHash<V> = HashMap<u128, V, foldhash::fast::FixedState>;
 /// and a binary search, never a walk over the chains (issue #14: at a
 /// gateway of 1,024 conversations sharing one system prompt, comparing a new
 /// conversation with every kept chain was a tenth of the proxy's CPU).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Inner {
     /// By id. Ids grow with every push, so the first is the least recently
     /// used.
@@ -168,6 +173,8 @@ struct Inner {
     /// search of the request's hashes here (hash `i` covers items `0..=i`,
     /// so a hash held means every earlier one is held too).
     prefixes: ByHash<Holders>,
+    /// How often each conversation was seen lately (the admission test).
+    frequency: Frequency,
 }
 
 /// Who holds one hash (see [`Inner::prefixes`]).
@@ -181,6 +188,48 @@ struct Holders {
 }
 
 impl Inner {
+    fn new(max_chains: usize) -> Self {
+        Self {
+            chains: BTreeMap::new(),
+            next_id: 0,
+            bytes: 0,
+            ends: ByHash::default(),
+            prefixes: ByHash::default(),
+            frequency: Frequency::new(max_chains),
+        }
+    }
+
+    /// Removes chain `id` for a request that repeats or extends it.
+    fn take(&mut self, id: u64) -> Option<Chain> {
+        let mut chain = self.remove(id)?;
+        chain.taken = true;
+        Some(chain)
+    }
+
+    /// Whether `chain`, new to the store, may push out the least recently
+    /// used chains it needs the room of: when its conversation was seen
+    /// more often lately than each of theirs (TinyLFU's test, see
+    /// [`Frequency`]). No room needed: yes.
+    fn admits(&self, chain: &Chain, budget: usize, max_chains: usize) -> bool {
+        let Some(candidate) = conversation(&chain.hashes).map(|c| self.frequency.estimate(c)) else {
+            return true;
+        };
+        let mut bytes = self.bytes + chain.kept_weight();
+        let mut count = self.chains.len() + 1;
+        for victim in self.chains.values() {
+            if bytes <= budget && count <= max_chains {
+                break;
+            }
+            let seen = conversation(&victim.hashes).map_or(0, |c| self.frequency.estimate(c));
+            if seen >= candidate {
+                return false;
+            }
+            bytes -= victim.kept_weight();
+            count -= 1;
+        }
+        true
+    }
+
     fn push(&mut self, chain: Chain) {
         let id = self.next_id;
         self.next_id += 1;
@@ -295,6 +344,9 @@ struct Chain {
     /// chains count them in the store's budget.
     turns_bytes: usize,
     last_used: Option<Instant>,
+    /// Taken out of the store by the request now extending it (put back
+    /// without the admission test).
+    taken: bool,
 }
 
 impl Chain {
@@ -356,7 +408,7 @@ impl ChainStore {
     /// A store keeping at most `budget` bytes and `max_chains` chains.
     pub fn with_limits(budget: usize, max_chains: usize, idle_ttl: Duration) -> Self {
         Self {
-            inner: Mutex::new(Inner::default()),
+            inner: Mutex::new(Inner::new(max_chains)),
             seed: rand::random(),
             budget,
             max_chains,
@@ -439,16 +491,18 @@ impl ChainStore {
         // whose whole estimate cannot fit goes lean at once, without
         // parsing in full what would be thrown away.
         let rest = split.items.get(from..).unwrap_or_default();
-        let rest_guess: usize = rest.iter().map(|raw| estimate_kept(raw.get().as_bytes())).sum();
+        // Each item's shape is read once: what it keeps, and its peak.
+        let guesses: Vec<Estimate> = rest
+            .iter()
+            .map(|raw| Estimate::of(raw.get().as_bytes()))
+            .collect();
+        let rest_guess: usize = guesses.iter().map(|g| g.kept).sum();
         let mut lean =
             !budget.fits(rest_guess.saturating_add(chain.weight())) || !budget.grow(chain.weight());
         let mut at = from;
         while !lean && at < split.items.len() {
             let end = chunk_end(&split.items, at);
-            let guess: usize = split.items[at..end]
-                .iter()
-                .map(|raw| estimate(raw.get().as_bytes()))
-                .sum();
+            let guess: usize = guesses[at - from..end - from].iter().map(|g| g.peak).sum();
             if !budget.grow(guess) {
                 lean = true;
                 break;
@@ -600,8 +654,11 @@ impl ChainStore {
     /// copy of the shared prefix, the kept chain staying in place.
     fn take_longest(&self, hashes: &[u128]) -> Option<Chain> {
         let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(conversation) = conversation(hashes) {
+            inner.frequency.note(conversation);
+        }
         if let Some(id) = inner.ending_in(hashes) {
-            return inner.remove(id);
+            return inner.take(id);
         }
         let shared = inner.longest_shared(hashes);
         let at = shared.checked_sub(1)?;
@@ -616,11 +673,14 @@ impl ChainStore {
             // take each other's chains on every request: no reuse at all.)
             return Some(chain.prefix(shared));
         }
-        inner.remove(id)
+        inner.take(id)
     }
 
     /// Keeps a chain as the most recently used, then drops chains past the
-    /// limits or idle for too long.
+    /// limits or idle for too long. A chain new to the store (not one taken
+    /// out of it) that would push others out is kept only when its
+    /// conversation was seen more often lately than each of theirs
+    /// ([`Inner::admits`]).
     fn put_back(&self, mut chain: Chain) {
         if chain.items.is_empty() || chain.kept_weight() > self.budget {
             return;
@@ -628,19 +688,35 @@ impl ChainStore {
         let now = Instant::now();
         chain.last_used = Some(now);
         let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
-        inner.push(chain);
         while let Some(id) = inner.oldest() {
             let idle = inner.chains.get(&id).is_none_or(|oldest| {
                 oldest
                     .last_used
                     .is_none_or(|at| now.duration_since(at) > self.idle_ttl)
             });
-            if !idle && inner.bytes <= self.budget && inner.chains.len() <= self.max_chains {
+            if !idle {
                 break;
             }
             inner.remove(id);
         }
+        if !chain.taken && !inner.admits(&chain, self.budget, self.max_chains) {
+            metrics::counter!("loopguard_parse_cache_rejected_total").increment(1);
+            return;
+        }
+        chain.taken = false;
+        inner.push(chain);
+        while inner.bytes > self.budget || inner.chains.len() > self.max_chains {
+            let Some(id) = inner.oldest() else { break };
+            inner.remove(id);
+        }
     }
+}
+
+/// What stands for a conversation in [`Frequency`]: its hash after the
+/// first two items (the system prompt and the first request, or the first
+/// two turns), which every later request of it repeats.
+fn conversation(hashes: &[u128]) -> Option<u128> {
+    hashes.get(1).or(hashes.first()).copied()
 }
 
 /// The chain hashes of `items` from `start`: hash `i` is the xxh3-128 of hash

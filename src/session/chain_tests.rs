@@ -380,6 +380,44 @@ fn the_store_is_bounded() {
     assert_eq!(s.usage().0, 1, "the idle chain was dropped");
 }
 
+/// More conversations taking turns than the store holds: a least recently
+/// used cache would evict each before its next request and reuse nothing;
+/// the admission test keeps the ones it has, and they are reused every turn.
+#[test]
+fn conversations_taking_turns_past_the_limit_keep_those_kept() {
+    let s = ChainStore::with_limits(BUDGET_BYTES, 2, Duration::from_secs(3600));
+    let conversation = |n: usize| {
+        let mut history = vec![
+            json!({"role": "system", "content": "sys"}),
+            json!({"role": "user", "content": format!("task {n}")}),
+        ];
+        history.push(call(&format!("c{n}"), "ls"));
+        history.push(result(&format!("c{n}"), "out"));
+        openai(&history)
+    };
+    let bodies: Vec<Vec<u8>> = (0..4).map(conversation).collect();
+    for body in &bodies {
+        check(&s, Dialect::OpenaiChat, body);
+    }
+    for round in 0..5 {
+        let reused: Vec<usize> = bodies.iter().map(|b| check(&s, Dialect::OpenaiChat, b)).collect();
+        assert_eq!(
+            reused,
+            [4, 4, 1, 1],
+            "round {round}: the first two kept, the others share the system prompt"
+        );
+    }
+    // A conversation seen more often than a kept one takes its place.
+    for _ in 0..8 {
+        check(&s, Dialect::OpenaiChat, &bodies[3]);
+    }
+    assert_eq!(
+        check(&s, Dialect::OpenaiChat, &bodies[3]),
+        4,
+        "kept once seen more often"
+    );
+}
+
 /// An item weighs what it holds parsed, not its raw bytes: a function
 /// response of 2,500 small numbers is ~5 KB of text but ~80 KB parsed.
 #[test]

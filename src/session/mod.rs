@@ -16,6 +16,7 @@
 
 pub mod budget;
 pub mod chain;
+pub mod frequency;
 pub mod key;
 pub mod lean;
 pub mod semantic_schedule;
