@@ -56,11 +56,12 @@ pub(super) async fn forward(
             &mut headers,
         );
     }
+    let origin = url.origin().ascii_serialization();
+    // The `Url` itself, not its text: reqwest would parse the text again.
     let upstream_req = client
-        .request(admitted.parts.method.clone(), url.as_str())
+        .request(admitted.parts.method.clone(), url)
         .headers(headers)
         .body(sending.body);
-    let origin = url.origin().ascii_serialization();
     let sent = Instant::now();
     let overhead = sent.duration_since(admitted.body_read);
     let provider = Some(admitted.provider);

@@ -8,6 +8,8 @@
 //! hash of the caller's credential, so one tenant can never read or steer
 //! another's session; sub-agent headers make a child key.
 
+use std::fmt::Write as _;
+
 use http::HeaderMap;
 use sha2::{Digest, Sha256};
 
@@ -76,7 +78,12 @@ fn short_hash(parts: &[&[u8]]) -> String {
         h.update((p.len() as u64).to_le_bytes());
         h.update(p);
     }
-    h.finalize()[..8].iter().map(|b| format!("{b:02x}")).collect()
+    let mut out = String::with_capacity(16);
+    for b in &h.finalize()[..8] {
+        // Writing to a String cannot fail.
+        let _ = write!(out, "{b:02x}");
+    }
+    out
 }
 
 /// Hash of the caller's credential: every credential header and a `key`
