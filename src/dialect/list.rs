@@ -98,6 +98,26 @@ impl Dialect {
         }
     }
 
+    /// [`Dialect::split_request`] taken up again after the items an earlier
+    /// body had, whose bytes up to `from.at` this body repeats (see
+    /// [`super::split::resume_with`]).
+    ///
+    /// # Errors
+    /// [`DialectError`] when the body does not continue that way; callers
+    /// split it in full.
+    pub fn resume_request(
+        self,
+        body: &[u8],
+        from: super::split::Resume,
+    ) -> Result<SplitRequest<'_>, DialectError> {
+        match self {
+            Self::OpenaiChat => openai_chat::resume_request(body, from),
+            Self::Gemini => gemini::resume_request(body, from),
+            Self::Anthropic => anthropic::resume_request(body, from),
+            Self::OpenaiResponses => openai_responses::resume_request(body, from),
+        }
+    }
+
     /// The top-level field of a request body that holds its history (the
     /// array [`Dialect::split_request`] splits): `messages`, `contents` or
     /// `input`.

@@ -96,8 +96,152 @@ pub fn split_with<'a>(
     head: HeadParser,
     parse: ItemParser,
 ) -> Result<SplitRequest<'a>, DialectError> {
-    let (envelope, items) = split_object(body, key)?;
-    Ok(SplitRequest::new(head(&envelope), items, parse))
+    let mut de = serde_json::Deserializer::from_slice(body);
+    let (envelope, items, once) = de.deserialize_map(SplitVisitor { key })?;
+    de.end()?;
+    let items = items.ok_or_else(|| DialectError::Shape(format!("no `{key}` array")))?;
+    let history_end = if once {
+        items.last().map(|raw| end_in(body, raw))
+    } else {
+        None
+    };
+    let mut split = SplitRequest::new(head(&envelope), items, parse);
+    split.history_end = history_end;
+    Ok(split)
+}
+
+/// Where a body's history array is taken up again ([`resume_with`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Resume {
+    /// Byte offset just past the last item already known.
+    pub at: usize,
+    /// How many items come before `at`.
+    pub items: usize,
+}
+
+/// The split of a body whose bytes up to `from.at` are those of an earlier
+/// body whose `from.items` history items ended there (the same envelope
+/// before the history, and the same items): the fields before the history
+/// are read, the known items are jumped over unread, and only what follows
+/// is scanned. The known items are [`RawValue::NULL`] placeholders (the
+/// caller has their parses); the rest is as [`split_with`] gives it.
+///
+/// # Errors
+/// [`DialectError::Shape`] or [`DialectError::Json`] for a body that does
+/// not continue that way (`from.at` not just past an item of its history,
+/// the history key repeated, not JSON): the caller splits it in full.
+pub fn resume_with<'a>(
+    body: &'a [u8],
+    key: &str,
+    head: HeadParser,
+    parse: ItemParser,
+    from: Resume,
+) -> Result<SplitRequest<'a>, DialectError> {
+    let shape = |what: &str| DialectError::Shape(format!("resumed split: {what}"));
+    let mut envelope = Map::new();
+    let mut at = skip_space(body, 0);
+    if body.get(at) != Some(&b'{') {
+        return Err(shape("not an object"));
+    }
+    at += 1;
+    // The fields before the history: read, up to its key.
+    loop {
+        at = skip_space(body, at);
+        let (name, next) = next_value::<String>(body, at)?;
+        at = expect(body, next, b':')?;
+        if name == key {
+            break;
+        }
+        let (value, next) = next_value::<Value>(body, at)?;
+        envelope.insert(name, value);
+        at = expect(body, next, b',')?;
+    }
+    at = skip_space(body, at);
+    if body.get(at) != Some(&b'[') || from.at <= at || from.at > body.len() || from.items == 0 {
+        return Err(shape("no history array before the known items' end"));
+    }
+    // The known items: jumped over. The new ones: scanned.
+    let mut items: Vec<&'a RawValue> = vec![RawValue::NULL; from.items];
+    at = skip_space(body, from.at);
+    loop {
+        match body.get(at) {
+            Some(b',') => {
+                let (raw, next) = next_value::<&RawValue>(body, at + 1)?;
+                items.push(raw);
+                at = skip_space(body, next);
+            }
+            Some(b']') => break,
+            _ => return Err(shape("the known items do not end where they did")),
+        }
+    }
+    let history_end = items.last().map_or(from.at, |raw| {
+        if items.len() > from.items {
+            end_in(body, raw)
+        } else {
+            from.at
+        }
+    });
+    // The fields after the history.
+    at = skip_space(body, at + 1);
+    loop {
+        match body.get(at) {
+            Some(b',') => {
+                let (name, next) = next_value::<String>(body, skip_space(body, at + 1))?;
+                if name == key {
+                    return Err(shape("the history key repeats"));
+                }
+                at = expect(body, next, b':')?;
+                let (value, next) = next_value::<Value>(body, at)?;
+                envelope.insert(name, value);
+                at = skip_space(body, next);
+            }
+            Some(b'}') => break,
+            _ => return Err(shape("not an object")),
+        }
+    }
+    if skip_space(body, at + 1) != body.len() {
+        return Err(shape("trailing characters"));
+    }
+    let mut split = SplitRequest::new(head(&envelope), items, parse);
+    split.history_end = Some(history_end);
+    Ok(split)
+}
+
+/// The byte offset in `body` just past `raw`, a value borrowed from it.
+fn end_in(body: &[u8], raw: &RawValue) -> usize {
+    (raw.get().as_ptr() as usize - body.as_ptr() as usize) + raw.get().len()
+}
+
+fn skip_space(body: &[u8], mut at: usize) -> usize {
+    while matches!(body.get(at), Some(b' ' | b'\t' | b'\n' | b'\r')) {
+        at += 1;
+    }
+    at
+}
+
+/// `byte` after optional whitespace at `at`: the offset past both.
+fn expect(body: &[u8], at: usize, byte: u8) -> Result<usize, DialectError> {
+    let at = skip_space(body, at);
+    if body.get(at) == Some(&byte) {
+        Ok(skip_space(body, at + 1))
+    } else {
+        Err(DialectError::Shape(format!(
+            "resumed split: `{}` expected",
+            byte as char
+        )))
+    }
+}
+
+/// One JSON value of type `T` starting at `at` (after optional whitespace),
+/// and the offset just past it.
+fn next_value<'a, T: serde::Deserialize<'a>>(body: &'a [u8], at: usize) -> Result<(T, usize), DialectError> {
+    let rest = body.get(at..).unwrap_or_default();
+    let mut values = serde_json::Deserializer::from_slice(rest).into_iter::<T>();
+    match values.next() {
+        Some(Ok(value)) => Ok((value, at + values.byte_offset())),
+        Some(Err(e)) => Err(e.into()),
+        None => Err(DialectError::Shape("resumed split: a value expected".into())),
+    }
 }
 
 /// A request body split into its envelope and its history items.
@@ -109,13 +253,22 @@ pub struct SplitRequest<'a> {
     /// The history's items (OpenAI chat and Anthropic `messages[]`, Gemini `contents[]`), as
     /// raw JSON borrowed from the body.
     pub items: Vec<&'a RawValue>,
+    /// Byte offset just past the last history item, when the body has one
+    /// and its history key once (a later request that repeats these bytes
+    /// can be resumed there, [`resume_with`]).
+    pub history_end: Option<usize>,
     parse: ItemParser,
 }
 
 impl<'a> SplitRequest<'a> {
     /// A split request of a dialect whose items `parse` reads.
     pub fn new(head: ParsedRequest, items: Vec<&'a RawValue>, parse: ItemParser) -> Self {
-        Self { head, items, parse }
+        Self {
+            head,
+            items,
+            history_end: None,
+            parse,
+        }
     }
 
     /// Parses `items[from..]`, given the parses of `items[..from]` (`before`,
@@ -244,7 +397,7 @@ pub fn split_object<'a>(
     key: &str,
 ) -> Result<(Map<String, Value>, Vec<&'a RawValue>), DialectError> {
     let mut de = serde_json::Deserializer::from_slice(body);
-    let (envelope, items) = de.deserialize_map(SplitVisitor { key })?;
+    let (envelope, items, _) = de.deserialize_map(SplitVisitor { key })?;
     de.end()?;
     let items = items.ok_or_else(|| DialectError::Shape(format!("no `{key}` array")))?;
     Ok((envelope, items))
@@ -255,7 +408,8 @@ struct SplitVisitor<'k> {
 }
 
 impl<'de> Visitor<'de> for SplitVisitor<'_> {
-    type Value = (Map<String, Value>, Option<Vec<&'de RawValue>>);
+    /// The other fields, the items, and whether the key came once.
+    type Value = (Map<String, Value>, Option<Vec<&'de RawValue>>, bool);
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("a JSON object")
@@ -264,15 +418,17 @@ impl<'de> Visitor<'de> for SplitVisitor<'_> {
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
         let mut envelope = Map::new();
         let mut items = None;
+        let mut seen = 0_usize;
         while let Some(key) = map.next_key::<String>()? {
             if key == self.key {
                 items = Some(map.next_value::<Vec<&'de RawValue>>()?);
+                seen += 1;
             } else {
                 let value = map.next_value::<Value>()?;
                 envelope.insert(key, value);
             }
         }
-        Ok((envelope, items))
+        Ok((envelope, items, seen == 1))
     }
 }
 
@@ -308,5 +464,64 @@ mod tests {
                 String::from_utf8_lossy(body)
             );
         }
+    }
+
+    /// `new` split in full and resumed where `old`'s history ended.
+    fn both_ways(
+        old: &[u8],
+        new: &[u8],
+    ) -> (
+        Result<SplitRequest<'static>, DialectError>,
+        Result<SplitRequest<'static>, DialectError>,
+    ) {
+        let old: &'static [u8] = Box::leak(old.to_vec().into_boxed_slice());
+        let new: &'static [u8] = Box::leak(new.to_vec().into_boxed_slice());
+        let d = crate::dialect::Dialect::OpenaiChat;
+        let earlier = d.split_request(old).unwrap().unwrap();
+        let from = Resume {
+            at: earlier.history_end.unwrap(),
+            items: earlier.items.len(),
+        };
+        (d.split_request(new).unwrap(), d.resume_request(new, from))
+    }
+
+    #[test]
+    fn a_resumed_split_is_the_full_split() {
+        let old = br#"{"model":"m", "messages" : [ {"role":"user","content":"a"} ,{"role":"assistant","content":"b"} ], "stream":true}"#;
+        for new in [
+            // Two items more, the fields after the history changed.
+            &br#"{"model":"m", "messages" : [ {"role":"user","content":"a"} ,{"role":"assistant","content":"b"} , {"role":"user","content":"c"},{"role":"assistant","content":"d"}], "stream":false, "tools":[{"type":"function","function":{"name":"ls"}}] }  "#[..],
+            // Nothing new.
+            br#"{"model":"m", "messages" : [ {"role":"user","content":"a"} ,{"role":"assistant","content":"b"}],"model":"n"}"#,
+        ] {
+            let (full, resumed) = both_ways(old, new);
+            let (full, resumed) = (full.unwrap(), resumed.unwrap());
+            assert_eq!(resumed.head, full.head);
+            assert_eq!(resumed.history_end, full.history_end);
+            assert_eq!(resumed.items.len(), full.items.len());
+            let raw = |s: &SplitRequest<'_>| s.items[2..].iter().map(|r| r.get().to_owned()).collect::<Vec<_>>();
+            assert_eq!(raw(&resumed), raw(&full));
+        }
+    }
+
+    #[test]
+    fn a_body_that_does_not_continue_is_not_resumed() {
+        let old = br#"{"messages":[{"role":"user","content":"a"},12]}"#;
+        for new in [
+            // The last known item goes on (a number is a prefix of a longer one).
+            &br#"{"messages":[{"role":"user","content":"a"},123]}"#[..],
+            // The history key again after the history.
+            br#"{"messages":[{"role":"user","content":"a"},12],"messages":[]}"#,
+            br#"{"messages":[{"role":"user","content":"a"},12,]}"#,
+            br#"{"messages":[{"role":"user","content":"a"},12]} x"#,
+            br#"{"messages":[{"role":"user","content":"a"},12]"#,
+        ] {
+            let (_, resumed) = both_ways(old, new);
+            assert!(resumed.is_err(), "{}", String::from_utf8_lossy(new));
+        }
+        // A body whose history key repeats records no end to resume at.
+        let d = crate::dialect::Dialect::OpenaiChat;
+        let twice = br#"{"messages":[1],"messages":[{"role":"user","content":"a"}]}"#;
+        assert_eq!(d.split_request(twice).unwrap().unwrap().history_end, None);
     }
 }

@@ -39,18 +39,19 @@
 //! than the budget is not kept (each of its requests gets the full parse).
 
 use std::collections::{BTreeMap, HashMap, hash_map};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use serde_json::value::RawValue;
-use xxhash_rust::xxh3::{xxh3_128, xxh3_128_with_seed};
+use xxhash_rust::xxh3::{Xxh3, xxh3_128, xxh3_128_with_seed};
 
 use super::budget::{Estimate, Reservation, estimate};
 use super::frequency::Frequency;
 use super::{lean, slice};
 use crate::detect::Settings;
-use crate::dialect::split::{assemble, assemble_shared, push_turns};
+use crate::dialect::split::{SplitRequest, assemble, assemble_shared, push_turns};
 use crate::dialect::{Dialect, DialectError, HistoryItem, ParsedRequest};
 use crate::transcript::{Arguments, Message, ResultContent, ToolCall, ToolResult};
 
@@ -147,7 +148,18 @@ pub struct ChainStore {
     budget: usize,
     max_chains: usize,
     idle_ttl: Duration,
+    /// Shortest body prefix kept for a byte resume (see [`BytePrefix`]).
+    byte_prefix_from: usize,
+    /// Requests split after a kept chain's bytes ([`ChainStore::resume`]).
+    resumed: AtomicU64,
 }
+
+/// Shortest body prefix, bytes, a request resumes after
+/// ([`ChainStore::with_byte_prefix_from`]): a smaller body's scan is cheap.
+pub const BYTE_PREFIX_FROM: usize = 4096;
+
+/// Most candidate chains whose bytes one request compares with its own.
+const BYTE_CANDIDATES: usize = 4;
 
 /// A hash map keyed by chain hashes (xxh3 outputs, already uniform: a fast
 /// hash of them is enough).
@@ -175,6 +187,8 @@ struct Inner {
     prefixes: ByHash<Holders>,
     /// How often each conversation was seen lately (the admission test).
     frequency: Frequency,
+    /// The chains with a byte prefix, by its group digest (newest last).
+    by_bytes: ByHash<Vec<u64>>,
 }
 
 /// Who holds one hash (see [`Inner::prefixes`]).
@@ -196,6 +210,7 @@ impl Inner {
             ends: ByHash::default(),
             prefixes: ByHash::default(),
             frequency: Frequency::new(max_chains),
+            by_bytes: ByHash::default(),
         }
     }
 
@@ -203,6 +218,8 @@ impl Inner {
     fn take(&mut self, id: u64) -> Option<Chain> {
         let mut chain = self.remove(id)?;
         chain.taken = true;
+        // Its prefix is this request's to record again, once parsed.
+        chain.bytes = None;
         Some(chain)
     }
 
@@ -244,6 +261,9 @@ impl Inner {
             holders.count += 1;
             holders.newest = Some(id);
         }
+        if let Some(prefix) = &chain.bytes {
+            self.by_bytes.entry(prefix.group).or_default().push(id);
+        }
         self.bytes += chain.kept_weight();
         self.chains.insert(id, chain);
     }
@@ -251,6 +271,14 @@ impl Inner {
     fn remove(&mut self, id: u64) -> Option<Chain> {
         let chain = self.chains.remove(&id)?;
         self.bytes -= chain.kept_weight();
+        if let Some(prefix) = &chain.bytes
+            && let hash_map::Entry::Occupied(mut entry) = self.by_bytes.entry(prefix.group)
+        {
+            entry.get_mut().retain(|&held| held != id);
+            if entry.get().is_empty() {
+                entry.remove();
+            }
+        }
         if let Some(end) = chain.hashes.last()
             && self.ends.get(end) == Some(&id)
         {
@@ -347,6 +375,25 @@ struct Chain {
     /// Taken out of the store by the request now extending it (put back
     /// without the admission test).
     taken: bool,
+    /// Where the body of the request that left it here ended its history,
+    /// for the next request that repeats those bytes ([`ChainStore::resume`]).
+    bytes: Option<BytePrefix>,
+}
+
+/// The bytes of a kept chain's last body up to its last history item, by
+/// digest (seeded, and with the chain's scope and dialect): a request whose
+/// body starts with the same bytes continues that history, and its split
+/// starts after them (issue #14: the scan of a reused 2 MB history was a
+/// third of its request's CPU; a digest of it is a tenth of that).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct BytePrefix {
+    /// Bytes, up to just past the last history item.
+    len: usize,
+    /// Their digest.
+    digest: u128,
+    /// The digest of the first [`ChainStore::byte_groups`] length within
+    /// them (the longest that fits): the store's index key.
+    group: u128,
 }
 
 impl Chain {
@@ -413,7 +460,121 @@ impl ChainStore {
             budget,
             max_chains,
             idle_ttl,
+            byte_prefix_from: BYTE_PREFIX_FROM,
+            resumed: AtomicU64::new(0),
         }
+    }
+
+    /// The same store, resuming requests after a body prefix of at least
+    /// `bytes` (at least 1; default [`BYTE_PREFIX_FROM`]; tests and fuzzing
+    /// use small bodies).
+    #[must_use]
+    pub fn with_byte_prefix_from(mut self, bytes: usize) -> Self {
+        self.byte_prefix_from = bytes.max(1);
+        self
+    }
+
+    /// The digests of `body`'s first `from`, `2 × from`, `4 × from`, …
+    /// bytes (as long as it has them), each with its length, shortest first;
+    /// seeded and starting with the scope's chain start.
+    fn byte_groups(&self, start: u128, body: &[u8]) -> Vec<(usize, u128)> {
+        let mut hasher = Xxh3::with_seed(self.seed);
+        hasher.update(&start.to_le_bytes());
+        let mut groups = Vec::new();
+        let (mut done, mut next) = (0, self.byte_prefix_from);
+        while next <= body.len() {
+            hasher.update(&body[done..next]);
+            groups.push((next, hasher.digest128()));
+            done = next;
+            next = next.saturating_mul(2);
+        }
+        groups
+    }
+
+    /// The byte prefix of `body` up to `len` (just past its last history
+    /// item), or `None` when shorter than [`BYTE_PREFIX_FROM`].
+    fn byte_prefix(&self, start: u128, body: &[u8], len: usize) -> Option<BytePrefix> {
+        if len < self.byte_prefix_from || len > body.len() {
+            return None;
+        }
+        let mut hasher = Xxh3::with_seed(self.seed);
+        hasher.update(&start.to_le_bytes());
+        let (mut done, mut next, mut group) = (0, self.byte_prefix_from, 0);
+        while next <= len {
+            hasher.update(&body[done..next]);
+            group = hasher.digest128();
+            done = next;
+            next = next.saturating_mul(2);
+        }
+        hasher.update(&body[done..len]);
+        Some(BytePrefix {
+            len,
+            digest: hasher.digest128(),
+            group,
+        })
+    }
+
+    /// A kept chain whose last body's bytes this one starts with, taken out
+    /// of the store, and this body split after them; `None` when there is
+    /// none (or the body does not go on as a history would), and the request
+    /// is split in full.
+    fn resume<'a>(
+        &self,
+        dialect: Dialect,
+        start: u128,
+        body: &'a [u8],
+    ) -> Option<(SplitRequest<'a>, Vec<u128>, Chain)> {
+        if body.len() < self.byte_prefix_from {
+            return None;
+        }
+        let groups = self.byte_groups(start, body);
+        let candidates: Vec<(u64, BytePrefix)> = {
+            let inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+            groups
+                .iter()
+                .rev()
+                .filter_map(|(_, digest)| inner.by_bytes.get(digest))
+                .map(|ids| {
+                    ids.iter()
+                        .rev()
+                        .filter_map(|id| Some((*id, inner.chains.get(id)?.bytes?)))
+                        .filter(|(_, prefix)| prefix.len <= body.len())
+                        .take(BYTE_CANDIDATES)
+                        .collect::<Vec<_>>()
+                })
+                .find(|found| !found.is_empty())
+                .unwrap_or_default()
+        };
+        // Compared outside the lock: a digest of up to the whole body each.
+        let (id, prefix) = candidates
+            .into_iter()
+            .find(|(_, prefix)| self.byte_prefix(start, body, prefix.len) == Some(*prefix))?;
+        let chain = {
+            let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+            if let Some(conversation) = inner.chains.get(&id).and_then(|c| conversation(&c.hashes)) {
+                inner.frequency.note(conversation);
+            }
+            inner.take(id)?
+        };
+        let from = crate::dialect::split::Resume {
+            at: prefix.len,
+            items: chain.items.len(),
+        };
+        let split = match dialect.resume_request(body, from) {
+            Ok(split) if split.items.len() >= chain.hashes.len() => split,
+            _ => {
+                self.put_back(chain);
+                return None;
+            }
+        };
+        let Some(last) = chain.hashes.last().copied() else {
+            self.put_back(chain);
+            return None;
+        };
+        self.resumed.fetch_add(1, Ordering::Relaxed);
+        let mut hashes = chain.hashes.clone();
+        hashes.extend(chain_hashes(self.seed, last, &split.items[chain.hashes.len()..]));
+        Some((split, hashes, chain))
     }
 
     /// Parses a request body of `dialect`, reusing the parsed items of the
@@ -480,12 +641,18 @@ impl ChainStore {
                 .parse_request(body)
                 .map(|parsed| (Parsed::Full(parsed), 0))
         };
-        let Some(Ok(split)) = dialect.split_request(body) else {
-            return full();
-        };
         let start = xxh3_128_with_seed(&[scope, dialect.name().as_bytes()].concat(), self.seed);
-        let hashes = chain_hashes(self.seed, start, &split.items);
-        let mut chain = self.take_longest(&hashes).unwrap_or_default();
+        let (split, hashes, mut chain) = match self.resume(dialect, start, body) {
+            Some(resumed) => resumed,
+            None => {
+                let Some(Ok(split)) = dialect.split_request(body) else {
+                    return full();
+                };
+                let hashes = chain_hashes(self.seed, start, &split.items);
+                let chain = self.take_longest(&hashes).unwrap_or_default();
+                (split, hashes, chain)
+            }
+        };
         let from = chain.items.len();
         // The reused items are this request's too (cloned into it). A body
         // whose whole estimate cannot fit goes lean at once, without
@@ -539,6 +706,9 @@ impl ChainStore {
             let kept = chain.kept_weight() + unbuilt;
             let parsed = if kept <= self.budget && budget.hold(kept) {
                 chain.build_turns(unbuilt);
+                chain.bytes = split
+                    .history_end
+                    .and_then(|len| self.byte_prefix(start, body, len));
                 let parsed = assemble_shared(split.head, &chain.items, Arc::clone(&chain.turns));
                 self.put_back(chain);
                 parsed
@@ -629,6 +799,18 @@ impl ChainStore {
             assert_eq!(ends.get(end), Some(id), "an end names its newest chain");
         }
         assert_eq!(prefixes.len(), inner.prefixes.len(), "every held hash is indexed");
+        let mut by_bytes: HashMap<u128, Vec<u64>> = HashMap::new();
+        for (id, chain) in &inner.chains {
+            if let Some(prefix) = &chain.bytes {
+                by_bytes.entry(prefix.group).or_default().push(*id);
+            }
+        }
+        let indexed: HashMap<u128, Vec<u64>> = inner
+            .by_bytes
+            .iter()
+            .map(|(group, ids)| (*group, ids.clone()))
+            .collect();
+        assert_eq!(by_bytes, indexed, "every byte prefix is indexed, oldest first");
         for (hash, holders) in &inner.prefixes {
             let counted = prefixes.get(hash).copied();
             assert_eq!(counted.map(|h| h.count), Some(holders.count), "holders counted");
@@ -640,6 +822,12 @@ impl ChainStore {
                 );
             }
         }
+    }
+
+    /// How many requests were split after a kept chain's bytes (the rest
+    /// were scanned whole).
+    pub fn resumed(&self) -> u64 {
+        self.resumed.load(Ordering::Relaxed)
     }
 
     /// Chains kept and their total weight in bytes.

@@ -8,8 +8,9 @@ use super::*;
 
 const SCOPE: &[u8] = b"tenant\0/v1";
 
+/// A store that resumes even the tests' small bodies after their bytes.
 fn store() -> ChainStore {
-    ChainStore::new(Duration::from_secs(3600))
+    ChainStore::new(Duration::from_secs(3600)).with_byte_prefix_from(16)
 }
 
 fn openai(messages: &[Value]) -> Vec<u8> {
@@ -97,6 +98,38 @@ fn appended_items_are_the_only_ones_parsed() {
     );
     assert_eq!(parsed.transcript.system, "sys");
     assert_eq!(s.usage().0, 1, "one conversation, one chain");
+}
+
+/// A request whose body repeats the last body's bytes up to its last
+/// history item is split after them (in every dialect), and gives the full
+/// parse; the same history spelled otherwise is scanned whole.
+#[test]
+fn a_body_repeating_the_last_ones_bytes_is_split_after_them() {
+    let user = |t: &str| json!({"role": "user", "content": t});
+    let part = |t: &str| json!({"role": "user", "parts": [{"text": t}]});
+    let item = |t: &str| json!({"type": "message", "role": "user", "content": t});
+    type Body = fn(&[Value]) -> Vec<u8>;
+    type Turn<'a> = &'a dyn Fn(&str) -> Value;
+    let cases: [(Dialect, Body, Turn<'_>); 4] = [
+        (Dialect::OpenaiChat, openai, &user),
+        (Dialect::Anthropic, anthropic, &user),
+        (Dialect::Gemini, gemini, &part),
+        (Dialect::OpenaiResponses, responses, &item),
+    ];
+    for (dialect, body, turn) in cases {
+        let s = store();
+        let mut history = vec![turn("one"), turn("two")];
+        assert_eq!(check(&s, dialect, &body(&history)), 0);
+        history.push(turn("three"));
+        assert_eq!(check(&s, dialect, &body(&history)), 2, "{dialect:?}");
+        assert_eq!(s.resumed(), 1, "{dialect:?}: split after the known bytes");
+        assert_eq!(check(&s, dialect, &body(&history)), 3, "{dialect:?}: a retry");
+        assert_eq!(s.resumed(), 2, "{dialect:?}");
+        let pretty =
+            serde_json::to_vec_pretty(&serde_json::from_slice::<Value>(&body(&history)).unwrap()).unwrap();
+        check(&s, dialect, &pretty);
+        assert_eq!(s.resumed(), 2, "{dialect:?}: other bytes, scanned whole");
+    }
 }
 
 /// A request that extends a kept chain shares the chain's turns (no copy),

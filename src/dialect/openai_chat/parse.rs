@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use serde_json::{Map, Value};
 
-use crate::dialect::split::{HistoryItem, SplitRequest, parse_whole, split_with};
+use crate::dialect::split::{HistoryItem, Resume, SplitRequest, parse_whole, resume_with, split_with};
 use crate::dialect::{DialectError, ParsedRequest, StreamEvent};
 use crate::transcript::{Arguments, Message, ResultContent, Role, ToolCall, ToolResult, Transcript};
 
@@ -36,6 +36,15 @@ pub fn parse_request(body: &[u8]) -> Result<ParsedRequest, DialectError> {
 /// As [`crate::dialect::split::split_object`]: the caller falls back to [`parse_request`].
 pub fn split_request(body: &[u8]) -> Result<SplitRequest<'_>, DialectError> {
     split_with(body, "messages", head, parse_items)
+}
+
+/// [`split_request`] taken up again after items an earlier body had (see
+/// [`crate::dialect::split::resume_with`]).
+///
+/// # Errors
+/// As [`crate::dialect::split::resume_with`]: the caller splits in full.
+pub fn resume_request(body: &[u8], from: Resume) -> Result<SplitRequest<'_>, DialectError> {
+    resume_with(body, "messages", head, parse_items, from)
 }
 
 /// Everything but the history: flags, model, declared tools.

@@ -17,7 +17,7 @@ use std::collections::HashMap;
 
 use serde_json::{Map, Value};
 
-use crate::dialect::split::{HistoryItem, SplitRequest, assemble, split_with};
+use crate::dialect::split::{HistoryItem, Resume, SplitRequest, assemble, resume_with, split_with};
 use crate::dialect::{DialectError, ParsedRequest};
 use crate::transcript::{Arguments, Message, ResultContent, Role, ToolCall, ToolResult, Transcript};
 
@@ -128,6 +128,15 @@ pub fn parse_request(body: &[u8]) -> Result<ParsedRequest, DialectError> {
 /// back to [`parse_request`].
 pub fn split_request(body: &[u8]) -> Result<SplitRequest<'_>, DialectError> {
     split_with(body, "input", head, parse_items)
+}
+
+/// [`split_request`] taken up again after items an earlier body had (see
+/// [`crate::dialect::split::resume_with`]).
+///
+/// # Errors
+/// As [`crate::dialect::split::resume_with`]: the caller splits in full.
+pub fn resume_request(body: &[u8], from: Resume) -> Result<SplitRequest<'_>, DialectError> {
+    resume_with(body, "input", head, parse_items, from)
 }
 
 /// Everything but the history: `instructions`, declared tools, flags.
