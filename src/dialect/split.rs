@@ -192,6 +192,11 @@ pub fn resume_with<'a>(
                 }
                 at = expect(body, next, b':')?;
                 let (value, next) = next_value::<Value>(body, at)?;
+                // Read on its own, a value may nest one level deeper than
+                // inside the body's object: the full split refuses that.
+                if nesting(&value) >= MAX_NESTING {
+                    return Err(shape("a field nests past serde_json's limit"));
+                }
                 envelope.insert(name, value);
                 at = skip_space(body, next);
             }
@@ -205,6 +210,19 @@ pub fn resume_with<'a>(
     let mut split = SplitRequest::new(head(&envelope), items, parse);
     split.history_end = Some(history_end);
     Ok(split)
+}
+
+/// Levels a field of the body's object may not reach: serde_json refuses
+/// the 128th level of one deserializer, the object itself being the first.
+const MAX_NESTING: usize = 127;
+
+/// How many arrays and objects deep `value` nests (a scalar: 0).
+fn nesting(value: &Value) -> usize {
+    match value {
+        Value::Array(items) => 1 + items.iter().map(nesting).max().unwrap_or(0),
+        Value::Object(map) => 1 + map.values().map(nesting).max().unwrap_or(0),
+        _ => 0,
+    }
 }
 
 /// The byte offset in `body` just past `raw`, a value borrowed from it.
@@ -519,6 +537,19 @@ mod tests {
             let (_, resumed) = both_ways(old, new);
             assert!(resumed.is_err(), "{}", String::from_utf8_lossy(new));
         }
+        // A field after the history nesting as deep as the full split
+        // refuses (127 levels in the object), and one level less.
+        let nested = |n: usize| {
+            format!(
+                r#"{{"messages":[{{"role":"user","content":"a"}},12],"x":{}{}}}"#,
+                "[".repeat(n),
+                "]".repeat(n)
+            )
+        };
+        let (full, resumed) = both_ways(old, nested(127).as_bytes());
+        assert!(full.is_err() && resumed.is_err(), "127 deep in the object");
+        let (full, resumed) = both_ways(old, nested(126).as_bytes());
+        assert!(full.is_ok() && resumed.is_ok(), "126 deep");
         // A body whose history key repeats records no end to resume at.
         let d = crate::dialect::Dialect::OpenaiChat;
         let twice = br#"{"messages":[1],"messages":[{"role":"user","content":"a"}]}"#;

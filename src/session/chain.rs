@@ -24,6 +24,12 @@
 //! assembled turns ([`crate::transcript::Transcript::messages`] is an
 //! `Arc`): reusing a long history costs no copy of it.
 //!
+//! A body that repeats, byte for byte, the body a kept chain came from up to
+//! its last history item is not even scanned there: the chain keeps a digest
+//! of those bytes (`BytePrefix`), found through the digest of their first
+//! 4 KiB multiple, and the request's split starts after them
+//! ([`crate::dialect::split::resume_with`]). Anything else is split whole.
+//!
 //! Memory: one chain per active conversation, holding the parsed items of
 //! its last request and their assembled turns (each about the size of its
 //! history), so the store is bounded
@@ -154,12 +160,14 @@ pub struct ChainStore {
     resumed: AtomicU64,
 }
 
-/// Shortest body prefix, bytes, a request resumes after
+/// Shortest body prefix, bytes, a request resumes after, and the step of
+/// the prefix lengths kept chains are indexed by
 /// ([`ChainStore::with_byte_prefix_from`]): a smaller body's scan is cheap.
 pub const BYTE_PREFIX_FROM: usize = 4096;
 
-/// Most candidate chains whose bytes one request compares with its own.
-const BYTE_CANDIDATES: usize = 4;
+/// Most candidate chains whose last bytes (under a step each) one request
+/// compares with its own.
+const BYTE_CANDIDATES: usize = 16;
 
 /// A hash map keyed by chain hashes (xxh3 outputs, already uniform: a fast
 /// hash of them is enough).
@@ -389,11 +397,13 @@ struct Chain {
 struct BytePrefix {
     /// Bytes, up to just past the last history item.
     len: usize,
-    /// Their digest.
-    digest: u128,
-    /// The digest of the first [`ChainStore::byte_groups`] length within
-    /// them (the longest that fits): the store's index key.
+    /// The digest of the first `len` bytes rounded down to the store's step
+    /// (4 KiB): the store's index key, which a request computes for each of
+    /// its own step multiples in one pass.
     group: u128,
+    /// The digest of the rest, up to `len` (under a step): a candidate is
+    /// told from the others sharing its group at the cost of that much.
+    tail: u128,
 }
 
 impl Chain {
@@ -474,44 +484,45 @@ impl ChainStore {
         self
     }
 
-    /// The digests of `body`'s first `from`, `2 × from`, `4 × from`, …
-    /// bytes (as long as it has them), each with its length, shortest first;
-    /// seeded and starting with the scope's chain start.
+    /// The digests of `body`'s first `step`, `2 × step`, `3 × step`, …
+    /// bytes (`step`: [`ChainStore::with_byte_prefix_from`]), each with its
+    /// length, shortest first; seeded and starting with the scope's chain
+    /// start. One pass over the body.
     fn byte_groups(&self, start: u128, body: &[u8]) -> Vec<(usize, u128)> {
         let mut hasher = Xxh3::with_seed(self.seed);
         hasher.update(&start.to_le_bytes());
-        let mut groups = Vec::new();
-        let (mut done, mut next) = (0, self.byte_prefix_from);
-        while next <= body.len() {
-            hasher.update(&body[done..next]);
-            groups.push((next, hasher.digest128()));
-            done = next;
-            next = next.saturating_mul(2);
+        let step = self.byte_prefix_from;
+        let mut groups = Vec::with_capacity(body.len() / step);
+        let mut done = 0;
+        while done + step <= body.len() {
+            hasher.update(&body[done..done + step]);
+            done += step;
+            groups.push((done, hasher.digest128()));
         }
         groups
     }
 
     /// The byte prefix of `body` up to `len` (just past its last history
-    /// item), or `None` when shorter than [`BYTE_PREFIX_FROM`].
+    /// item), or `None` when shorter than the store's step.
     fn byte_prefix(&self, start: u128, body: &[u8], len: usize) -> Option<BytePrefix> {
-        if len < self.byte_prefix_from || len > body.len() {
+        let step = self.byte_prefix_from;
+        if len < step || len > body.len() {
             return None;
         }
+        let whole = len - len % step;
         let mut hasher = Xxh3::with_seed(self.seed);
         hasher.update(&start.to_le_bytes());
-        let (mut done, mut next, mut group) = (0, self.byte_prefix_from, 0);
-        while next <= len {
-            hasher.update(&body[done..next]);
-            group = hasher.digest128();
-            done = next;
-            next = next.saturating_mul(2);
-        }
-        hasher.update(&body[done..len]);
+        hasher.update(&body[..whole]);
         Some(BytePrefix {
             len,
-            digest: hasher.digest128(),
-            group,
+            group: hasher.digest128(),
+            tail: self.byte_tail(body, whole, len),
         })
+    }
+
+    /// The digest of `body[from..to]` (see [`BytePrefix::tail`]).
+    fn byte_tail(&self, body: &[u8], from: usize, to: usize) -> u128 {
+        xxh3_128_with_seed(body.get(from..to).unwrap_or_default(), self.seed)
     }
 
     /// A kept chain whose last body's bytes this one starts with, taken out
@@ -524,53 +535,47 @@ impl ChainStore {
         start: u128,
         body: &'a [u8],
     ) -> Option<(SplitRequest<'a>, Vec<u128>, Chain)> {
-        if body.len() < self.byte_prefix_from {
+        // A body too large for its history to be kept is scanned whole.
+        if body.len() < self.byte_prefix_from || body.len() > self.budget / 2 {
             return None;
         }
         let groups = self.byte_groups(start, body);
-        let candidates: Vec<(u64, BytePrefix)> = {
-            let inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
-            groups
-                .iter()
-                .rev()
-                .filter_map(|(_, digest)| inner.by_bytes.get(digest))
-                .map(|ids| {
-                    ids.iter()
-                        .rev()
-                        .filter_map(|id| Some((*id, inner.chains.get(id)?.bytes?)))
-                        .filter(|(_, prefix)| prefix.len <= body.len())
-                        .take(BYTE_CANDIDATES)
-                        .collect::<Vec<_>>()
-                })
-                .find(|found| !found.is_empty())
-                .unwrap_or_default()
-        };
-        // Compared outside the lock: a digest of up to the whole body each.
-        let (id, prefix) = candidates
-            .into_iter()
-            .find(|(_, prefix)| self.byte_prefix(start, body, prefix.len) == Some(*prefix))?;
-        let chain = {
-            let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
-            if let Some(conversation) = inner.chains.get(&id).and_then(|c| conversation(&c.hashes)) {
-                inner.frequency.note(conversation);
-            }
-            inner.take(id)?
-        };
+        // The chains sharing the longest step-aligned prefix with this body
+        // first, the newest first within each length; each told by the
+        // digest of its last bytes (under a step).
+        let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        let (id, prefix) = groups
+            .iter()
+            .rev()
+            .filter_map(|(whole, group)| Some((*whole, inner.by_bytes.get(group)?)))
+            .flat_map(|(whole, ids)| ids.iter().rev().map(move |id| (whole, *id)))
+            .take(BYTE_CANDIDATES)
+            .find_map(|(whole, id)| {
+                let prefix = inner.chains.get(&id)?.bytes?;
+                (prefix.len <= body.len() && self.byte_tail(body, whole, prefix.len) == prefix.tail)
+                    .then_some((id, prefix))
+            })?;
+        let mut chain = inner.take(id)?;
+        drop(inner);
         let from = crate::dialect::split::Resume {
             at: prefix.len,
             items: chain.items.len(),
         };
-        let split = match dialect.resume_request(body, from) {
-            Ok(split) if split.items.len() >= chain.hashes.len() => split,
-            _ => {
-                self.put_back(chain);
-                return None;
-            }
-        };
-        let Some(last) = chain.hashes.last().copied() else {
+        let resumed = dialect
+            .resume_request(body, from)
+            .ok()
+            .filter(|split| split.items.len() >= chain.hashes.len());
+        let (Some(split), Some(last)) = (resumed, chain.hashes.last().copied()) else {
+            // Not a continuation: the chain goes back as it was, and the
+            // request is split in full (and seen there).
+            chain.bytes = Some(prefix);
             self.put_back(chain);
             return None;
         };
+        if let Some(conversation) = conversation(&chain.hashes) {
+            let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+            inner.frequency.note(conversation);
+        }
         self.resumed.fetch_add(1, Ordering::Relaxed);
         let mut hashes = chain.hashes.clone();
         hashes.extend(chain_hashes(self.seed, last, &split.items[chain.hashes.len()..]));

@@ -132,6 +132,41 @@ fn a_body_repeating_the_last_ones_bytes_is_split_after_them() {
     }
 }
 
+/// Many conversations sharing a long system prompt and differing only in
+/// their last bytes, taking turns: each is split after its own last body's
+/// bytes (told apart by those last bytes, among the 16 most recent sharing
+/// the same step-aligned prefix), not only the few most recent.
+#[test]
+fn conversations_sharing_a_prompt_each_resume_after_their_own_bytes() {
+    let s = store();
+    let prompt = "You are a coding agent. ".repeat(20);
+    let mut histories: Vec<Vec<Value>> = (0..10)
+        .map(|n| {
+            vec![
+                json!({"role": "system", "content": prompt}),
+                json!({"role": "user", "content": format!("task {n}")}),
+            ]
+        })
+        .collect();
+    for history in &histories {
+        check(&s, Dialect::OpenaiChat, &openai(history));
+    }
+    for round in 0..3 {
+        let before = s.resumed();
+        for (n, history) in histories.iter_mut().enumerate() {
+            let id = format!("c{n}_{round}");
+            history.push(call(&id, "read_file"));
+            history.push(result(&id, "contents"));
+            check(&s, Dialect::OpenaiChat, &openai(history));
+        }
+        assert_eq!(
+            s.resumed() - before,
+            10,
+            "round {round}: every conversation resumed"
+        );
+    }
+}
+
 /// A request that extends a kept chain shares the chain's turns (no copy),
 /// and a request still holding the turns of an earlier one keeps them as
 /// they were while the chain grows (the chain copies them first). Responses
