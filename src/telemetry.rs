@@ -98,6 +98,10 @@ fn describe() {
     );
     metrics::describe_gauge!("loopguard_sessions", "Sessions kept in the store.");
     metrics::describe_counter!(
+        "loopguard_parse_resumed_total",
+        "Request bodies split after the bytes of the kept history they repeat (the rest were scanned whole)."
+    );
+    metrics::describe_counter!(
         "loopguard_parse_cache_rejected_total",
         "Parsed histories not kept: the parse cache was full of conversations seen more often lately."
     );

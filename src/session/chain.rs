@@ -577,6 +577,7 @@ impl ChainStore {
             inner.frequency.note(conversation);
         }
         self.resumed.fetch_add(1, Ordering::Relaxed);
+        metrics::counter!("loopguard_parse_resumed_total").increment(1);
         let mut hashes = chain.hashes.clone();
         hashes.extend(chain_hashes(self.seed, last, &split.items[chain.hashes.len()..]));
         Some((split, hashes, chain))

@@ -1,0 +1,82 @@
+//! The parse cache's byte resume through the built binary (#14): a
+//! conversation that grows by one tool cycle per request is split after the
+//! previous body's bytes from its second request on, and gets the same
+//! verdicts, at the same requests, as the same conversation whose requests
+//! each start differently (a changing field before the history: never
+//! resumed).
+
+mod common;
+
+use common::{config_for, loopguard, metric_value, metrics, mock, post, verdict_header};
+use serde_json::{Value, json};
+
+/// The history after `cycles` tool cycles: distinct reads, then the same
+/// read with the same result from the 4th cycle on (a loop).
+fn history(cycles: usize) -> Vec<Value> {
+    let mut messages = vec![
+        json!({"role": "system", "content": "You are a coding agent. ".repeat(200)}),
+        json!({"role": "user", "content": "Fix the failing test."}),
+    ];
+    for i in 0..cycles {
+        let path = if i >= 3 {
+            "src/lib.rs".to_owned()
+        } else {
+            format!("src/f{i}.rs")
+        };
+        messages.push(json!({"role": "assistant", "content": null, "tool_calls": [
+            {"id": format!("c{i}"), "type": "function", "function": {"name": "read_file", "arguments": json!({"path": path}).to_string()}}
+        ]}));
+        let content = if i >= 3 {
+            "fn main() {}\n".repeat(40)
+        } else {
+            format!("// file {i}\n{}", "let x = 1;\n".repeat(40))
+        };
+        messages.push(json!({"role": "tool", "tool_call_id": format!("c{i}"), "content": content}));
+    }
+    messages
+}
+
+/// The verdict headers of the conversation's requests through `lg`, each
+/// with its request number in a field `n` before the history (`first`) or
+/// after it.
+async fn verdicts(lg: &common::Proc, first: bool) -> Vec<Option<String>> {
+    let mut seen = Vec::new();
+    for cycles in 1..=9 {
+        let body = if first {
+            json!({"n": cycles, "model": "m", "stream": false, "messages": history(cycles)})
+        } else {
+            json!({"model": "m", "stream": false, "messages": history(cycles), "n": cycles})
+        };
+        let r = post(format!("{}/v1/chat/completions", lg.url()), &[], body.to_string()).await;
+        assert_eq!(r.status(), 200, "request {cycles}");
+        seen.push(verdict_header(&r));
+        let _ = r.bytes().await;
+    }
+    seen
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_growing_conversation_is_resumed_and_judged_as_one_scanned_whole() {
+    let upstream = mock();
+    let compact = loopguard(&config_for(&upstream.url(), ""));
+    let changing = loopguard(&config_for(&upstream.url(), ""));
+    let resumed = verdicts(&compact, false).await;
+    let whole = verdicts(&changing, true).await;
+    assert!(
+        resumed.iter().any(Option::is_some),
+        "the loop is judged: {resumed:?}"
+    );
+    assert_eq!(resumed, whole, "the same verdicts at the same requests");
+    let text = metrics(&compact).await;
+    assert_eq!(
+        metric_value(&text, "loopguard_parse_resumed_total"),
+        8.0,
+        "{text}"
+    );
+    let text = metrics(&changing).await;
+    assert_eq!(
+        metric_value(&text, "loopguard_parse_resumed_total"),
+        0.0,
+        "{text}"
+    );
+}
