@@ -96,10 +96,7 @@ pub fn split_with<'a>(
     head: HeadParser,
     parse: ItemParser,
 ) -> Result<SplitRequest<'a>, DialectError> {
-    let mut de = serde_json::Deserializer::from_slice(body);
-    let (envelope, items, once) = de.deserialize_map(SplitVisitor { key })?;
-    de.end()?;
-    let items = items.ok_or_else(|| DialectError::Shape(format!("no `{key}` array")))?;
+    let (envelope, items, once) = split_fields(body, key)?;
     let history_end = if once {
         items.last().map(|raw| end_in(body, raw))
     } else {
@@ -174,13 +171,10 @@ pub fn resume_with<'a>(
             _ => return Err(shape("the known items do not end where they did")),
         }
     }
-    let history_end = items.last().map_or(from.at, |raw| {
-        if items.len() > from.items {
-            end_in(body, raw)
-        } else {
-            from.at
-        }
-    });
+    let history_end = match items.get(from.items..).and_then(<[_]>::last) {
+        Some(raw) => end_in(body, raw),
+        None => from.at,
+    };
     // The fields after the history.
     at = skip_space(body, at + 1);
     loop {
@@ -414,11 +408,20 @@ pub fn split_object<'a>(
     body: &'a [u8],
     key: &str,
 ) -> Result<(Map<String, Value>, Vec<&'a RawValue>), DialectError> {
+    let (envelope, items, _) = split_fields(body, key)?;
+    Ok((envelope, items))
+}
+
+/// A body's other fields, its history items, and whether the key came once.
+type Fields<'a> = (Map<String, Value>, Vec<&'a RawValue>, bool);
+
+/// [`split_object`], and whether the key came once.
+fn split_fields<'a>(body: &'a [u8], key: &str) -> Result<Fields<'a>, DialectError> {
     let mut de = serde_json::Deserializer::from_slice(body);
-    let (envelope, items, _) = de.deserialize_map(SplitVisitor { key })?;
+    let (envelope, items, once) = de.deserialize_map(SplitVisitor { key })?;
     de.end()?;
     let items = items.ok_or_else(|| DialectError::Shape(format!("no `{key}` array")))?;
-    Ok((envelope, items))
+    Ok((envelope, items, once))
 }
 
 struct SplitVisitor<'k> {

@@ -485,37 +485,35 @@ impl ChainStore {
     }
 
     /// The digests of `body`'s first `step`, `2 × step`, `3 × step`, …
-    /// bytes (`step`: [`ChainStore::with_byte_prefix_from`]), each with its
-    /// length, shortest first; seeded and starting with the scope's chain
-    /// start. One pass over the body.
-    fn byte_groups(&self, start: u128, body: &[u8]) -> Vec<(usize, u128)> {
+    /// bytes (`step`: [`ChainStore::with_byte_prefix_from`]), shortest
+    /// first; seeded and starting with the scope's chain start. One pass
+    /// over the body, shared by the lookup ([`ChainStore::resume`]) and the
+    /// record ([`ChainStore::byte_prefix`]). None for a body too small to
+    /// resume, or too large for its history to be kept.
+    fn byte_groups(&self, start: u128, body: &[u8]) -> Vec<u128> {
+        let step = self.byte_prefix_from;
+        if body.len() < step || body.len() > self.budget / 2 {
+            return Vec::new();
+        }
         let mut hasher = Xxh3::with_seed(self.seed);
         hasher.update(&start.to_le_bytes());
-        let step = self.byte_prefix_from;
-        let mut groups = Vec::with_capacity(body.len() / step);
-        let mut done = 0;
-        while done + step <= body.len() {
-            hasher.update(&body[done..done + step]);
-            done += step;
-            groups.push((done, hasher.digest128()));
-        }
-        groups
+        body.chunks_exact(step)
+            .map(|chunk| {
+                hasher.update(chunk);
+                hasher.digest128()
+            })
+            .collect()
     }
 
     /// The byte prefix of `body` up to `len` (just past its last history
-    /// item), or `None` when shorter than the store's step.
-    fn byte_prefix(&self, start: u128, body: &[u8], len: usize) -> Option<BytePrefix> {
-        let step = self.byte_prefix_from;
-        if len < step || len > body.len() {
-            return None;
-        }
-        let whole = len - len % step;
-        let mut hasher = Xxh3::with_seed(self.seed);
-        hasher.update(&start.to_le_bytes());
-        hasher.update(&body[..whole]);
+    /// item), from the body's `groups`; `None` when shorter than the
+    /// store's step (or the body has no groups).
+    fn byte_prefix(&self, groups: &[u128], body: &[u8], len: usize) -> Option<BytePrefix> {
+        let whole = len - len % self.byte_prefix_from;
+        let group = *groups.get((whole / self.byte_prefix_from).checked_sub(1)?)?;
         Some(BytePrefix {
             len,
-            group: hasher.digest128(),
+            group,
             tail: self.byte_tail(body, whole, len),
         })
     }
@@ -532,22 +530,18 @@ impl ChainStore {
     fn resume<'a>(
         &self,
         dialect: Dialect,
-        start: u128,
+        groups: &[u128],
         body: &'a [u8],
     ) -> Option<(SplitRequest<'a>, Vec<u128>, Chain)> {
-        // A body too large for its history to be kept is scanned whole.
-        if body.len() < self.byte_prefix_from || body.len() > self.budget / 2 {
-            return None;
-        }
-        let groups = self.byte_groups(start, body);
         // The chains sharing the longest step-aligned prefix with this body
         // first, the newest first within each length; each told by the
         // digest of its last bytes (under a step).
         let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
         let (id, prefix) = groups
             .iter()
+            .enumerate()
             .rev()
-            .filter_map(|(whole, group)| Some((*whole, inner.by_bytes.get(group)?)))
+            .filter_map(|(k, group)| Some(((k + 1) * self.byte_prefix_from, inner.by_bytes.get(group)?)))
             .flat_map(|(whole, ids)| ids.iter().rev().map(move |id| (whole, *id)))
             .take(BYTE_CANDIDATES)
             .find_map(|(whole, id)| {
@@ -648,7 +642,8 @@ impl ChainStore {
                 .map(|parsed| (Parsed::Full(parsed), 0))
         };
         let start = xxh3_128_with_seed(&[scope, dialect.name().as_bytes()].concat(), self.seed);
-        let (split, hashes, mut chain) = match self.resume(dialect, start, body) {
+        let groups = self.byte_groups(start, body);
+        let (split, hashes, mut chain) = match self.resume(dialect, &groups, body) {
             Some(resumed) => resumed,
             None => {
                 let Some(Ok(split)) = dialect.split_request(body) else {
@@ -714,7 +709,7 @@ impl ChainStore {
                 chain.build_turns(unbuilt);
                 chain.bytes = split
                     .history_end
-                    .and_then(|len| self.byte_prefix(start, body, len));
+                    .and_then(|len| self.byte_prefix(&groups, body, len));
                 let parsed = assemble_shared(split.head, &chain.items, Arc::clone(&chain.turns));
                 self.put_back(chain);
                 parsed
