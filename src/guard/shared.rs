@@ -114,11 +114,25 @@ impl Guard {
                 },
             );
         }
+        // A request of this session that ran here while this one's load
+        // was answered wrote (or read) a version at least as new as the one
+        // loaded: the process copy stands, so no request judges on an older
+        // state than this replica's own last write.
+        let own = effective == probe.key;
+        let now = self
+            .store
+            .get(&effective)
+            .map(|s| s.lock().unwrap_or_else(PoisonError::into_inner).version);
+        let newer_here = own
+            && now.is_some_and(|n| {
+                n != known.unwrap_or(0) && loaded.session.as_ref().is_none_or(|(v, _)| n >= *v)
+            });
         match &loaded.session {
+            _ if newer_here => {}
+            // The store holds the version this replica knew: the process copy stands.
+            Some((version, _)) if own && known == Some(*version) => {}
             Some((version, blob)) => crate::state::install(&self.store, &effective, *version, blob),
-            None if self.store.get(&effective).is_some() => {
-                crate::state::install(&self.store, &effective, 0, &[]);
-            }
+            None if now.is_some() => crate::state::install(&self.store, &effective, 0, &[]),
             None => {}
         }
         if let Some((lane_key, version, blob)) = &loaded.lane {

@@ -7,10 +7,13 @@
 //! runs. With `"redis"` the process store becomes a cache of what Redis
 //! holds ([`Shared`]):
 //!
-//! - before the verdict, ONE round trip ([`Shared::load`], one Lua script)
-//!   reads the session, resolves a Responses `previous_response_id` to its
-//!   session and calls, and finds a fingerprinted lane's latest session;
-//!   what it read replaces the process copy when the versions differ;
+//! - before the verdict, ONE round trip ([`Shared::load`]) reads the
+//!   session: a plain `HMGET` when this replica has seen the session stored
+//!   and the request chains no response (the common case), else one Lua
+//!   script that also resolves a Responses `previous_response_id` to its
+//!   session and calls and finds a fingerprinted lane's latest session;
+//!   what it read replaces the process copy when the versions differ (a
+//!   session the plain read finds missing is read again by the script);
 //! - after request-time detection, [`Shared::save`] writes the session with
 //!   compare-and-set on its version (a second Lua script); on a conflict the
 //!   fresh state is installed and detection runs again on it (at most

@@ -133,7 +133,8 @@ impl std::fmt::Debug for Shared {
 pub struct Loaded {
     /// The chained response's session key and calls (same tenant only).
     pub response: Option<(String, Vec<ToolCall>)>,
-    /// The session: (version, blob; empty blob: deleted).
+    /// The session: (version, blob). An empty blob: deleted, or the
+    /// version is the one the caller said it knew (then left out).
     pub session: Option<(u64, Vec<u8>)>,
     /// No session under the key: the lane's latest session (key, version, blob).
     pub lane: Option<(String, u64, Vec<u8>)>,
@@ -313,9 +314,16 @@ impl Shared {
     /// names a response of `tenant` — the session that response belongs to
     /// (and its calls), and, when no session is stored under the key, the
     /// latest session of the fingerprinted `lane`. `known`: the version of
-    /// `key` this replica holds; when the store holds that same version, its
-    /// blob is not sent (the loaded blob is empty, and
-    /// [`install`] keeps the process copy, which is that version).
+    /// `key` this replica holds (read or written before); when the store
+    /// holds that same version the caller keeps its process copy
+    /// ([`Loaded::session`]'s version equals `known`; its blob may be left
+    /// out).
+    ///
+    /// A request that chains no response, for a session this replica has
+    /// seen stored, is read with one plain `HMGET` (a script costs the
+    /// server several times as much; issue #15's latency goal). Only when
+    /// that finds nothing stored (expired, lost, deleted from Redis) does
+    /// the script's load follow, a second trip.
     pub async fn load(
         &self,
         key: &str,
@@ -324,8 +332,17 @@ impl Shared {
         response_id: Option<&str>,
         lane: Option<u64>,
     ) -> Option<Loaded> {
+        let skey = self.session_key(key);
+        if let (None, Some(known)) = (response_id, known) {
+            if let Some(session) = self.load_plain(&skey, known).await? {
+                return Some(Loaded {
+                    session: Some(session),
+                    ..Loaded::default()
+                });
+            }
+        }
         let keys = [
-            self.session_key(key),
+            skey,
             response_id.map_or_else(String::new, |id| format!("{}r:{id}", self.prefix)),
             lane.map_or_else(String::new, |l| self.lane_key(tenant, l)),
         ];
@@ -367,6 +384,38 @@ impl Shared {
             ));
         }
         Some(loaded)
+    }
+
+    /// The session stored under `skey` (version, blob; the blob left out
+    /// when the version is `known`), by a plain `HMGET`. `Some(None)`:
+    /// nothing stored; `None`: the store failed (counted).
+    async fn load_plain(&self, skey: &str, known: u64) -> Option<Option<(u64, Vec<u8>)>> {
+        let (version, blob): (Option<Vec<u8>>, Option<Vec<u8>>) = self
+            .call("load", async |mut conn| {
+                redis::cmd("HMGET")
+                    .arg(skey)
+                    .arg("v")
+                    .arg("d")
+                    .query_async(&mut conn)
+                    .await
+            })
+            .await?;
+        let Some(version) = version else {
+            return Some(None);
+        };
+        let Some(version) = std::str::from_utf8(&version)
+            .ok()
+            .and_then(|v| v.parse::<u64>().ok())
+        else {
+            count_error("decode");
+            return None;
+        };
+        let blob = if version == known {
+            Vec::new()
+        } else {
+            blob.unwrap_or_default()
+        };
+        Some(Some((version, blob)))
     }
 
     /// Compare-and-set: writes `blob` as the session `key` if the stored

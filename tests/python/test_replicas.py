@@ -501,6 +501,29 @@ def test_two_replicas_racing_on_one_session_lose_no_update(mock):
         cluster.stop()
 
 
+def test_concurrent_requests_on_one_replica_keep_its_own_writes(mock):
+    """Two sub-agents of one session at the same instant on the SAME
+    replica: the second request's load may answer the version this replica
+    held before the first one wrote. The first one's write is this
+    replica's own, so the second is judged on it: no version conflict, and
+    the stored session holds every call of both lanes. (The build before
+    took that older answer for a deletion, judged the second request on an
+    empty session, and relied on the conflict to repair the state.)"""
+    cluster = Cluster(mock, "lgsame:")
+    try:
+        a = cluster.replicas[0]
+        rounds = 25
+        assert race([a, a], session_id(), rounds, looping=False) == []
+        keys = cluster.redis.keys("lgsame:s:*")
+        assert len(keys) == 1, keys
+        stored = json.loads(cluster.redis.cli("HGET", keys[0], "d"))
+        cycles = sorted(sum(1 for s in lane["state"]["steps"] if "Cycle" in s["kind"]) for lane in stored["lanes"])
+        assert cycles == [rounds, rounds], f"an update was lost: {cycles}"
+        assert conflicts_of(a) == 0, f"{int(conflicts_of(a))} conflicts with this replica's own writes"
+    finally:
+        cluster.stop()
+
+
 def test_a_race_counts_each_verdict_once(mock):
     """Both sub-agents loop (the same call and result every round). The
     loser of a race runs detection again on the winner's state for its state
