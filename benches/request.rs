@@ -163,6 +163,7 @@ fn guard_path(c: &mut Criterion) {
                 decoded: body,
                 parsed: &parsed,
                 budget: None,
+                resolved: None,
             };
             guard.on_request(&config, &view).1
         })
@@ -276,6 +277,7 @@ fn calls_scale(c: &mut Criterion) {
                 decoded: body,
                 parsed: &parsed,
                 budget: None,
+                resolved: None,
             };
             guard.on_request(&config, &view).0
         })

@@ -28,9 +28,9 @@ use crate::plan::{PassJudge, Target};
 pub use crate::plan::{RequestDecision, abort_instead_of_block, abort_message};
 use crate::session::budget::{ByteBudget, Reservation};
 use crate::session::chain::{ChainStore, Parsed};
-use crate::session::key::{self, BodyIds};
+use crate::session::key;
 use crate::session::{SharedSession, Store};
-pub use request::RequestView;
+pub use request::{RequestView, Resolved};
 use stream::StreamReviewer;
 
 /// Header that makes the detectors panic, honoured only when the process was
@@ -422,7 +422,10 @@ impl Guard {
     ) -> (Located<'r>, RequestSummary) {
         let responses = request.parsed.responses.as_ref();
         let stateful = responses.is_some_and(|r| r.stateful);
-        let tenant = key::tenant(request.headers, request.query);
+        let tenant = match request.resolved {
+            Some(r) => r.key.tenant.clone(),
+            None => key::tenant(request.headers, request.query),
+        };
         // A request chaining to an earlier response carries only the items
         // new since: the calls it answers come from that response.
         let chained = responses
@@ -432,17 +435,14 @@ impl Guard {
             Some(link) => Cow::Owned(with_calls(&request.parsed.transcript, &link.calls)),
             None => Cow::Borrowed(&request.parsed.transcript),
         };
-        let summary = RequestSummary::of(&transcript, settings);
-        let lane = lane_id(&request.route.prefix, &summary);
-        let ids = || -> BodyIds { request.parsed.ids.clone() };
-        let mut key = key::resolve(
-            request.headers,
-            request.query,
-            session_header,
-            ids,
-            &request.route.prefix,
-            &summary,
-        );
+        let Resolved {
+            summary,
+            lane,
+            mut key,
+        } = match (request.resolved, &chained) {
+            (Some(resolved), None) => resolved.clone(),
+            _ => Resolved::of(request, &transcript, session_header, settings),
+        };
         if let Some(link) = &chained {
             key = key::SessionKey {
                 key: link.session.clone(),

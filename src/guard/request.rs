@@ -6,10 +6,14 @@ use bytes::Bytes;
 use http::HeaderMap;
 
 use crate::config::Route;
+use crate::detect::Settings;
+use crate::detect::compaction::RequestSummary;
 use crate::dialect::{Dialect, Mode, ParsedRequest};
+use crate::session::key;
+use crate::transcript::Transcript;
 
 /// The request as the guard needs it.
-#[derive(Debug)]
+#[derive(Debug, Clone, Copy)]
 pub struct RequestView<'a> {
     /// The matched route.
     pub route: &'a Route,
@@ -28,6 +32,46 @@ pub struct RequestView<'a> {
     /// The request's parse-memory budget: injecting a warning parses the
     /// whole body again, within it. `None`: unbounded.
     pub budget: Option<&'a crate::session::budget::Reservation>,
+    /// Its summary, lane and key when already computed (by the shared
+    /// store's probe, [`crate::guard::shared`]); `None`: detection computes
+    /// them.
+    pub resolved: Option<&'a Resolved>,
+}
+
+/// What locating a request's session computes from the request alone: its
+/// summary, lane and session key (before a chained Responses id is
+/// followed, which replaces the key).
+#[derive(Debug, Clone)]
+pub struct Resolved {
+    /// The summary the compaction classifier and the lane go by.
+    pub summary: RequestSummary,
+    /// The lane: route, system text and tool set.
+    pub lane: u64,
+    /// The session key.
+    pub key: key::SessionKey,
+}
+
+impl Resolved {
+    /// Computes them for `request`, whose history is `transcript`.
+    pub fn of(
+        request: &RequestView<'_>,
+        transcript: &Transcript,
+        session_header: &str,
+        settings: &Settings,
+    ) -> Self {
+        let summary = RequestSummary::of(transcript, settings);
+        let lane = super::lane_id(&request.route.prefix, &summary);
+        let ids = || -> key::BodyIds { request.parsed.ids.clone() };
+        let key = key::resolve(
+            request.headers,
+            request.query,
+            session_header,
+            ids,
+            &request.route.prefix,
+            &summary,
+        );
+        Self { summary, lane, key }
+    }
 }
 
 impl RequestView<'_> {

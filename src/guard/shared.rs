@@ -10,22 +10,32 @@
 
 use std::sync::{Arc, PoisonError};
 
-use super::{Guard, RequestView, lane_id};
+use super::{Guard, RequestView, Resolved};
 use crate::config::Config;
-use crate::detect::compaction::RequestSummary;
 use crate::session::StoredResponse;
-use crate::session::key::{self, BodyIds};
+use crate::session::key;
 use crate::state::{MAX_RETRIES, Outbox, Saved, Shared, count_error};
 
 /// Where a request's session is looked for in the store (computed
 /// synchronously, see [`Guard::shared_probe`]).
 #[derive(Debug)]
 pub struct Probe {
-    key: String,
-    tenant: String,
+    resolved: Resolved,
     response_id: Option<String>,
-    lane: u64,
-    fingerprint: bool,
+}
+
+impl Probe {
+    fn key(&self) -> &str {
+        &self.resolved.key.key
+    }
+
+    fn tenant(&self) -> &str {
+        &self.resolved.key.tenant
+    }
+
+    fn fingerprint(&self) -> bool {
+        self.resolved.key.source == key::KeySource::Fingerprint
+    }
 }
 
 /// A request between its load and its write (see [`Guard::shared_begin`]).
@@ -44,6 +54,13 @@ impl Begun<'_> {
     /// [`Outbox::flush`] before the response ends).
     pub fn outbox(&self) -> &Arc<Outbox> {
         &self.outbox
+    }
+
+    /// The request's summary, lane and key as the probe computed them:
+    /// detection takes them from here ([`RequestView::resolved`]) instead
+    /// of computing them again.
+    pub fn resolved(&self) -> &Resolved {
+        &self.probe.resolved
     }
 }
 
@@ -75,16 +92,16 @@ impl Guard {
         // A version 0 copy was never written (or the store lost it): ask for the blob.
         let known = self
             .store
-            .get(&probe.key)
+            .get(probe.key())
             .map(|s| s.lock().unwrap_or_else(PoisonError::into_inner).version)
             .filter(|v| *v > 0);
         let Some(loaded) = shared
             .load(
-                &probe.key,
+                probe.key(),
                 known,
-                &probe.tenant,
+                probe.tenant(),
                 probe.response_id.as_deref(),
-                probe.fingerprint.then_some(probe.lane),
+                probe.fingerprint().then_some(probe.resolved.lane),
             )
             .await
         else {
@@ -102,13 +119,13 @@ impl Guard {
         let effective = loaded
             .response
             .as_ref()
-            .map_or_else(|| probe.key.clone(), |(session, _)| session.clone());
+            .map_or_else(|| probe.key().to_owned(), |(session, _)| session.clone());
         let held = shared.lock(&effective).await;
         if let (Some((session, calls)), Some(id)) = (loaded.response, &probe.response_id) {
             self.store.note_response(
                 id,
                 StoredResponse {
-                    tenant: probe.tenant.clone(),
+                    tenant: probe.tenant().to_owned(),
                     session,
                     calls,
                 },
@@ -118,7 +135,7 @@ impl Guard {
         // was answered wrote (or read) a version at least as new as the one
         // loaded: the process copy stands, so no request judges on an older
         // state than this replica's own last write.
-        let own = effective == probe.key;
+        let own = effective == probe.key();
         let now = self
             .store
             .get(&effective)
@@ -137,7 +154,8 @@ impl Guard {
         }
         if let Some((lane_key, version, blob)) = &loaded.lane {
             crate::state::install(&self.store, lane_key, *version, blob);
-            self.store.note_lane(&probe.tenant, probe.lane, lane_key);
+            self.store
+                .note_lane(probe.tenant(), probe.resolved.lane, lane_key);
         }
         Some(Begun {
             shared,
@@ -163,8 +181,8 @@ impl Guard {
         }
         let lane_index = begun
             .probe
-            .fingerprint
-            .then_some((begun.probe.tenant.as_str(), begun.probe.lane));
+            .fingerprint()
+            .then_some((begun.probe.tenant(), begun.probe.resolved.lane));
         let Some((expected, blob)) = crate::state::snapshot(&self.store, key) else {
             return Commit::Done;
         };
@@ -195,27 +213,18 @@ impl Guard {
     pub fn shared_probe(&self, config: &Config, request: &RequestView<'_>) -> Option<Probe> {
         self.shared.as_ref()?;
         let (_, settings) = super::detection_for(config, request.headers)?;
-        let summary = RequestSummary::of(&request.parsed.transcript, settings);
-        let lane = lane_id(&request.route.prefix, &summary);
-        let ids = || -> BodyIds { request.parsed.ids.clone() };
-        let key = key::resolve(
-            request.headers,
-            request.query,
-            config.sessions.header.as_str(),
-            ids,
-            &request.route.prefix,
-            &summary,
-        );
         Some(Probe {
-            fingerprint: key.source == key::KeySource::Fingerprint,
-            key: key.key,
-            tenant: key.tenant,
+            resolved: Resolved::of(
+                request,
+                &request.parsed.transcript,
+                config.sessions.header.as_str(),
+                settings,
+            ),
             response_id: request
                 .parsed
                 .responses
                 .as_ref()
                 .and_then(|r| r.previous_response_id.clone()),
-            lane,
         })
     }
 }

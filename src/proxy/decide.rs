@@ -85,6 +85,7 @@ fn view_of<'a>(admitted: &'a Admitted<'_>) -> Option<RequestView<'a>> {
         decoded,
         parsed,
         budget: Some(&admitted.parse_budget),
+        resolved: None,
     })
 }
 
@@ -117,8 +118,12 @@ pub(super) async fn decide<'a>(
     let probe = offload.run(heavy, || guard.shared_probe(config, &view)).await;
     let begun = guard.shared_begin(probe).await;
     let outbox = begun.as_ref().map(|b| Arc::clone(b.outbox()));
+    let probed = RequestView {
+        resolved: begun.as_ref().map(crate::guard::shared::Begun::resolved),
+        ..view
+    };
     let (decision, key) = offload
-        .run(heavy, || guard.on_request_with(config, &view, outbox))
+        .run(heavy, || guard.on_request_with(config, &probed, outbox))
         .await;
     decided.outbox = begun.as_ref().map(|b| Arc::clone(b.outbox()));
     decided.session.clone_from(&key);
