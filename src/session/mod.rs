@@ -267,8 +267,14 @@ impl Store {
     }
 
     /// Records that `key` is the most recently active session of a lane.
+    /// Already so (a conversation's every request says it again): the read
+    /// keeps the entry from going idle, and the cache's costlier write is
+    /// left out.
     pub fn note_lane(&self, tenant: &str, lane: u64, key: &str) {
-        self.lanes.insert((tenant.to_owned(), lane), key.to_owned());
+        let entry = (tenant.to_owned(), lane);
+        if self.lanes.get(&entry).as_deref() != Some(key) {
+            self.lanes.insert(entry, key.to_owned());
+        }
     }
 
     /// Remembers a Responses response by its id.
@@ -336,6 +342,33 @@ mod tests {
                 serde_json::json!({"arm": "holdout", "detector": "identical_call", "outcome": "idle", "count": 1})
             ]
         );
+    }
+
+    /// A lane's latest session stays known while its conversation goes on
+    /// (every request notes it again, read only when unchanged), and the
+    /// next conversation of the lane takes its place.
+    #[test]
+    fn a_lane_keeps_its_latest_session_while_it_is_active() {
+        let store = Store::new(10, Duration::from_secs(1));
+        let (_session, _) = store.get_or_create("a");
+        for _ in 0..8 {
+            assert!(store.get("a").is_some());
+            store.note_lane("t", 7, "a");
+            std::thread::sleep(Duration::from_millis(250));
+        }
+        assert!(
+            store
+                .by_lane("t", 7)
+                .is_some_and(|s| s.lock().is_ok_and(|s| s.key == "a"))
+        );
+        let (_other, _) = store.get_or_create("b");
+        store.note_lane("t", 7, "b");
+        assert!(
+            store
+                .by_lane("t", 7)
+                .is_some_and(|s| s.lock().is_ok_and(|s| s.key == "b"))
+        );
+        assert!(store.by_lane("u", 7).is_none(), "lanes are per tenant");
     }
 
     #[test]
