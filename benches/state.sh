@@ -4,11 +4,14 @@
 # "memory"` and with `"redis"` (a redis-server started here on loopback).
 #
 #   benches/state.sh     # needs oha, redis-server (Debian: redis-server)
+#   BASE_BIN=path/to/older/loopguard benches/state.sh  # a 3rd instance: an older build, redis backend
 #
 # Load: SESSIONS distinct sessions (one request body per line, oha -Z, each a
 # different conversation with a tool cycle), CONNECTIONS connections, RATE
-# requests per second, DURATION seconds per round, ROUNDS rounds per backend.
-# Prints each round's p50/p99 and the median p50 difference redis − memory.
+# requests per second, DURATION seconds per round, ROUNDS rounds per instance.
+# Prints each round's p50/p99 and the CPU time per request of the instance
+# and of redis-server (from /proc: steadier than latency on a shared
+# machine), then the medians and the p50 difference redis − memory.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -30,21 +33,27 @@ bench_setup
 printf '[loop_detection.replay_storm]\nenabled = false\n' >>"$WORK/lg.toml"
 PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 redis-server --port "$PORT" --bind 127.0.0.1 --save '' --appendonly no --dir "$WORK" >/dev/null &
+REDIS_PID=$!
 sleep 0.3
 
-start() { # name, extra config: started in this shell (not in a $(…) subshell), so that the EXIT trap stops it
-  cp "$WORK/lg.toml" "$WORK/$1.toml"
-  printf '%b\n' "$2" >>"$WORK/$1.toml"
-  LOOPGUARD_LOG=warn "$BIN" serve --config "$WORK/$1.toml" >"$WORK/$1.out" 2>"$WORK/$1.err" &
+declare -A PID
+start() { # bin name extra-config: started in this shell (not in a $(…) subshell), so that the EXIT trap stops it
+  cp "$WORK/lg.toml" "$WORK/$2.toml"
+  printf '%b\n' "$3" >>"$WORK/$2.toml"
+  LOOPGUARD_LOG=warn "$1" serve --config "$WORK/$2.toml" >"$WORK/$2.out" 2>"$WORK/$2.err" &
+  PID[$2]=$!
 }
 url_of() { # name -> URL
   echo "http://$(sed -n 's/.*proxy=\([^ ]*\).*/\1/p' "$WORK/$1.out")"
 }
-start memory '[state]\nbackend = "memory"'
-start redis "[state]\nbackend = \"redis\"\nurl = \"redis://127.0.0.1:$PORT/0\""
+start "$BIN" memory '[state]\nbackend = "memory"'
+start "$BIN" redis "[state]\nbackend = \"redis\"\nurl = \"redis://127.0.0.1:$PORT/0\""
+NAMES=(memory redis)
+if [ -n "${BASE_BIN:-}" ]; then
+  start "$BASE_BIN" base "[state]\nbackend = \"redis\"\nurl = \"redis://127.0.0.1:$PORT/0\"\nkey_prefix = \"base:\""
+  NAMES+=(base)
+fi
 sleep 0.7
-MEM=$(url_of memory)
-RED=$(url_of redis)
 
 python3 - "$SESSIONS" >"$WORK/bodies" <<'PY'
 import json, sys
@@ -55,39 +64,53 @@ for i in range(int(sys.argv[1])):
         {"role": "tool", "tool_call_id": f"c{i}", "content": "a.txt\nb.txt"}]}))
 PY
 
-run_oha() { # url -> "p50_ms p99_ms success"
+ticks() { # pid -> CPU ticks (user + system) so far
+  local f; read -r -a f <"/proc/$1/stat"; echo $((f[13] + f[14]))
+}
+run_oha() { # name -> "p50_ms p99_ms success loopguard_cpu_us_per_request redis_cpu_us_per_request"
+  local l0 r0 l1 r1
+  l0=$(ticks "${PID[$1]}"); r0=$(ticks "$REDIS_PID")
   "$OHA" -z "${DURATION}s" -q "$RATE" -c "$CONNECTIONS" --no-tui --output-format json -m POST \
-    -H 'content-type: application/json' -Z "$WORK/bodies" "$1/v1/chat/completions" >"$WORK/oha.json"
-  python3 - "$WORK/oha.json" <<'PY'
+    -H 'content-type: application/json' -Z "$WORK/bodies" "$(url_of "$1")/v1/chat/completions" >"$WORK/oha.json"
+  l1=$(ticks "${PID[$1]}"); r1=$(ticks "$REDIS_PID")
+  python3 - "$WORK/oha.json" "$((l1 - l0))" "$((r1 - r0))" "$(getconf CLK_TCK)" <<'PY'
 import json, sys
 d = json.load(open(sys.argv[1]))
 p = d["latencyPercentiles"]
-print(f'{p["p50"]*1000:.3f} {p["p99"]*1000:.3f} {d["summary"]["successRate"]}')
+n = max(1, sum(d["statusCodeDistribution"].values()))
+us = 1e6 / int(sys.argv[4]) / n
+print(f'{p["p50"]*1000:.3f} {p["p99"]*1000:.3f} {d["summary"]["successRate"]} {int(sys.argv[2])*us:.0f} {int(sys.argv[3])*us:.0f}')
 PY
 }
 
-echo "${SESSIONS} sessions, ${CONNECTIONS} connections, ${RATE} req/s, ${DURATION}s x ${ROUNDS} rounds per backend, interleaved"
-declare -a M R
+echo "${SESSIONS} sessions, ${CONNECTIONS} connections, ${RATE} req/s, ${DURATION}s x ${ROUNDS} rounds per instance, interleaved (${NAMES[*]})"
+: >"$WORK/rounds"
 for r in $(seq 1 "$ROUNDS"); do
-  # Alternating which backend goes first, so neither always runs on a machine the other just warmed.
-  if (( r % 2 )); then
-    read -r m50 m99 mok < <(run_oha "$MEM")
-    read -r r50 r99 rok < <(run_oha "$RED")
-  else
-    read -r r50 r99 rok < <(run_oha "$RED")
-    read -r m50 m99 mok < <(run_oha "$MEM")
-  fi
-  echo "  round $r: memory p50 ${m50} ms p99 ${m99} ms (ok ${mok}) | redis p50 ${r50} ms p99 ${r99} ms (ok ${rok})"
-  M+=("$m50"); R+=("$r50")
+  # Rotating which instance goes first, so none always runs on a machine another just warmed.
+  k=$(( (r - 1) % ${#NAMES[@]} ))
+  line="  round $r:"; sep=" "
+  for name in "${NAMES[@]:$k}" "${NAMES[@]:0:$k}"; do
+    read -r p50 p99 ok lcpu rcpu < <(run_oha "$name")
+    echo "$name $p50 $p99 $ok $lcpu $rcpu" >>"$WORK/rounds"
+    line="$line$sep$name p50 $p50 ms p99 $p99 ms (ok $ok; CPU/request: loopguard $lcpu us, redis-server $rcpu us)"; sep=" | "
+  done
+  echo "$line"
 done
 KEYS=$(redis-cli -p "$PORT" --scan --pattern 'loopguard:s:*' | wc -l)
 ERRORS=$(grep -c 'state store' "$WORK/redis.err" || true)
-python3 - "${M[*]}" "${R[*]}" "$KEYS" "$ERRORS" <<'PY'
-import statistics, sys
-m = [float(x) for x in sys.argv[1].split()]
-r = [float(x) for x in sys.argv[2].split()]
-print(f"median p50: memory {statistics.median(m):.3f} ms, redis {statistics.median(r):.3f} ms, "
-      f"difference {statistics.median(r) - statistics.median(m):+.3f} ms "
-      f"(median of the rounds' differences {statistics.median(b - a for a, b in zip(m, r)):+.3f} ms); "
-      f"sessions stored in redis: {sys.argv[3]}; state store warnings logged: {sys.argv[4]}")
+python3 - "$WORK/rounds" "$KEYS" "$ERRORS" <<'PY'
+import collections, statistics as st, sys
+rows = collections.defaultdict(list)
+for line in open(sys.argv[1]):
+    name, *v = line.split()
+    rows[name].append([float(x) for x in v])
+med = {n: [st.median(r[i] for r in v) for i in range(5)] for n, v in rows.items()}
+def diff(a, b):  # median over rounds of b - a (same round)
+    return st.median(y[0] - x[0] for x, y in zip(rows[a], rows[b]))
+for n, m in med.items():
+    print(f"{n}: median p50 {m[0]:.3f} ms, p99 {m[1]:.3f} ms; CPU per request: loopguard {m[3]:.0f} us, redis-server {m[4]:.0f} us")
+print(f"redis - memory, p50: {med['redis'][0] - med['memory'][0]:+.3f} ms (median of the rounds' differences {diff('memory', 'redis'):+.3f} ms)")
+if "base" in med:
+    print(f"base (redis) - memory, p50: {med['base'][0] - med['memory'][0]:+.3f} ms (median of the rounds' differences {diff('memory', 'base'):+.3f} ms)")
+print(f"sessions stored in redis: {sys.argv[2]}; state store warnings logged: {sys.argv[3]}")
 PY
