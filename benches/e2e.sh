@@ -7,6 +7,7 @@
 #   BIN=path/to/loopguard benches/e2e.sh
 #   RATES="100 1000" HISTORIES="0 500000 2000000" ROUNDS=3 DURATION=10 benches/e2e.sh
 #   BASE_BIN=path/to/older/loopguard benches/e2e.sh   # a 4th path: before/after in one run
+#   FLOOR=1 benches/e2e.sh   # another path: examples/floor_proxy.rs, loopguard's HTTP stack alone
 #
 # Needs `oha` (cargo install oha --locked), curl, python3 and nginx (installed
 # with apt-get when missing and run as root). For each load (one tool cycle
@@ -64,6 +65,14 @@ if [ -n "${BASE_BIN:-}" ]; then
   sleep 0.5
   BASE="http://$(sed -n 's/.*proxy=\([^ ]*\).*/\1/p' "$WORK/base.out")"
   PATHS+=("base $BASE")
+fi
+if [ -n "${FLOOR:-}" ]; then
+  # The same server and upstream client with no parse and no detection: what
+  # the stack alone adds over nginx.
+  cargo build --release --locked --quiet --example floor_proxy
+  "${CARGO_TARGET_DIR:-target}/release/examples/floor_proxy" 127.0.0.1:0 "$CANNED" >"$WORK/floor.out" 2>"$WORK/floor.err" &
+  sleep 0.5
+  PATHS+=("floor http://$(sed -n 's/listening on //p' "$WORK/floor.out")")
 fi
 rss() { awk '/VmRSS/ {print $2}' "/proc/$LG_PID/status"; }
 RSS_IDLE=$(rss)
@@ -154,20 +163,20 @@ for line in open(sys.argv[1]):
     label, path, p50, p99, ok = line.split()
     rows[label][path].append((float(p50), float(p99), float(ok)))
 print()
-base = any("base" in paths for paths in rows.values())
-extra = " base added p50 / p99 | base ratio |" if base else ""
-print("| load | direct p50 / p99 | nginx added p50 / p99 | loopguard added p50 / p99 | ratio (p50 added) |" + extra + " success |")
-print("|---|---|---|---|---|" + ("---|---|" if base else "") + "---|")
+extras = [p for p in ("base", "floor") if any(p in paths for paths in rows.values())]
+head = "".join(f" {p} added p50 / p99 | {p} ratio |" for p in extras)
+print("| load | direct p50 / p99 | nginx added p50 / p99 | loopguard added p50 / p99 | ratio (p50 added) |" + head + " success |")
+print("|---|---|---|---|---|" + "---|---|" * len(extras) + "---|")
 for label, paths in rows.items():
     med = {p: (s.median(x[0] for x in v), s.median(x[1] for x in v), min(x[2] for x in v)) for p, v in paths.items()}
     d, n, l = med["direct"], med["nginx"], med["loopguard"]
     na, la = n[0] - d[0], l[0] - d[0]
     ratio = f"{la / na:.2f}x" if na > 0 else "n/a"
     cols = ""
-    if base:
-        b = med["base"]
+    for p in extras:
+        b = med[p]
         ba = b[0] - d[0]
-        cols = f" {ba:+.3f} / {b[1]-d[1]:+.3f} ms | {ba / na:.2f}x |" if na > 0 else " n/a | n/a |"
+        cols += f" {ba:+.3f} / {b[1]-d[1]:+.3f} ms | {ba / na:.2f}x |" if na > 0 else " n/a | n/a |"
     ok = min(x[2] for x in med.values())
     print(f"| {label} | {d[0]:.3f} / {d[1]:.3f} ms | {na:+.3f} / {n[1]-d[1]:+.3f} ms | {la:+.3f} / {l[1]-d[1]:+.3f} ms | {ratio} |{cols} {ok:.4f} |")
 print(f"\nloopguard RSS: idle {int(sys.argv[2])/1024:.1f} MiB, after the load {int(sys.argv[3])/1024:.1f} MiB")
