@@ -80,8 +80,9 @@ impl Guard {
     }
 
     /// The first phase over the shared state, asynchronous: reads what the
-    /// store holds for `probe` (ONE round trip) and installs it in the
-    /// process copy. `None` without a shared store or when detection does
+    /// store holds for `probe` (one round trip; see [`Shared::load`] for
+    /// the rare second) and installs it in the process copy, unless this
+    /// replica's copy is that version or newer. `None` without a shared store or when detection does
     /// not run for the request. The session's process lock is held until
     /// the returned value is dropped, so that requests of one session on
     /// this replica are judged one after another.
@@ -146,8 +147,18 @@ impl Guard {
             });
         match &loaded.session {
             _ if newer_here => {}
-            // The store holds the version this replica knew: the process copy stands.
-            Some((version, _)) if own && known == Some(*version) => {}
+            // The store holds the version this replica knew and still holds:
+            // the process copy stands.
+            Some((version, _)) if own && known == Some(*version) && now == known => {}
+            // The blob was left out as known, but the process copy went
+            // meanwhile (evicted, deleted through the admin API): read it
+            // whole (a second trip, rare).
+            Some((version, blob)) if own && known == Some(*version) && blob.is_empty() => {
+                let whole = shared.load(&effective, None, probe.tenant(), None, None).await;
+                if let Some((version, blob)) = whole.and_then(|w| w.session) {
+                    crate::state::install(&self.store, &effective, version, &blob);
+                }
+            }
             Some((version, blob)) => crate::state::install(&self.store, &effective, *version, blob),
             None if now.is_some() => crate::state::install(&self.store, &effective, 0, &[]),
             None => {}

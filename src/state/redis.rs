@@ -315,15 +315,14 @@ impl Shared {
     /// (and its calls), and, when no session is stored under the key, the
     /// latest session of the fingerprinted `lane`. `known`: the version of
     /// `key` this replica holds (read or written before); when the store
-    /// holds that same version the caller keeps its process copy
-    /// ([`Loaded::session`]'s version equals `known`; its blob may be left
-    /// out).
+    /// holds that same version its blob may be left out (empty).
     ///
     /// A request that chains no response, for a session this replica has
     /// seen stored, is read with one plain `HMGET` (a script costs the
-    /// server several times as much; issue #15's latency goal). Only when
-    /// that finds nothing stored (expired, lost, deleted from Redis) does
-    /// the script's load follow, a second trip.
+    /// server several times as much; issue #15's latency goal). When that
+    /// finds nothing stored (expired, flushed) it is the whole answer,
+    /// unless a fingerprinted lane's latest session is wanted: then the
+    /// script's load follows, a second trip, asking for whole blobs.
     pub async fn load(
         &self,
         key: &str,
@@ -333,12 +332,18 @@ impl Shared {
         lane: Option<u64>,
     ) -> Option<Loaded> {
         let skey = self.session_key(key);
-        if let (None, Some(known)) = (response_id, known) {
-            if let Some(session) = self.load_plain(&skey, known).await? {
-                return Some(Loaded {
-                    session: Some(session),
-                    ..Loaded::default()
-                });
+        let mut known = known;
+        if let (None, Some(_)) = (response_id, known) {
+            match self.load_plain(&skey).await? {
+                Some(session) => {
+                    return Some(Loaded {
+                        session: Some(session),
+                        ..Loaded::default()
+                    });
+                }
+                None if lane.is_none() => return Some(Loaded::default()),
+                // The history this replica knew is gone from the store.
+                None => known = None,
             }
         }
         let keys = [
@@ -386,10 +391,10 @@ impl Shared {
         Some(loaded)
     }
 
-    /// The session stored under `skey` (version, blob; the blob left out
-    /// when the version is `known`), by a plain `HMGET`. `Some(None)`:
-    /// nothing stored; `None`: the store failed (counted).
-    async fn load_plain(&self, skey: &str, known: u64) -> Option<Option<(u64, Vec<u8>)>> {
+    /// The session stored under `skey` (version, blob), by a plain
+    /// `HMGET`. `Some(None)`: nothing stored; `None`: the store failed
+    /// (counted).
+    async fn load_plain(&self, skey: &str) -> Option<Option<(u64, Vec<u8>)>> {
         let (version, blob): (Option<Vec<u8>>, Option<Vec<u8>>) = self
             .call("load", async |mut conn| {
                 redis::cmd("HMGET")
@@ -410,12 +415,7 @@ impl Shared {
             count_error("decode");
             return None;
         };
-        let blob = if version == known {
-            Vec::new()
-        } else {
-            blob.unwrap_or_default()
-        };
-        Some(Some((version, blob)))
+        Some(Some((version, blob.unwrap_or_default())))
     }
 
     /// Compare-and-set: writes `blob` as the session `key` if the stored

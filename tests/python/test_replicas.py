@@ -418,6 +418,45 @@ def test_redis_down_then_back(mock):
         cluster.stop()
 
 
+def command_calls(redis):
+    """Calls per command since the last CONFIG RESETSTAT."""
+    calls = {}
+    for line in redis.cli("INFO", "commandstats").splitlines():
+        if line.startswith("cmdstat_"):
+            name, rest = line[len("cmdstat_"):].split(":", 1)
+            calls[name] = int(rest.split("calls=", 1)[1].split(",", 1)[0])
+    return calls
+
+
+def test_a_session_gone_from_the_store_costs_one_trip(mock):
+    """A replica that knows a session reads it with one plain HMGET. When
+    the store has lost it (flushed, expired) and the session is not a
+    fingerprinted one (no lane's latest session to look for), that miss is
+    the whole answer: the request is judged on the replica's copy, which is
+    written back as the first version, with no second read before the
+    verdict (the build before ran the load script after the miss)."""
+    redis = Redis()
+    replica = start_loopguard(mock, state_config(redis, "lgflush:"))
+    try:
+        wait_connected(replica)
+        loop = ChatLoop(replica.url, session_id())
+        assert loop.turn() and loop.turn()
+        redis.cli("FLUSHALL")
+        redis.cli("CONFIG", "RESETSTAT")
+        assert loop.turn()
+        calls = command_calls(redis)
+        # Commands a script runs count too: the load script reads with HMGET,
+        # the save script with HGET and writes with HSET.
+        assert calls.get("hmget") == 1, f"one plain read, no load script: {calls}"
+        assert calls.get("evalsha") == calls.get("hset"), f"every script call a save: {calls}"
+        keys = redis.keys("lgflush:s:*")
+        # Written again from the first version on (a stream-time verdict may add a write).
+        assert len(keys) == 1 and int(redis.cli("HGET", keys[0], "v")) == calls["hset"], (keys, calls)
+    finally:
+        replica.stop()
+        redis.kill()
+
+
 RACE_TOOLS = {
     "x": [{"type": "function", "function": {"name": "read_x", "parameters": {"type": "object"}}}],
     "y": [{"type": "function", "function": {"name": "read_y", "parameters": {"type": "object"}}}],
