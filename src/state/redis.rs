@@ -12,7 +12,9 @@
 //!
 //! Keys (all with the session TTL, `sessions.idle_ttl_secs`):
 //! - `<prefix>s:<session key>`: hash `v` (version, bumped by every write),
-//!   `d` (the session, JSON; empty: deleted through the admin API);
+//!   `b` (the version the history started at, drawn at random: see
+//!   [`first_version`]), `d` (the session, JSON; empty: deleted through the
+//!   admin API);
 //! - `<prefix>r:<response id>`: hash `t` (tenant hash), `s` (session key),
 //!   `c` (the calls the response carried, JSON);
 //! - `<prefix>l:<tenant>:<lane>`: the lane's latest fingerprinted session.
@@ -70,12 +72,18 @@ local v = tonumber(redis.call('HGET', KEYS[1], 'v') or '0')
 if v ~= tonumber(ARGV[1]) then
   return {0, v, redis.call('HGET', KEYS[1], 'd')}
 end
-redis.call('HSET', KEYS[1], 'v', v + 1, 'd', ARGV[2])
+local nv = v + 1
+if v == 0 then
+  nv = tonumber(ARGV[5])
+  redis.call('HSET', KEYS[1], 'v', ARGV[5], 'd', ARGV[2], 'b', ARGV[5])
+else
+  redis.call('HSET', KEYS[1], 'v', string.format('%d', nv), 'd', ARGV[2])
+end
 redis.call('EXPIRE', KEYS[1], ARGV[3])
 if KEYS[2] ~= '' then
   redis.call('SET', KEYS[2], ARGV[4], 'EX', ARGV[3])
 end
-return {1, v + 1}
+return {1, nv}
 ";
 
 const DELETE: &str = r"
@@ -84,7 +92,7 @@ local d = redis.call('HGET', KEYS[1], 'd')
 if v == 0 or d == '' then
   return 0
 end
-redis.call('HSET', KEYS[1], 'v', v + 1, 'd', '')
+redis.call('HSET', KEYS[1], 'v', string.format('%d', v + 1), 'd', '')
 redis.call('EXPIRE', KEYS[1], ARGV[1])
 return 1
 ";
@@ -439,6 +447,7 @@ impl Shared {
                     .arg(blob)
                     .arg(self.ttl_secs)
                     .arg(key)
+                    .arg(first_version(key))
                     .invoke_async(&mut conn)
                     .await
             })
@@ -580,6 +589,22 @@ impl Shared {
                 .collect(),
         )
     }
+}
+
+/// The version a session's history starts at in the store: a number
+/// drawn per history (1 to 2^40; versions then count up by one), so that a
+/// history written again after the store lost one (flushed, restarted
+/// empty, expired) never repeats its versions: a replica still holding a
+/// copy of the lost history would take a repeated version for its own and
+/// keep its copy, and its next write would replace the new history's.
+fn first_version(key: &str) -> u64 {
+    static DRAWN: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let n = DRAWN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let seed = format!("{key}:{nanos}:{n}:{}", std::process::id());
+    (crate::detect::outcome::hash64(seed.as_bytes()) & ((1 << 40) - 1)).max(1)
 }
 
 /// An error's text with `password`, if any, blanked out.

@@ -200,6 +200,13 @@ def session_id():
     return "replicas-" + uuid.uuid4().hex
 
 
+def writes(redis, key):
+    """How many times a stored session was written: its version counts up
+    by one from the version its history started at (`b`, drawn at random)."""
+    version, base = redis.cli("HMGET", key, "v", "b").split()[:2] if redis.cli("EXISTS", key).strip() == "1" else ("0", "1")
+    return int(version) - int(base) + 1
+
+
 def assert_rotated(cluster, marks, n):
     """The loop's n requests went round the three replicas, and each one
     wrote the shared session (its version counts the writes)."""
@@ -208,7 +215,7 @@ def assert_rotated(cluster, marks, n):
     assert all(a != b for a, b in zip(served, served[1:])), f"two requests in a row on one replica: {served}"
     assert set(served) == {0, 1, 2}, served
     sessions = {line["session"] for r in cluster.replicas for line in request_log_lines(r)[-n:] if line.get("session")}
-    written = [int(cluster.redis.cli("HGET", cluster.prefix + "s:" + key, "v") or 0) for key in sessions]
+    written = [writes(cluster.redis, cluster.prefix + "s:" + key) for key in sessions]
     # One write per request, plus one per stream-time verdict the responses added.
     assert written and max(written) >= n, f"the shared session was not written by every request: versions {written}"
 
@@ -451,7 +458,7 @@ def test_a_session_gone_from_the_store_costs_one_trip(mock):
         assert calls.get("evalsha") == calls.get("hset"), f"every script call a save: {calls}"
         keys = redis.keys("lgflush:s:*")
         # Written again from the first version on (a stream-time verdict may add a write).
-        assert len(keys) == 1 and int(redis.cli("HGET", keys[0], "v")) == calls["hset"], (keys, calls)
+        assert len(keys) == 1 and writes(redis, keys[0]) == calls["hset"], (keys, calls)
     finally:
         replica.stop()
         redis.kill()
@@ -511,6 +518,51 @@ def race(replicas, session, rounds, looping):
     return errors
 
 
+def test_a_history_written_again_after_a_flush_keeps_what_it_holds(mock):
+    """Redis loses a session (flushed, restarted empty) while replica A
+    holds a copy at its second version; replica B then writes the session
+    afresh, twice, for another sub-agent (lane y). A's next request must
+    take B's history, not its copy of the lost one: versions start at a
+    number drawn per history, so B's second version is not A's. (With
+    versions counting from 1 on every history, A took B's version 2 for its
+    own, kept its copy and wrote it over B's: lane y was lost.)"""
+    cluster = Cluster(mock, "lgflush2:")
+    try:
+        a, b = cluster.replicas[0], cluster.replicas[1]
+        session = session_id()
+        histories = {lane: [{"role": "user", "content": f"Sub-agent {lane}."}] for lane in ("x", "y")}
+
+        def turn(replica, lane, i):
+            name = RACE_TOOLS[lane][0]["function"]["name"]
+            history = histories[lane]
+            history.append({"role": "assistant", "content": None, "tool_calls": [
+                {"id": f"{lane}{i}", "type": "function", "function": {"name": name, "arguments": json.dumps({"n": i})}}]})
+            history.append({"role": "tool", "tool_call_id": f"{lane}{i}", "content": f"result {i}"})
+            body = {"model": "gpt-test", "messages": history, "tools": RACE_TOOLS[lane]}
+            req = urllib.request.Request(
+                replica.url + "/v1/chat/completions",
+                data=json.dumps(body).encode(),
+                headers={"content-type": "application/json", "authorization": "Bearer sk-test", "x-loopguard-session": session,
+                         "x-mock-script": json.dumps({"turns": [{"text": "ok"}]})},
+            )
+            with urllib.request.urlopen(req) as r:
+                r.read()
+
+        turn(a, "x", 0)
+        turn(a, "x", 1)
+        cluster.redis.cli("FLUSHALL")
+        turn(b, "y", 0)
+        turn(b, "y", 1)
+        turn(a, "x", 2)
+        keys = cluster.redis.keys("lgflush2:s:*")
+        assert len(keys) == 1, keys
+        stored = json.loads(cluster.redis.cli("HGET", keys[0], "d"))
+        cycles = sorted(sum(1 for s in lane["state"]["steps"] if "Cycle" in s["kind"]) for lane in stored["lanes"])
+        assert cycles == [2, 3], f"lane y's history was replaced by a copy of the lost one: {cycles}"
+    finally:
+        cluster.stop()
+
+
 def conflicts_of(*replicas):
     return sum(metric(r, "loopguard_state_conflicts_total") for r in replicas)
 
@@ -529,7 +581,7 @@ def test_two_replicas_racing_on_one_session_lose_no_update(mock):
         keys = cluster.redis.keys("lgrace:s:*")
         assert len(keys) == 1, keys
         stored = json.loads(cluster.redis.cli("HGET", keys[0], "d"))
-        version = int(cluster.redis.cli("HGET", keys[0], "v"))
+        version = writes(cluster.redis, keys[0])
         cycles = sorted(sum(1 for s in lane["state"]["steps"] if "Cycle" in s["kind"]) for lane in stored["lanes"])
         print(f"race evidence: {rounds} rounds x 2 replicas, {int(conflicts)} version conflicts retried, "
               f"stored version {version}, cycles per lane {cycles}")
