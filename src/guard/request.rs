@@ -62,7 +62,7 @@ impl Resolved {
         let summary = RequestSummary::of(transcript, settings);
         let lane = super::lane_id(&request.route.prefix, &summary);
         let ids = || -> key::BodyIds { request.parsed.ids.clone() };
-        let key = key::resolve(
+        let mut key = key::resolve(
             request.headers,
             request.query,
             session_header,
@@ -70,6 +70,9 @@ impl Resolved {
             &request.route.prefix,
             &summary,
         );
+        if let (key::KeySource::Fingerprint, Some(id)) = (key.source, request.previous_response_id()) {
+            key = key::chain_root(&key, id);
+        }
         Self { summary, lane, key }
     }
 }
@@ -112,6 +115,14 @@ impl RequestView<'_> {
 
     /// A Responses request chained with `previous_response_id` carries only
     /// the items new since that response (the server holds the rest).
+    /// The Responses `previous_response_id` the request chains to, if any.
+    pub(super) fn previous_response_id(&self) -> Option<&str> {
+        self.parsed
+            .responses
+            .as_ref()
+            .and_then(|r| r.previous_response_id.as_deref())
+    }
+
     pub(super) fn carries_only_new(&self) -> bool {
         self.parsed
             .responses

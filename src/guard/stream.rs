@@ -134,7 +134,7 @@ impl StreamReviewer {
         let record = crate::session::StoredResponse {
             tenant: chain.tenant.clone(),
             session: if chain.root {
-                chain_session(&self.key, id)
+                crate::session::key::chain_session(&self.key, id)
             } else {
                 self.key.clone()
             },
@@ -145,12 +145,6 @@ impl StreamReviewer {
         }
         self.store.note_response(id, record);
     }
-}
-
-/// The session key of the chain rooted at response `id` of session `key`:
-/// `<key>/chain-<hash of id>`.
-fn chain_session(key: &str, id: &str) -> String {
-    format!("{key}/chain-{:016x}", xxhash_rust::xxh3::xxh3_64(id.as_bytes()))
 }
 
 impl StreamReviewer {

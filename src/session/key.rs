@@ -188,6 +188,30 @@ pub fn resolve(
     SessionKey { key, source, tenant }
 }
 
+/// The session key of the Responses chain rooted at response `id` of the
+/// session `key`: `<key>/chain-<hash of id>`.
+pub fn chain_session(key: &str, id: &str) -> String {
+    format!("{key}/chain-{:016x}", xxhash_rust::xxh3::xxh3_64(id.as_bytes()))
+}
+
+/// The session of a Responses request chaining to a response loopguard
+/// does not know (made before loopguard was in the path, or whose record
+/// was lost: Redis flushed, a restart of the memory backend), which no
+/// header or body field names (`fingerprint`: its fingerprinted key): the
+/// chain rooted at that response ([`chain_session`]). Such a request
+/// carries only what is new since (typically a call's output), so its
+/// fingerprint (no system text, no user message, no call) is the same for
+/// every such chain of the tenant and tool set, and unrelated runs would
+/// share one loop count. Its own response is recorded under this key, so
+/// the chain goes on in it.
+pub fn chain_root(fingerprint: &SessionKey, previous_response_id: &str) -> SessionKey {
+    SessionKey {
+        key: chain_session(&fingerprint.key, previous_response_id),
+        source: KeySource::Body,
+        tenant: fingerprint.tenant.clone(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

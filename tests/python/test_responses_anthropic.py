@@ -286,3 +286,40 @@ def test_stateful_runs_at_once_keep_their_own_state(mock, loopguard):
                 except StopIteration as done:
                     executed[i] = done.value
     assert executed == [4, 4, 4]
+
+
+def orphan_run(client):
+    """A stateful run whose first request chains to a response loopguard
+    never saw (made before it was in the path, or whose record was lost),
+    carrying only that call's output; then each call's output chained to
+    the previous response. The number of calls executed when loopguard
+    answers HTTP 400 with loop_detected."""
+    run = uuid.uuid4().hex[:8]
+    previous = f"resp_unknown_{run}"
+    outputs = [{"type": "function_call_output", "call_id": f"call_{run}", "output": "a.txt"}]
+    executed = 0
+    for _ in range(10):
+        try:
+            response = client.responses.create(
+                model="gpt-test", previous_response_id=previous, input=outputs, tools=RESPONSES_TOOLS
+            )
+        except openai.BadRequestError as err:
+            assert err.code == "loop_detected"
+            return executed
+        calls = [o for o in response.output if o.type == "function_call"]
+        executed += len(calls)
+        previous = response.id
+        outputs = [{"type": "function_call_output", "call_id": c.call_id, "output": "a.txt"} for c in calls]
+    raise AssertionError("the run was never stopped")
+
+
+def test_runs_chaining_to_unknown_responses_keep_their_own_state(mock, loopguard):
+    """Three runs one after the other, each starting from a different
+    response id loopguard does not know, same credential and tools: each is
+    a session of its own, stopped at its own 5th identical call. (Their
+    first requests have no system text, user message or call to tell them
+    apart by; all three shared one session before, and the third run was
+    stopped at its first request.)"""
+    client = responses_client(loopguard.url, None, script=TOOL_ONLY)
+    executed = [orphan_run(client) for _ in range(3)]
+    assert executed == [4, 4, 4], executed
