@@ -86,13 +86,48 @@ impl fmt::Debug for StateUrl {
     }
 }
 
-/// The URL with its password (and a user name) replaced by `***`.
+/// The URL with its password (and a user name) replaced by `***`, and the
+/// value of every query parameter but `protocol` too.
 fn redacted(url: &Url) -> String {
     let mut shown = url.clone();
     if shown.password().is_some() {
         let _ = shown.set_password(Some("***"));
     }
+    if shown.query().is_some() {
+        let pairs: Vec<(String, String)> = url
+            .query_pairs()
+            .map(|(k, v)| {
+                let v = if k == "protocol" {
+                    v.into_owned()
+                } else {
+                    "***".to_owned()
+                };
+                (k.into_owned(), v)
+            })
+            .collect();
+        shown.query_pairs_mut().clear().extend_pairs(pairs);
+    }
     shown.to_string()
+}
+
+/// What is wrong with a store URL's database path or query, if anything:
+/// the path is empty or a database number, and the only query parameter
+/// the Redis client reads is `protocol` (a password elsewhere than in the
+/// URL's user part would be ignored: every call would fail with NOAUTH).
+fn url_problem(url: &Url) -> Option<String> {
+    let db = url.path().trim_start_matches('/');
+    if !db.is_empty() && db.parse::<u16>().is_err() {
+        return Some(format!(
+            "the path must be a database number (/0, /1, …), got /{db}"
+        ));
+    }
+    if let Some((key, _)) = url.query_pairs().find(|(k, _)| k != "protocol") {
+        return Some(format!(
+            "query parameter {key:?} is not read by the Redis client (the only one is protocol); \
+             a password goes in the URL's user part: redis://:PASSWORD@host:port/0"
+        ));
+    }
+    None
 }
 
 /// Validated `[state]`.
@@ -112,7 +147,12 @@ pub struct StateConfig {
 /// Parses a store URL; the error names the URL without its password.
 pub(super) fn parse_url(text: &str) -> Result<StateUrl, String> {
     match Url::parse(text) {
-        Ok(url) if matches!(url.scheme(), "redis" | "rediss") && url.host().is_some() => Ok(StateUrl(url)),
+        Ok(url) if matches!(url.scheme(), "redis" | "rediss") && url.host().is_some() => {
+            match url_problem(&url) {
+                None => Ok(StateUrl(url)),
+                Some(problem) => Err(format!("{:?}: {problem}", redacted(&url))),
+            }
+        }
         Ok(url) => Err(format!(
             "{:?} is not a redis:// or rediss:// URL with a host",
             redacted(&url)
@@ -161,6 +201,22 @@ pub(super) fn validate(raw: &RawState, problems: &mut Problems) -> StateConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A password put in the query (which the Redis client ignores) is
+    /// refused, and never shown; so is a database path that is no number.
+    #[test]
+    fn a_password_in_the_query_is_refused_and_never_shown() {
+        let err = parse_url("redis://127.0.0.1:6379/0?password=Secret7")
+            .err()
+            .unwrap_or_default();
+        assert!(err.contains("\"password\" is not read"), "{err}");
+        assert!(!err.contains("Secret7"), "{err}");
+        assert!(parse_url("redis://127.0.0.1:6379/0?protocol=resp3").is_ok());
+        let err = parse_url("redis://:pw@127.0.0.1:6379/abc")
+            .err()
+            .unwrap_or_default();
+        assert!(err.contains("database number") && !err.contains("pw@"), "{err}");
+    }
 
     #[test]
     fn a_password_never_shows() {
