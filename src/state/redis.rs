@@ -121,7 +121,18 @@ pub struct Shared {
     save: Script,
     delete: Script,
     stripes: Vec<tokio::sync::Mutex<()>>,
+    /// Calls that failed in a row, and until when (ms since `epoch`) calls
+    /// are not made after [`DOWN_AFTER`] of them (see [`Shared::call`]).
+    failures: std::sync::atomic::AtomicU32,
+    down_until_ms: std::sync::atomic::AtomicU64,
+    epoch: std::time::Instant,
 }
+
+/// Failed calls in a row after which the store is taken for down.
+const DOWN_AFTER: u32 = 3;
+/// How long calls are not made once the store is taken for down: then one
+/// call tries again (a success ends it, a failure starts another pause).
+const DOWN_FOR: Duration = Duration::from_millis(500);
 
 impl std::fmt::Debug for Shared {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -200,6 +211,9 @@ impl Shared {
             save: Script::new(SAVE),
             delete: Script::new(DELETE),
             stripes: (0..STRIPES).map(|_| tokio::sync::Mutex::new(())).collect(),
+            failures: std::sync::atomic::AtomicU32::new(0),
+            down_until_ms: std::sync::atomic::AtomicU64::new(0),
+            epoch: std::time::Instant::now(),
         });
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             shared.connect(&runtime, None);
@@ -285,12 +299,23 @@ impl Shared {
     }
 
     /// Runs one store call within `timeout_ms`; a failure is logged and
-    /// counted under `op`.
+    /// counted under `op`. After [`DOWN_AFTER`] failures in a row the store
+    /// is taken for down: for [`DOWN_FOR`] calls fail at once (counted under
+    /// `op` and in `loopguard_state_skipped_total`), so that a request does
+    /// not wait `timeout_ms` for a store that is not answering; then one
+    /// call tries again.
     async fn call<T>(
         &self,
         op: &'static str,
         run: impl AsyncFnOnce(ConnectionManager) -> redis::RedisResult<T>,
     ) -> Option<T> {
+        use std::sync::atomic::Ordering::Relaxed;
+        let now_ms = || u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX);
+        if now_ms() < self.down_until_ms.load(Relaxed) {
+            count_error(op);
+            metrics::counter!("loopguard_state_skipped_total").increment(1);
+            return None;
+        }
         let Some(conn) = self.connection() else {
             count_error(op);
             tracing::debug!(
@@ -299,7 +324,24 @@ impl Shared {
             );
             return None;
         };
-        match tokio::time::timeout(self.timeout, run(ConnectionManager::clone(&conn))).await {
+        let result = tokio::time::timeout(self.timeout, run(ConnectionManager::clone(&conn))).await;
+        if matches!(result, Ok(Ok(_))) {
+            self.failures.store(0, Relaxed);
+        } else {
+            let failed = self.failures.fetch_add(1, Relaxed) + 1;
+            if failed >= DOWN_AFTER {
+                let pause = u64::try_from(DOWN_FOR.as_millis()).unwrap_or(u64::MAX);
+                self.down_until_ms.store(now_ms().saturating_add(pause), Relaxed);
+                if failed == DOWN_AFTER {
+                    tracing::warn!(
+                        failed,
+                        pause_ms = pause,
+                        "state store failing: called again only every pause until it answers; requests judged on this replica's state"
+                    );
+                }
+            }
+        }
+        match result {
             Ok(Ok(v)) => Some(v),
             Ok(Err(e)) => {
                 count_error(op);

@@ -425,6 +425,28 @@ def test_redis_down_then_back(mock):
         cluster.stop()
 
 
+def test_a_store_that_stops_answering_is_not_waited_for(mock):
+    """Redis killed: after three failed calls in a row the replica stops
+    calling it for a pause (then tries one call again), so requests are not
+    each held for `timeout_ms`; every request still succeeds, and the calls
+    not made are counted."""
+    redis = Redis()
+    replica = start_loopguard(mock, state_config(redis, "lgpause:", timeout_ms=200))
+    try:
+        wait_connected(replica)
+        loop = ChatLoop(replica.url, session_id())
+        assert loop.turn()
+        redis.kill()
+        for _ in range(20):
+            assert loop.turn() or loop.text
+            if metric(replica, "loopguard_state_skipped_total") > 0:
+                break
+        assert metric(replica, "loopguard_state_skipped_total") > 0, "every request waited for the store"
+        assert "state store failing" in replica.logs()
+    finally:
+        replica.stop()
+
+
 def command_calls(redis):
     """Calls per command since the last CONFIG RESETSTAT."""
     calls = {}
