@@ -141,6 +141,13 @@ fn check_config(path: &Path) -> ExitCode {
                 if let Some(url) = &config.state.url {
                     println!("state: redis at {url} (key prefix {:?})", config.state.key_prefix);
                 }
+            } else {
+                println!("state: memory (sessions kept in this process only)");
+                if std::env::var_os("LOOPGUARD_STATE_URL").is_some() {
+                    println!(
+                        "notice: LOOPGUARD_STATE_URL is set but [state] backend is \"memory\": the URL is not used (backend = \"redis\" uses it)"
+                    );
+                }
             }
             println!("{}: ok", path.display());
             ExitCode::SUCCESS

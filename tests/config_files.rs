@@ -128,4 +128,36 @@ fn check_config_validates_state_and_never_shows_its_password() {
     );
     assert!(!stdout.contains("s3cret-pw"), "{stdout}");
     assert!(stdout.contains("4 problem(s)"), "{stdout}"); // and no [[routes]]
+
+    // A password put in the query, which the Redis client would ignore: refused, never shown.
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("config/replicas.toml");
+    let out = Command::new(env!("CARGO_BIN_EXE_loopguard"))
+        .arg("check-config")
+        .arg(&path)
+        .env("LOOPGUARD_STATE_URL", "redis://cache:6379/0?password=s3cret-pw")
+        .output()
+        .unwrap_or_else(|e| panic!("{e}"));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(
+        stdout.contains("\"password\" is not read by the Redis client"),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("s3cret-pw"), "{stdout}");
+
+    // The memory backend says so, and that a URL given by the environment is not used.
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("config/loopguard.toml");
+    let out = Command::new(env!("CARGO_BIN_EXE_loopguard"))
+        .arg("check-config")
+        .arg(&path)
+        .env("LOOPGUARD_STATE_URL", "redis://cache:6379/0")
+        .output()
+        .unwrap_or_else(|e| panic!("{e}"));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    assert!(stdout.contains("state: memory"), "{stdout}");
+    assert!(
+        stdout.contains("LOOPGUARD_STATE_URL is set but [state] backend is \"memory\""),
+        "{stdout}"
+    );
 }
