@@ -133,15 +133,34 @@ async fn sessions(State(state): State<AdminState>) -> Response {
 }
 
 async fn session(State(state): State<AdminState>, Path(key): Path<String>) -> Response {
-    let Some(shared) = state.store.get(&key) else {
-        return (
+    // With a shared store, the session as stored: every replica's latest
+    // write, also of a session this replica never served. This replica's
+    // copy answers when the store does not.
+    let stored = match &state.shared {
+        Some(shared) => shared.get(&key).await,
+        None => None,
+    };
+    let found = match stored {
+        Some(Some(session)) => Some(detail(&session)),
+        Some(None) => None,
+        None => state
+            .store
+            .get(&key)
+            .map(|s| detail(&s.lock().unwrap_or_else(PoisonError::into_inner))),
+    };
+    match found {
+        Some(out) => axum::Json(out).into_response(),
+        None => (
             StatusCode::NOT_FOUND,
             axum::Json(json!({"error": "no such session"})),
         )
-            .into_response();
-    };
-    let s = shared.lock().unwrap_or_else(PoisonError::into_inner);
-    let mut out = summary(&s);
+            .into_response(),
+    }
+}
+
+/// A session's summary and, per lane, its counts and recent verdicts.
+fn detail(s: &crate::session::Session) -> Value {
+    let mut out = summary(s);
     out["lanes_detail"] = s
         .lanes
         .iter()
@@ -157,7 +176,7 @@ async fn session(State(state): State<AdminState>, Path(key): Path<String>) -> Re
             })
         })
         .collect();
-    axum::Json(out).into_response()
+    out
 }
 
 /// Checks the bearer token of a mutating request: the refusal, if any.

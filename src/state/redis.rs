@@ -585,6 +585,22 @@ impl Shared {
         Some(n == 1)
     }
 
+    /// The session stored under `key`, for the admin API: `Some(None)` when
+    /// none is (or it was deleted), `None` when the store failed.
+    pub async fn get(&self, key: &str) -> Option<Option<Session>> {
+        let skey = self.session_key(key);
+        let blob: Option<Vec<u8>> = self
+            .call("get", async |mut conn| {
+                redis::cmd("HGET")
+                    .arg(&skey)
+                    .arg("d")
+                    .query_async(&mut conn)
+                    .await
+            })
+            .await?;
+        Some(blob.and_then(|b| serde_json::from_slice::<Session>(&b).ok()))
+    }
+
     /// Up to `limit` stored sessions (key, session), for the admin API.
     pub async fn list(&self, limit: usize) -> Option<Vec<Session>> {
         let pattern = format!("{}s:*", self.prefix);

@@ -680,12 +680,19 @@ def test_admin_lists_and_deletes_across_replicas(mock, monkeypatch):
         for r in cluster.replicas:
             assert key in admin_keys(r), "every replica lists the session one of them served"
         other = cluster.replicas[(served[0] + 1) % 3]
+        # A replica that never served it shows the session as stored.
+        with urllib.request.urlopen(other.admin + "/admin/sessions/" + key) as r:
+            detail = json.load(r)
+        assert detail["key"] == key and len(detail["lanes_detail"]) == 1, detail
         req = urllib.request.Request(other.admin + "/admin/sessions/" + key, method="DELETE", headers={"authorization": "Bearer t0ken"})
         with urllib.request.urlopen(req) as r:
             assert r.status == 204
         assert cluster.redis.cli("HGET", "lgadmin:s:" + key, "d").strip() == "", "a tombstone every replica sees"
         for r in cluster.replicas:
             assert key not in admin_keys(r), "deleted for every replica"
+        with pytest.raises(urllib.error.HTTPError) as gone:
+            urllib.request.urlopen(cluster.replicas[served[0]].admin + "/admin/sessions/" + key)
+        assert gone.value.code == 404, "the replica that served it no longer shows it either"
     finally:
         cluster.stop()
 
