@@ -133,29 +133,41 @@ async fn sessions(State(state): State<AdminState>) -> Response {
 }
 
 async fn session(State(state): State<AdminState>, Path(key): Path<String>) -> Response {
-    // With a shared store, the session as stored: every replica's latest
-    // write, also of a session this replica never served. This replica's
-    // copy answers when the store does not.
+    match rendered(&state, &key, detail).await {
+        Some(out) => axum::Json(out).into_response(),
+        None => no_such_session(),
+    }
+}
+
+/// Session `key` as `render` shows it. With a shared store, as stored:
+/// every replica's latest write, also of a session this replica never
+/// served (`None` when it is not stored or was deleted); this replica's
+/// copy answers when the store does not, and without a shared store.
+pub(crate) async fn rendered(
+    state: &AdminState,
+    key: &str,
+    render: impl Fn(&crate::session::Session) -> Value,
+) -> Option<Value> {
     let stored = match &state.shared {
-        Some(shared) => shared.get(&key).await,
+        Some(shared) => shared.get(key).await,
         None => None,
     };
-    let found = match stored {
-        Some(Some(session)) => Some(detail(&session)),
-        Some(None) => None,
+    match stored {
+        Some(session) => session.as_ref().map(render),
         None => state
             .store
-            .get(&key)
-            .map(|s| detail(&s.lock().unwrap_or_else(PoisonError::into_inner))),
-    };
-    match found {
-        Some(out) => axum::Json(out).into_response(),
-        None => (
-            StatusCode::NOT_FOUND,
-            axum::Json(json!({"error": "no such session"})),
-        )
-            .into_response(),
+            .get(key)
+            .map(|s| render(&s.lock().unwrap_or_else(PoisonError::into_inner))),
     }
+}
+
+/// The answer for a session that is not there.
+pub(crate) fn no_such_session() -> Response {
+    (
+        StatusCode::NOT_FOUND,
+        axum::Json(json!({"error": "no such session"})),
+    )
+        .into_response()
 }
 
 /// A session's summary and, per lane, its counts and recent verdicts.
@@ -231,11 +243,7 @@ async fn forget(State(state): State<AdminState>, headers: HeaderMap, Path(key): 
     if removed || removed_shared {
         StatusCode::NO_CONTENT.into_response()
     } else {
-        (
-            StatusCode::NOT_FOUND,
-            axum::Json(json!({"error": "no such session"})),
-        )
-            .into_response()
+        no_such_session()
     }
 }
 

@@ -684,6 +684,8 @@ def test_admin_lists_and_deletes_across_replicas(mock, monkeypatch):
         with urllib.request.urlopen(other.admin + "/admin/sessions/" + key) as r:
             detail = json.load(r)
         assert detail["key"] == key and len(detail["lanes_detail"]) == 1, detail
+        with urllib.request.urlopen(other.admin + "/admin/sessions/" + key + "/timeline") as r:
+            assert r.status == 200
         req = urllib.request.Request(other.admin + "/admin/sessions/" + key, method="DELETE", headers={"authorization": "Bearer t0ken"})
         with urllib.request.urlopen(req) as r:
             assert r.status == 204

@@ -14,14 +14,11 @@
 pub mod activity;
 pub mod timeline;
 
-use std::sync::PoisonError;
-
 use axum::Router;
 use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use http::{StatusCode, header};
-use serde_json::json;
+use http::header;
 
 use crate::admin::AdminState;
 
@@ -57,16 +54,11 @@ async fn asset(content_type: &'static str, body: &'static str) -> Response {
 }
 
 async fn session_timeline(State(state): State<AdminState>, Path(key): Path<String>) -> Response {
-    let Some(shared) = state.store.get(&key) else {
-        return (
-            StatusCode::NOT_FOUND,
-            axum::Json(json!({"error": "no such session"})),
-        )
-            .into_response();
-    };
     let now = state.store.now();
-    let session = shared.lock().unwrap_or_else(PoisonError::into_inner);
-    axum::Json(timeline::timeline(&session, now)).into_response()
+    match crate::admin::rendered(&state, &key, |s| timeline::timeline(s, now)).await {
+        Some(out) => axum::Json(out).into_response(),
+        None => crate::admin::no_such_session(),
+    }
 }
 
 /// `GET /admin/verdicts/recent`: `{"minutes": [unix seconds × 60],
