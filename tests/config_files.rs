@@ -81,20 +81,29 @@ fn check_config_accepts_the_default_file() {
 /// `[state]`: `check-config` names the store with the URL's password
 /// blanked out (from the file or `LOOPGUARD_STATE_URL`), and reports a bad
 /// backend, timeout and URL by key path without the password.
+/// `loopguard check-config <path>` with `LOOPGUARD_STATE_URL` set to
+/// `state_url` (unset when `None`): its exit code and what it printed.
+fn check_config(path: &std::path::Path, state_url: Option<&str>) -> (Option<i32>, String) {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_loopguard"));
+    command.arg("check-config").arg(path);
+    if let Some(url) = state_url {
+        command.env("LOOPGUARD_STATE_URL", url);
+    }
+    let out = command.output().unwrap_or_else(|e| panic!("{e}"));
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
 #[test]
 fn check_config_validates_state_and_never_shows_its_password() {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("config/replicas.toml");
-    let out = Command::new(env!("CARGO_BIN_EXE_loopguard"))
-        .arg("check-config")
-        .arg(&path)
-        .env(
-            "LOOPGUARD_STATE_URL",
-            "rediss://lg:s3cret-pw@cache.internal:6380/2",
-        )
-        .output()
-        .unwrap_or_else(|e| panic!("{e}"));
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{stdout}");
+    let config = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("config");
+    let (code, stdout) = check_config(
+        &config.join("replicas.toml"),
+        Some("rediss://lg:s3cret-pw@cache.internal:6380/2"),
+    );
+    assert_eq!(code, Some(0), "{stdout}");
     assert!(
         stdout.contains("state: redis at rediss://lg:***@cache.internal:6380/2"),
         "{stdout}"
@@ -107,13 +116,8 @@ fn check_config_validates_state_and_never_shows_its_password() {
         "[state]\nbackend = \"etcd\"\nurl = \"http://lg:s3cret-pw@cache:6379\"\ntimeout_ms = 0\n",
     )
     .unwrap_or_else(|e| panic!("{e}"));
-    let out = Command::new(env!("CARGO_BIN_EXE_loopguard"))
-        .arg("check-config")
-        .arg(&bad)
-        .output()
-        .unwrap_or_else(|e| panic!("{e}"));
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    let (code, stdout) = check_config(&bad, None);
+    assert_eq!(code, Some(1), "{stdout}");
     assert!(
         stdout.contains("state.backend: \"etcd\" is not a backend"),
         "{stdout}"
@@ -130,15 +134,11 @@ fn check_config_validates_state_and_never_shows_its_password() {
     assert!(stdout.contains("4 problem(s)"), "{stdout}"); // and no [[routes]]
 
     // A password put in the query, which the Redis client would ignore: refused, never shown.
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("config/replicas.toml");
-    let out = Command::new(env!("CARGO_BIN_EXE_loopguard"))
-        .arg("check-config")
-        .arg(&path)
-        .env("LOOPGUARD_STATE_URL", "redis://cache:6379/0?password=s3cret-pw")
-        .output()
-        .unwrap_or_else(|e| panic!("{e}"));
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    let (code, stdout) = check_config(
+        &config.join("replicas.toml"),
+        Some("redis://cache:6379/0?password=s3cret-pw"),
+    );
+    assert_eq!(code, Some(1), "{stdout}");
     assert!(
         stdout.contains("\"password\" is not read by the Redis client"),
         "{stdout}"
@@ -146,15 +146,8 @@ fn check_config_validates_state_and_never_shows_its_password() {
     assert!(!stdout.contains("s3cret-pw"), "{stdout}");
 
     // The memory backend says so, and that a URL given by the environment is not used.
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("config/loopguard.toml");
-    let out = Command::new(env!("CARGO_BIN_EXE_loopguard"))
-        .arg("check-config")
-        .arg(&path)
-        .env("LOOPGUARD_STATE_URL", "redis://cache:6379/0")
-        .output()
-        .unwrap_or_else(|e| panic!("{e}"));
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{stdout}");
+    let (code, stdout) = check_config(&config.join("loopguard.toml"), Some("redis://cache:6379/0"));
+    assert_eq!(code, Some(0), "{stdout}");
     assert!(stdout.contains("state: memory"), "{stdout}");
     assert!(
         stdout.contains("LOOPGUARD_STATE_URL is set but [state] backend is \"memory\""),

@@ -428,8 +428,8 @@ impl Guard {
         };
         // A request chaining to an earlier response carries only the items
         // new since: the calls it answers come from that response.
-        let chained = responses
-            .and_then(|r| r.previous_response_id.as_deref())
+        let chained = request
+            .previous_response_id()
             .and_then(|id| self.store.response(&tenant, id));
         let transcript = match &chained {
             Some(link) => Cow::Owned(with_calls(&request.parsed.transcript, &link.calls)),

@@ -113,8 +113,6 @@ impl RequestView<'_> {
             || self.headers.contains_key("x-claude-code-compaction")
     }
 
-    /// A Responses request chained with `previous_response_id` carries only
-    /// the items new since that response (the server holds the rest).
     /// The Responses `previous_response_id` the request chains to, if any.
     pub(super) fn previous_response_id(&self) -> Option<&str> {
         self.parsed
@@ -123,11 +121,10 @@ impl RequestView<'_> {
             .and_then(|r| r.previous_response_id.as_deref())
     }
 
+    /// A Responses request chained with `previous_response_id` carries only
+    /// the items new since that response (the server holds the rest).
     pub(super) fn carries_only_new(&self) -> bool {
-        self.parsed
-            .responses
-            .as_ref()
-            .is_some_and(|r| r.previous_response_id.is_some())
+        self.previous_response_id().is_some()
     }
 
     /// The body with the warning injected, or `None` when it has no tool result

@@ -82,8 +82,8 @@ impl Guard {
     /// The first phase over the shared state, asynchronous: reads what the
     /// store holds for `probe` (one round trip; see [`Shared::load`] for
     /// the rare second) and installs it in the process copy, unless this
-    /// replica's copy is that version or newer. `None` without a shared store or when detection does
-    /// not run for the request. The session's process lock is held until
+    /// replica's copy is that version or newer. `None` without a shared
+    /// store or when detection does not run for the request. The session's process lock is held until
     /// the returned value is dropped, so that requests of one session on
     /// this replica are judged one after another.
     pub async fn shared_begin(&self, probe: Option<Probe>) -> Option<Begun<'_>> {
@@ -231,11 +231,7 @@ impl Guard {
                 config.sessions.header.as_str(),
                 settings,
             ),
-            response_id: request
-                .parsed
-                .responses
-                .as_ref()
-                .and_then(|r| r.previous_response_id.clone()),
+            response_id: request.previous_response_id().map(str::to_owned),
         })
     }
 }

@@ -442,10 +442,10 @@ impl Shared {
     }
 
     /// The session stored under `skey` (version, blob), by a plain
-    /// `HMGET`. `Some(None)`: nothing stored; `None`: the store failed
-    /// (counted).
+    /// `HMGET`. `Some(None)`: nothing stored; `None`: the store failed or
+    /// answered a version that is no number (counted).
     async fn load_plain(&self, skey: &str) -> Option<Option<(u64, Vec<u8>)>> {
-        let (version, blob): (Option<Vec<u8>>, Option<Vec<u8>>) = self
+        let (version, blob): (Option<u64>, Option<Vec<u8>>) = self
             .call("load", async |mut conn| {
                 redis::cmd("HMGET")
                     .arg(skey)
@@ -455,17 +455,7 @@ impl Shared {
                     .await
             })
             .await?;
-        let Some(version) = version else {
-            return Some(None);
-        };
-        let Some(version) = std::str::from_utf8(&version)
-            .ok()
-            .and_then(|v| v.parse::<u64>().ok())
-        else {
-            count_error("decode");
-            return None;
-        };
-        Some(Some((version, blob.unwrap_or_default())))
+        Some(version.map(|v| (v, blob.unwrap_or_default())))
     }
 
     /// Compare-and-set: writes `blob` as the session `key` if the stored
@@ -489,7 +479,9 @@ impl Shared {
                     .arg(blob)
                     .arg(self.ttl_secs)
                     .arg(key)
-                    .arg(first_version(key))
+                    // Read only when a history starts (expected 0): a write
+                    // expecting a version of a missing history is a conflict.
+                    .arg(if expected == 0 { first_version(key) } else { 0 })
                     .invoke_async(&mut conn)
                     .await
             })
