@@ -23,6 +23,10 @@ use loopguard::guard::{Guard, RequestView};
 use loopguard::session::chain::{ChainStore, chain_hashes};
 use serde_json::json;
 
+/// The binary's allocator, so that allocation costs are the binary's.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Source text to fill `code` tool results with.
 const SOURCE: &str = include_str!("../src/dialect/openai_chat/parse.rs");
 
@@ -198,8 +202,86 @@ fn guard_path(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, parse_paths, guard_path, calls_scale);
+criterion_group!(benches, parse_paths, guard_path, small_request, calls_scale);
 criterion_main!(benches);
+
+/// loopguard's own work on the small request of `benches/e2e.sh`'s one-tool-cycle
+/// load (issue #14): each request a new conversation of ~400 bytes (a
+/// fingerprinted session, no session header) ending in one tool result,
+/// through one long-lived guard: the parse with its budget (as the proxy
+/// does), request-time detection, and the judgement of a short JSON answer.
+/// Each iteration takes the next of 20,000 distinct bodies, so the session
+/// store and the parse cache fill and evict as under that load.
+fn small_request(c: &mut Criterion) {
+    use loopguard::dialect::write::Mode;
+    use loopguard::guard::{BodyOf, RequestDecision};
+    use loopguard::proxy::hold::Holder;
+    use loopguard::proxy::tap::Tap;
+    use loopguard::session::chain::Parsed;
+
+    let Ok(loaded) = config::load_str(config::DEFAULT_TOML, "<default>") else {
+        return;
+    };
+    let config = loaded.config;
+    let Some(route) = config.routes.iter().find(|r| r.prefix == "/v1").cloned() else {
+        return;
+    };
+    let headers = HeaderMap::new();
+    let bodies: Vec<Bytes> = (0..20_000)
+        .map(|n| {
+            let body = json!({"model": "m", "messages": [
+                {"role": "system", "content": "You are a coding agent."},
+                {"role": "user", "content": format!("Task {n}: tidy the parser module.")},
+                {"role": "assistant", "content": null, "tool_calls": [{"id": format!("c{n}"), "type": "function",
+                    "function": {"name": "read_file", "arguments": "{\"path\":\"src/f.rs\"}"}}]},
+                {"role": "tool", "tool_call_id": format!("c{n}"), "content": "a.txt\nb.txt"}]});
+            Bytes::from(body.to_string())
+        })
+        .collect();
+    let answer = json!({"id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": "m",
+        "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "Done: the module is tidy."}}],
+        "usage": {"prompt_tokens": 50, "completion_tokens": 8, "total_tokens": 58}})
+    .to_string()
+    .into_bytes();
+    let guard = Guard::new(&config);
+    let of = BodyOf {
+        dialect: Dialect::OpenaiChat,
+        route: &route.prefix,
+        headers: &headers,
+        query: None,
+    };
+    let mut next = 0usize;
+    let mut group = c.benchmark_group("small_request");
+    group.bench_function("parse_detect_answer/new session", |b| {
+        b.iter(|| {
+            let body = &bodies[next % bodies.len()];
+            next += 1;
+            let budget = guard.reserve_parse(&config);
+            let Ok(Parsed::Full(parsed)) = guard.parse_request_within(&config, &of, body, &budget) else {
+                return 0;
+            };
+            let view = RequestView {
+                route: &route,
+                dialect: Dialect::OpenaiChat,
+                path: "/v1/chat/completions",
+                query: None,
+                headers: &headers,
+                decoded: body,
+                parsed: &parsed,
+                budget: Some(&budget),
+                resolved: None,
+            };
+            let RequestDecision::Forward { mut judge, .. } = guard.on_request(&config, &view).0 else {
+                return 0;
+            };
+            let tap = Tap::new(Dialect::OpenaiChat, Mode::Whole, usize::MAX);
+            let mut holder = Holder::new(tap, Dialect::OpenaiChat, Mode::Whole, false, usize::MAX);
+            let pushed = holder.push(black_box(&answer), judge.as_mut()).release.len();
+            pushed + holder.finish(judge.as_mut()).0.release.len()
+        })
+    });
+    group.finish();
+}
 
 /// An OpenAI chat body with `n` tool calls, each answered: `parallel` puts
 /// every call in one assistant turn (the results follow, in order),
