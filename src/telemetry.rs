@@ -64,6 +64,12 @@ pub fn install_metrics() -> Result<PrometheusHandle, String> {
                 &upstream_buckets,
             )
         })
+        .and_then(|b| {
+            b.set_buckets_for_metric(
+                Matcher::Full("loopguard_state_call_seconds".to_owned()),
+                &overhead_buckets,
+            )
+        })
         .map_err(|e| format!("cannot configure histogram buckets: {e}"))?
         .install_recorder()
         .map_err(|e| format!("cannot install the metrics recorder: {e}"))?;
@@ -108,6 +114,10 @@ fn describe() {
     // Counters a dashboard alerts on exist from the start, at 0.
     metrics::counter!("loopguard_upstream_requests_avoided_total").increment(0);
     metrics::counter!("loopguard_generation_cut_total").increment(0);
+    metrics::describe_histogram!(
+        "loopguard_state_call_seconds",
+        "Wall time of a shared-state store call that answered (Redis backend), by op: from sending it to its answer, waits for the connection included."
+    );
     metrics::describe_histogram!(
         "loopguard_upstream_duration_seconds",
         "Time from sending the request upstream to the upstream's response headers."

@@ -303,7 +303,8 @@ impl Shared {
     /// is taken for down: for [`DOWN_FOR`] calls fail at once (counted under
     /// `op` and in `loopguard_state_skipped_total`), so that a request does
     /// not wait `timeout_ms` for a store that is not answering; then one
-    /// call tries again.
+    /// call tries again. A call that answers records its wall time in
+    /// `loopguard_state_call_seconds{op}`.
     async fn call<T>(
         &self,
         op: &'static str,
@@ -324,7 +325,11 @@ impl Shared {
             );
             return None;
         };
+        let started = std::time::Instant::now();
         let result = tokio::time::timeout(self.timeout, run(ConnectionManager::clone(&conn))).await;
+        if matches!(result, Ok(Ok(_))) {
+            metrics::histogram!("loopguard_state_call_seconds", "op" => op).record(started.elapsed().as_secs_f64());
+        }
         if matches!(result, Ok(Ok(_))) {
             self.failures.store(0, Relaxed);
         } else {

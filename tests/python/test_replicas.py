@@ -447,6 +447,30 @@ def test_a_store_that_stops_answering_is_not_waited_for(mock):
         replica.stop()
 
 
+def test_store_call_times_are_in_the_metrics(mock):
+    """Each store call that answers records its wall time under its op, so an
+    operator sees what Redis adds to a request; a call that fails (Redis
+    killed) is counted as an error, not timed."""
+    redis = Redis()
+    replica = start_loopguard(mock, state_config(redis, "lgtimed:", timeout_ms=200))
+    try:
+        wait_connected(replica)
+        loop = ChatLoop(replica.url, session_id())
+        assert loop.turn()
+        assert loop.turn()
+        count = lambda op: metric(replica, f'loopguard_state_call_seconds_count{{op="{op}"}}')
+        loads, saves = count("load"), count("save")
+        assert loads >= 2 and saves >= 2, (loads, saves)
+        spent = metric(replica, 'loopguard_state_call_seconds_sum{op="load"}')
+        assert 0 < spent < loads * 0.2, spent
+        redis.kill()
+        assert loop.turn() or loop.text
+        assert (count("load"), count("save")) == (loads, saves)
+        assert metric(replica, "loopguard_state_errors_total") > 0
+    finally:
+        replica.stop()
+
+
 def command_calls(redis):
     """Calls per command since the last CONFIG RESETSTAT."""
     calls = {}
