@@ -9,6 +9,7 @@
 //! its format is in [`format`].
 
 pub mod format;
+pub mod mask;
 pub mod writer;
 
 use std::sync::mpsc::{SyncSender, TrySendError, sync_channel};

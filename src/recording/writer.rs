@@ -5,8 +5,8 @@
 //! ([`crate::session::chain::chain_hashes`]; 16 bytes an item), so a request
 //! line holds only the items after the prefix it shares with the lane's
 //! previous request ([`crate::session::chain::common_prefix`]). Every string
-//! of a body is masked with the semantic check's redactor
-//! ([`crate::semantic::prompt::redact`]). Files are created mode 0600.
+//! of a body is masked with the semantic check's redactor, a streamed
+//! answer's deltas joined first ([`super::mask`]). Files are created mode 0600.
 //!
 //! Limits: the directory's recordings together stay under `max_bytes` (the
 //! oldest file is deleted first, the lane it belonged to starts a new file
@@ -83,21 +83,6 @@ fn micros(t: std::time::Duration) -> u64 {
     u64::try_from(t.as_micros()).unwrap_or(u64::MAX)
 }
 
-/// Every string of `value` redacted.
-pub fn redact_value(value: &mut Value) {
-    match value {
-        Value::String(text) => {
-            let masked = crate::semantic::prompt::redact(text);
-            if masked != *text {
-                *text = masked;
-            }
-        }
-        Value::Array(items) => items.iter_mut().for_each(redact_value),
-        Value::Object(map) => map.values_mut().for_each(redact_value),
-        _ => {}
-    }
-}
-
 impl Writer {
     /// A writer over `config.dir` (created mode 0700), counting the
     /// recordings already there toward `max_bytes`.
@@ -167,7 +152,7 @@ impl Writer {
                     t_us: micros(t),
                     mode: mode_name(mode).to_owned(),
                     truncated: body.is_none(),
-                    body: body.map(|b| crate::semantic::prompt::redact(&String::from_utf8_lossy(&b))),
+                    body: body.map(|b| super::mask::response(&b, mode)),
                     bytes,
                 };
                 self.append(&lane, &line, false);
@@ -356,7 +341,7 @@ fn request_line(
         state.hashes.clear();
         state.head = None;
         let mut whole: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
-        redact_value(&mut whole);
+        super::mask::value(&mut whole);
         return Line::Request {
             t_us,
             keep: None,
@@ -377,7 +362,7 @@ fn request_line(
         .iter()
         .map(|raw| {
             let mut v: Value = serde_json::from_str(raw.get()).unwrap_or(Value::Null);
-            redact_value(&mut v);
+            super::mask::value(&mut v);
             v
         })
         .collect();
@@ -385,7 +370,7 @@ fn request_line(
     let head_hash = serde_json::to_vec(&envelope).map(|b| xxh3_64(&b)).ok();
     let head = if fresh || head_hash != state.head {
         let mut value = Value::Object(std::mem::take(&mut envelope));
-        redact_value(&mut value);
+        super::mask::value(&mut value);
         match value {
             Value::Object(map) => Some(map),
             _ => Some(Map::new()),

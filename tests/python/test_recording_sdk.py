@@ -27,7 +27,7 @@ TOOLS = [
 READ_LOOP = json.dumps({"turns": [{"tool_calls": [{"name": "read_file", "arguments": {"path": "src/main.rs"}}]}]})
 
 
-def run_turn(client, messages):
+def run_turn(client, messages, script=READ_LOOP, session="sdk-recorded"):
     """One streamed turn; returns the assistant message the SDK assembled."""
     stream = client.chat.completions.create(
         model="gpt-test",
@@ -35,9 +35,9 @@ def run_turn(client, messages):
         tools=TOOLS,
         stream=True,
         extra_headers={
-            "x-mock-script": READ_LOOP,
-            "x-loopguard-session": "sdk-recorded",
-            "x-test-session": "sdk-recorded",
+            "x-mock-script": script,
+            "x-loopguard-session": session,
+            "x-test-session": session,
         },
     )
     text, calls = [], {}
@@ -61,7 +61,33 @@ def run_turn(client, messages):
     return message
 
 
+# The same loop with an API key in the call's arguments: the mock streams the
+# arguments in pieces, so the key is cut between two deltas.
+KEY = "sk-abcdefghijklmnopqrstuvwxyz123456"
+KEY_LOOP = json.dumps(
+    {"turns": [{"tool_calls": [{"name": "read_file", "arguments": {"path": "src/main.rs", "token": KEY}}]}]}
+)
+
+
 def test_replaying_an_sdk_recording_gives_the_verdicts_serve_gave_live(mock):
+    live, replayed, _ = record_and_replay(mock, READ_LOOP, "sdk-recorded")
+    assert replayed == live
+
+
+def test_a_key_streamed_in_pieces_is_not_recorded_and_replays_the_same(mock):
+    """A key cut between two argument deltas was kept in the recording (each
+    piece alone matches no pattern), and the replay, whose request lines had
+    it masked, judged the streamed call as another call (found by a new-user
+    test)."""
+    live, replayed, text = record_and_replay(mock, KEY_LOOP, "sdk-recorded-key")
+    leaked = [KEY[i : i + 8] for i in range(3, len(KEY) - 7) if KEY[i : i + 8] in text]
+    assert not leaked, leaked
+    assert replayed == live
+
+
+def record_and_replay(mock, script, session):
+    """Runs the loop through `serve` with recording on; returns the verdicts
+    it logged live, those `loopguard replay` gives on the file, and the file."""
     directory = pathlib.Path(tempfile.mkdtemp(prefix="loopguard-py-recording-"))
     proc = start_loopguard(mock, f'[recording]\nenabled = true\ndir = "{directory}"\n')
     try:
@@ -70,7 +96,7 @@ def test_replaying_an_sdk_recording_gives_the_verdicts_serve_gave_live(mock):
         live = []
         for i in range(9):
             before = len(log_events(proc, "verdict"))
-            message = run_turn(client, messages)
+            message = run_turn(client, messages, script, session)
             time.sleep(0.2)  # the verdict log line is written as the stream ends
             live += [(i, v["at"], v["detector"], v["level"]) for v in log_events(proc, "verdict")[before:]]
             messages.append(message)
@@ -89,6 +115,6 @@ def test_replaying_an_sdk_recording_gives_the_verdicts_serve_gave_live(mock):
         for line in out.stdout.splitlines():
             v = json.loads(line)
             replayed.append((v["request"], v["at"], v["detector"], v["level"]))
-        assert replayed == live
+        return live, replayed, files[0].read_text()
     finally:
         proc.stop()
