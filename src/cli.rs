@@ -93,12 +93,32 @@ pub enum Command {
     Demo,
     /// Probe the admin listener's /healthz (exit 0 when healthy); for container health checks.
     Healthcheck {
-        /// URL to probe.
-        #[arg(long, default_value = "http://127.0.0.1:9090/healthz")]
-        url: String,
+        /// URL to probe [default: /healthz on LOOPGUARD_ADMIN_LISTEN when set
+        /// (a wildcard address probed on loopback), else http://127.0.0.1:9090/healthz].
+        #[arg(long)]
+        url: Option<String>,
     },
     /// Run a scripted upstream that speaks every dialect (OpenAI chat and Responses, Gemini, Anthropic) (for tests, benchmarks and demos).
     MockUpstream(crate::tools::mock::MockArgs),
+}
+
+/// The URL `healthcheck` probes when `--url` is not given: `/healthz` on
+/// `admin_listen` (the value of `LOOPGUARD_ADMIN_LISTEN`, the admin
+/// listener's override in containers) when given and an address, a
+/// wildcard host (`0.0.0.0`, `[::]`) probed on loopback; else port 9090 on
+/// 127.0.0.1, the default admin listener.
+pub fn healthcheck_url(admin_listen: Option<&str>) -> String {
+    let addr = admin_listen.and_then(|a| a.trim().parse::<std::net::SocketAddr>().ok());
+    match addr {
+        Some(std::net::SocketAddr::V4(a)) if a.ip().is_unspecified() => {
+            format!("http://127.0.0.1:{}/healthz", a.port())
+        }
+        Some(std::net::SocketAddr::V6(a)) if a.ip().is_unspecified() => {
+            format!("http://[::1]:{}/healthz", a.port())
+        }
+        Some(a) => format!("http://{a}/healthz"),
+        None => "http://127.0.0.1:9090/healthz".to_owned(),
+    }
 }
 
 /// The config path `serve` uses when none is given.

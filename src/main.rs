@@ -59,7 +59,9 @@ fn main() -> ExitCode {
             &files,
         ),
         Command::Demo => run(loopguard::tools::demo::run()),
-        Command::Healthcheck { url } => run(healthcheck(url)),
+        Command::Healthcheck { url } => run(healthcheck(url.unwrap_or_else(|| {
+            loopguard::cli::healthcheck_url(std::env::var("LOOPGUARD_ADMIN_LISTEN").ok().as_deref())
+        }))),
         Command::MockUpstream(args) => run(loopguard::tools::mock::run(args)),
     }
 }

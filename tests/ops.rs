@@ -200,3 +200,32 @@ async fn api_keys_never_reach_the_logs() {
         assert!(!text.contains("7f3a9c1e5b"), "the key appears in the {what}");
     }
 }
+
+/// `loopguard healthcheck` without `--url` probes the admin listener that
+/// `LOOPGUARD_ADMIN_LISTEN` moves (the Dockerfile's health check runs it so):
+/// it probed port 9090 whatever the variable said (found by a new-user test).
+#[tokio::test]
+async fn healthcheck_probes_the_admin_listener_the_environment_names() {
+    let (_mock, lg) = common::pair("");
+    let admin = lg.admin.unwrap_or_else(|| panic!("no admin address"));
+    let probe = |listen: String| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_loopguard"))
+            .arg("healthcheck")
+            .env("LOOPGUARD_ADMIN_LISTEN", listen)
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run healthcheck: {e}"))
+    };
+    let healthy = probe(admin.to_string());
+    assert!(healthy.status.success(), "{healthy:?}");
+    // A wildcard listen address is probed on loopback.
+    let wildcard = probe(format!("0.0.0.0:{}", admin.port()));
+    assert!(wildcard.status.success(), "{wildcard:?}");
+    // Nothing listens there: unhealthy, and the message names the URL.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .unwrap_or_else(|e| panic!("{e}"));
+    let down = probe(closed.to_string());
+    assert!(!down.status.success());
+    let said = String::from_utf8_lossy(&down.stderr).into_owned() + &String::from_utf8_lossy(&down.stdout);
+    assert!(said.contains(&format!("http://{closed}/healthz")), "{said}");
+}

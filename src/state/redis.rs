@@ -328,7 +328,8 @@ impl Shared {
         let started = std::time::Instant::now();
         let result = tokio::time::timeout(self.timeout, run(ConnectionManager::clone(&conn))).await;
         if matches!(result, Ok(Ok(_))) {
-            metrics::histogram!("loopguard_state_call_seconds", "op" => op).record(started.elapsed().as_secs_f64());
+            metrics::histogram!("loopguard_state_call_seconds", "op" => op)
+                .record(started.elapsed().as_secs_f64());
         }
         if matches!(result, Ok(Ok(_))) {
             self.failures.store(0, Relaxed);
