@@ -24,18 +24,30 @@ pub(crate) fn check(v: &View) -> Option<Finding> {
     if judged.poll || !outcome.is_error {
         return None;
     }
-    let count = v
+    let streak: Vec<&str> = v
         .run_rev(false)
         .take_while(|(_, c)| {
             c.name == judged.name
                 && c.outcome
                     .is_some_and(|o| o.is_error && o.fingerprint == outcome.fingerprint)
         })
-        .count();
+        .map(|(_, c)| c.args.as_str())
+        .collect();
+    let count = streak.len();
     let t = v.settings.thresholds(DetectorKind::ErrorRepeat);
     let level = [Level::Critical, Level::Warning]
         .into_iter()
         .find(|l| t.reached(*l, count as u32))?;
-    let detail = format!("failed {count} times in a row with the same error");
+    // The message names the judged call's arguments: when the streak's calls
+    // had others, it says so rather than that this one call failed N times.
+    let other = streak.iter().filter(|a| **a != judged.args).count();
+    let detail = if other == 0 {
+        format!("failed {count} times in a row with the same error")
+    } else {
+        format!(
+            "and the {} calls before it ({other} of them with other arguments) failed with the same error, {count} in a row",
+            count - 1
+        )
+    };
     Some(v.finding(DetectorKind::ErrorRepeat, level, count, detail, ADVICE))
 }

@@ -326,3 +326,56 @@ fn identical_call_advice_follows_whether_the_results_change() {
         );
     }
 }
+
+/// The message of an error streak of calls with other arguments says so:
+/// it said the last call "failed 5 times in a row" after one try (a
+/// new-user test: `cat` on five paths that do not exist). A streak of one
+/// same call keeps its wording.
+#[test]
+fn an_error_streak_of_different_calls_is_worded_as_such() {
+    let mut r = Run::new(DIALECTS[0], TOOLS);
+    let mut last = Vec::new();
+    for path in [
+        "config.yml",
+        "config.yaml",
+        "conf/config.yml",
+        "settings.yml",
+        "app.yml",
+    ] {
+        last = r.call(
+            "run",
+            json!({"command": format!("cat {path}")}),
+            &format!("cat: {path}: No such file or directory\nexit code 1"),
+            true,
+        );
+    }
+    let Some(found) = last.iter().find(|v| v.detector == D::ErrorRepeat) else {
+        panic!("no error_repeat verdict: {last:#?}");
+    };
+    assert!(
+        found.message.contains(
+            "and the 4 calls before it (4 of them with other arguments) failed with the same error, 5 in a row"
+        ),
+        "{}",
+        found.message
+    );
+    let mut same = Run::new(DIALECTS[0], TOOLS);
+    for _ in 0..5 {
+        last = same.call(
+            "run",
+            json!({"command": "cat app.yml"}),
+            "cat: app.yml: No such file or directory\nexit code 1",
+            true,
+        );
+    }
+    let Some(found) = last.iter().find(|v| v.detector == D::ErrorRepeat) else {
+        panic!("no error_repeat verdict: {last:#?}");
+    };
+    assert!(
+        found
+            .message
+            .contains("failed 5 times in a row with the same error"),
+        "{}",
+        found.message
+    );
+}
