@@ -122,7 +122,8 @@ impl SessionState {
         let steps: Vec<&Step> = self.steps.iter().collect();
         let mut judged = Vec::new();
         // The last turn's steps: its tool cycles, or its text turn, plus any
-        // canned replies after it.
+        // canned replies or repeated screens after it (a screen seen before
+        // is no news: the turn before it is what is judged).
         let n = steps.len();
         // The person spoke after the last turn (in this request, after the
         // loop's last result): the streaks it ended are over, and the
@@ -132,7 +133,7 @@ impl SessionState {
         let canned = steps
             .iter()
             .rev()
-            .take_while(|s| s.kind == StepKind::Canned)
+            .take_while(|s| matches!(s.kind, StepKind::Canned | StepKind::Screen(_)))
             .count();
         if person_spoke_last {
             // Only the request-level detectors below.

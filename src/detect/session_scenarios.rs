@@ -323,3 +323,41 @@ fn the_person_speaking_after_the_last_result_lifts_that_request_verdict() {
         assert!(next.is_empty(), "{d:?}: the streak restarted: {next:#?}");
     }
 }
+
+/// The same reply answered by one same screen every turn (a text-protocol
+/// agent's terminal, or a repeated short user text) is a monologue too,
+/// from the first time the screen comes back (a new-user test: no verdict
+/// in 9 turns). The first showing of the screen is still a new text.
+#[test]
+fn repeated_message_with_one_same_screen_between_warns_and_blocks() {
+    for screen in [
+        "[Terminal]\nuser@host:~/proj$ ls\nREADME.md src tests\nuser@host:~/proj$",
+        "ok",
+    ] {
+        let mut r = Run::new(Dialect::OpenAi, TOOLS);
+        for i in 1..=7 {
+            r.b.say(Role::Assistant, "I need to check the file first.")
+                .say(Role::User, screen);
+            // The reply before the screen's first showing is in the turn the
+            // person's last new text ended: the count starts after it.
+            let expect = match i {
+                1..=3 => None,
+                4 | 5 => Some(L::Warning),
+                _ => Some(L::Critical),
+            };
+            assert_eq!(level(&r.send(), D::RepeatedMessage), expect, "{screen:?} {i}");
+        }
+    }
+}
+
+/// The twin: the same short reply after screens that differ (a step's own
+/// output each time) is an agent at work.
+#[test]
+fn the_same_reply_after_screens_that_differ_stays_silent() {
+    let mut r = Run::new(Dialect::OpenAi, TOOLS);
+    for i in 1..=7 {
+        r.b.say(Role::Assistant, "Command ran.")
+            .say(Role::User, &format!("[Terminal]\n$ make step{i}\nstep {i} done"));
+        assert_eq!(level(&r.send(), D::RepeatedMessage), None, "{i}");
+    }
+}
