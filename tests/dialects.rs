@@ -75,6 +75,57 @@ async fn a_chanting_responses_stream_is_cut_and_completed() {
     );
 }
 
+/// A non-streamed answer that degenerates is cut too, in every dialect: the
+/// note replaces the text, and the upstream's id and usage stay (it
+/// generated, and billed, all of it). The block's own answer used to
+/// replace it whole, with a new id and zero usage (a new-user test).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_chanting_whole_answer_keeps_the_upstreams_id_and_usage() {
+    let (_mock, lg) = pair("");
+    let cases: [(&str, &'static str, &str, &str); 4] = [
+        (
+            "/v1/chat/completions",
+            r#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#,
+            "/id",
+            "/usage/completion_tokens",
+        ),
+        (
+            "/v1/responses",
+            r#"{"model":"m","input":"hi"}"#,
+            "/id",
+            "/usage/output_tokens",
+        ),
+        (
+            "/anthropic/v1/messages",
+            r#"{"model":"m","max_tokens":64,"messages":[{"role":"user","content":"hi"}]}"#,
+            "/id",
+            "/usage/output_tokens",
+        ),
+        (
+            "/v1beta/models/m:generateContent",
+            r#"{"contents":[{"role":"user","parts":[{"text":"hi"}]}]}"#,
+            "/modelVersion",
+            "/usageMetadata/candidatesTokenCount",
+        ),
+    ];
+    for (path, body, id, usage) in cases {
+        let text = chanting_answer(&lg, path, body).await;
+        assert!(text.contains("content_chanting"), "{path}: {text}");
+        assert!(
+            text.matches("check the configuration").count() < 5,
+            "{path}: the chant was kept: {text}"
+        );
+        let answer: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{path}: {e}: {text}"));
+        let id = answer.pointer(id).and_then(Value::as_str).unwrap_or_default();
+        assert!(
+            !id.is_empty() && !id.contains("loopguard"),
+            "{path}: id {id:?}: {text}"
+        );
+        let tokens = answer.pointer(usage).and_then(Value::as_u64).unwrap_or(0);
+        assert!(tokens > 0, "{path}: usage {tokens}: {text}");
+    }
+}
+
 /// An Anthropic stream that degenerates is cut: the note ends the open text
 /// block, then `message_delta` (`end_turn`) and `message_stop`.
 #[tokio::test(flavor = "multi_thread")]

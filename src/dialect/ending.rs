@@ -41,14 +41,19 @@ pub struct Kept<'a> {
     /// The upstream's whole answer, when the client asked for one document
     /// (a block keeps what the model wrote and replaces only its calls).
     pub whole_body: Option<&'a [u8]>,
+    /// The answer's text is dropped too (a cut generation, whose text is
+    /// the degenerate part): a whole answer keeps only its envelope (id,
+    /// model, usage) and what is neither text nor a call.
+    pub drop_text: bool,
 }
 
 impl Kept<'_> {
-    /// The same, without the upstream's answer: a degenerate answer is not
-    /// kept, the note replaces it whole.
-    pub(crate) fn fresh(&self) -> Self {
+    /// The same for a cut generation: a degenerate answer's text is not
+    /// kept, the note replaces it (a whole answer keeps its id, model and
+    /// usage: the upstream generated, and billed, all of it).
+    pub(crate) fn without_text(&self) -> Self {
         Kept {
-            whole_body: None,
+            drop_text: true,
             ..*self
         }
     }

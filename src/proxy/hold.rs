@@ -498,6 +498,7 @@ impl Holder {
             text_released: self.text_released,
             first_element: self.released_upto == 0,
             whole_body: (self.mode == Mode::Whole).then_some(&self.buf[..]),
+            drop_text: false,
         };
         with(self.tap.parser(), &kept)
     }

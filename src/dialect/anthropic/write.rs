@@ -113,8 +113,9 @@ pub fn block_answer(mode: Mode, model: &str, message: &str) -> Answer {
 /// A non-streaming answer whose `tool_use` blocks are withheld: the
 /// upstream's message (id, model, usage, its text and thinking blocks) with
 /// those blocks replaced by one text block carrying `message`, and
-/// `stop_reason: "end_turn"`. `None` when no whole message was parsed.
-pub fn block_whole(state: &StreamState, message: &str) -> Option<Vec<u8>> {
+/// `stop_reason: "end_turn"` (`drop_text`: its text blocks replaced too;
+/// thinking blocks stay). `None` when no whole message was parsed.
+pub fn block_whole(state: &StreamState, message: &str, drop_text: bool) -> Option<Vec<u8>> {
     // Only an object can carry the text (an upstream's `message` that is
     // anything else gets the block's own answer instead).
     let mut whole = state.message.clone().filter(Value::is_object)?;
@@ -123,7 +124,10 @@ pub fn block_whole(state: &StreamState, message: &str) -> Option<Vec<u8>> {
         .and_then(Value::as_array)
         .into_iter()
         .flatten()
-        .filter(|b| b.get("type").and_then(Value::as_str) != Some("tool_use"))
+        .filter(|b| {
+            let kind = b.get("type").and_then(Value::as_str);
+            kind != Some("tool_use") && !(drop_text && kind == Some("text"))
+        })
         .cloned()
         .collect();
     content.push(json!({"type": "text", "text": message}));

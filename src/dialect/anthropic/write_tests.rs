@@ -81,5 +81,5 @@ fn a_message_that_is_not_an_object_is_not_completed() {
         message: Some(json!(["not", "an", "object"])),
         ..StreamState::default()
     };
-    assert_eq!(block_whole(&state, "[loopguard] blocked"), None);
+    assert_eq!(block_whole(&state, "[loopguard] blocked", false), None);
 }

@@ -12,7 +12,9 @@ pub(crate) fn block(k: &Kept<'_>, message: &str) -> Vec<u8> {
     let meta = k.identity;
     if k.mode == Mode::Whole {
         // The upstream's answer, its calls replaced by the explanation.
-        let kept = k.whole_body.and_then(|body| write::block_whole(body, &message));
+        let kept = k
+            .whole_body
+            .and_then(|body| write::block_whole(body, &message, k.drop_text));
         return kept.unwrap_or_else(|| {
             let model = meta.model.as_deref().unwrap_or_default();
             write::block_answer(Mode::Whole, model, &message).body
@@ -32,5 +34,5 @@ pub(crate) fn error(k: &Kept<'_>, message: &str) -> Vec<u8> {
 
 /// What ends a generation cut short: the note replaces what was not released.
 pub(crate) fn cut(k: &Kept<'_>, message: &str) -> Vec<u8> {
-    block(&k.fresh(), message)
+    block(&k.without_text(), message)
 }

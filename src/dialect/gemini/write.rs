@@ -52,13 +52,18 @@ fn final_chunk(model: &str, choice: u32, message: &str, usage: Option<&Value>) -
 /// A non-streaming answer whose function calls are withheld: the
 /// upstream's `generateContent` document (usage, model version, the text and
 /// thought parts the model wrote) with the first candidate's `functionCall`
-/// parts replaced by one text part carrying `message`, finishReason `STOP`.
-/// `None` when `body` is not such a document.
-pub fn block_whole(body: &[u8], message: &str) -> Option<Vec<u8>> {
+/// parts replaced by one text part carrying `message`, finishReason `STOP`
+/// (`drop_text`: its text and thought parts replaced too). `None` when
+/// `body` is not such a document.
+pub fn block_whole(body: &[u8], message: &str, drop_text: bool) -> Option<Vec<u8>> {
     let mut answer: Value = serde_json::from_slice(body).ok()?;
     let candidate = answer.get_mut("candidates")?.as_array_mut()?.first_mut()?;
     let parts = candidate.get_mut("content")?.get_mut("parts")?.as_array_mut()?;
-    parts.retain(|part| part.get("functionCall").is_none() && part.get("function_call").is_none());
+    parts.retain(|part| {
+        part.get("functionCall").is_none()
+            && part.get("function_call").is_none()
+            && !(drop_text && part.get("text").is_some())
+    });
     parts.push(json!({"text": message}));
     candidate["finishReason"] = json!("STOP");
     serde_json::to_vec(&answer).ok()

@@ -109,16 +109,16 @@ pub fn block_answer(mode: Mode, model: &str, message: &str, include_usage: bool)
 /// A non-streaming answer whose tool calls are withheld: the upstream's
 /// `chat.completion` (id, model, usage, the text the model wrote) with the
 /// first choice's `tool_calls` / `function_call` removed, `message` added to
-/// its content, and finish reason "stop". `None` when `body` is not such an
-/// answer.
-pub fn block_whole(body: &[u8], message: &str) -> Option<Vec<u8>> {
+/// its content (`drop_text`: in place of its content), and finish reason
+/// "stop". `None` when `body` is not such an answer.
+pub fn block_whole(body: &[u8], message: &str, drop_text: bool) -> Option<Vec<u8>> {
     let mut answer: Value = serde_json::from_slice(body).ok()?;
     let choice = answer.get_mut("choices")?.as_array_mut()?.first_mut()?;
     let reply = choice.get_mut("message")?.as_object_mut()?;
     reply.remove("tool_calls");
     reply.remove("function_call");
     let content = match reply.get("content").and_then(Value::as_str) {
-        Some(text) if !text.is_empty() => format!("{text}\n\n{message}"),
+        Some(text) if !text.is_empty() && !drop_text => format!("{text}\n\n{message}"),
         _ => message.to_owned(),
     };
     reply.insert("content".to_owned(), json!(content));

@@ -11,7 +11,9 @@ use crate::dialect::write::Mode;
 pub(crate) fn block(state: &StreamState, k: &Kept<'_>, message: &str) -> Vec<u8> {
     if k.mode == Mode::Whole {
         // The upstream's answer, its calls replaced by the explanation.
-        let kept = k.whole_body.and_then(|_| write::block_whole(state, message));
+        let kept = k
+            .whole_body
+            .and_then(|_| write::block_whole(state, message, k.drop_text));
         return kept.unwrap_or_else(|| {
             let model = model_of(state.terminal.as_ref().or(state.response.as_ref())).unwrap_or_default();
             write::block_answer(Mode::Whole, &model, message).body
@@ -33,7 +35,7 @@ pub(crate) fn error(state: &StreamState, k: &Kept<'_>, message: &str) -> Vec<u8>
 /// What ends a generation cut short.
 pub(crate) fn cut(state: &StreamState, k: &Kept<'_>, message: &str) -> Vec<u8> {
     if k.mode == Mode::Whole {
-        block(state, &k.fresh(), message)
+        block(state, &k.without_text(), message)
     } else {
         write::cut_ending(state, message)
     }

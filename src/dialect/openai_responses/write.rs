@@ -195,9 +195,10 @@ pub fn block_answer(mode: Mode, model: &str, message_text: &str) -> Answer {
 
 /// A non-streaming answer whose client calls are withheld: the upstream's
 /// `response` (id, model, usage, its messages and reasoning items) with
-/// those items replaced by one assistant message carrying `message_text`.
-/// `None` when no whole response was parsed.
-pub fn block_whole(state: &StreamState, message_text: &str) -> Option<Vec<u8>> {
+/// those items replaced by one assistant message carrying `message_text`
+/// (`drop_text`: its messages replaced too; reasoning items stay). `None`
+/// when no whole response was parsed.
+pub fn block_whole(state: &StreamState, message_text: &str, drop_text: bool) -> Option<Vec<u8>> {
     let base = state.terminal.as_ref()?;
     let mut output: Vec<Value> = base
         .get("output")
@@ -205,10 +206,8 @@ pub fn block_whole(state: &StreamState, message_text: &str) -> Option<Vec<u8>> {
         .into_iter()
         .flatten()
         .filter(|item| {
-            !item
-                .get("type")
-                .and_then(Value::as_str)
-                .is_some_and(is_client_call)
+            let kind = item.get("type").and_then(Value::as_str);
+            !kind.is_some_and(is_client_call) && !(drop_text && kind == Some("message"))
         })
         .cloned()
         .collect();
