@@ -207,7 +207,9 @@ pub fn block_whole(state: &StreamState, message_text: &str, drop_text: bool) -> 
         .flatten()
         .filter(|item| {
             let kind = item.get("type").and_then(Value::as_str);
-            !kind.is_some_and(is_client_call) && !(drop_text && kind == Some("message"))
+            let withheld = kind.is_some_and(is_client_call);
+            let dropped = drop_text && kind == Some("message");
+            !withheld && !dropped
         })
         .cloned()
         .collect();
