@@ -20,8 +20,18 @@ pub enum LogFormat {
 
 /// Installs the global tracing subscriber; `default` is the filter used when
 /// `LOOPGUARD_LOG` is not set (e.g. `info`). Safe to call once per process.
+/// A `LOOPGUARD_LOG` that does not parse is reported on stderr (and logs
+/// then use `default`), not dropped without a word.
 pub fn init_logging(format: LogFormat, default: &str) {
-    let filter = EnvFilter::try_from_env("LOOPGUARD_LOG").unwrap_or_else(|_| EnvFilter::new(default));
+    let filter = match std::env::var("LOOPGUARD_LOG") {
+        Ok(text) => EnvFilter::try_new(&text).unwrap_or_else(|e| {
+            eprintln!(
+                "loopguard: LOOPGUARD_LOG={text:?} is not a log filter ({e}); logging at {default:?} instead"
+            );
+            EnvFilter::new(default)
+        }),
+        Err(_) => EnvFilter::new(default),
+    };
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(colours(

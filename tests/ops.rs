@@ -229,3 +229,23 @@ async fn healthcheck_probes_the_admin_listener_the_environment_names() {
     let said = String::from_utf8_lossy(&down.stderr).into_owned() + &String::from_utf8_lossy(&down.stdout);
     assert!(said.contains(&format!("http://{closed}/healthz")), "{said}");
 }
+
+/// A `LOOPGUARD_LOG` that is not a filter is reported, and logging goes on
+/// at the default level (it was dropped without a word: a new-user test).
+#[test]
+fn a_log_filter_that_does_not_parse_is_reported() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_loopguard"))
+        .args([
+            "check-config",
+            concat!(env!("CARGO_MANIFEST_DIR"), "/config/loopguard.toml"),
+        ])
+        .env("LOOPGUARD_LOG", "bogus[[")
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run check-config: {e}"));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("LOOPGUARD_LOG=\"bogus[[\" is not a log filter"),
+        "{stderr}"
+    );
+    assert!(out.status.success(), "{out:?}");
+}
