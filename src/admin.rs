@@ -237,7 +237,20 @@ async fn forget(State(state): State<AdminState>, headers: HeaderMap, Path(key): 
     }
     let removed = state.store.remove(&key);
     let removed_shared = match &state.shared {
-        Some(shared) => shared.delete(&key).await.unwrap_or(false),
+        Some(shared) => match shared.delete(&key).await {
+            Some(deleted) => deleted,
+            // The other replicas still hold it (and this one reads it back
+            // on the session's next request): not deleted, and said so.
+            None => {
+                return (
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    axum::Json(json!({
+                        "error": "the shared state store did not take the delete (see the log's state store error); the session is kept for the other replicas, try again"
+                    })),
+                )
+                    .into_response();
+            }
+        },
         None => false,
     };
     if removed || removed_shared {

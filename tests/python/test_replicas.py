@@ -711,6 +711,17 @@ def test_admin_lists_and_deletes_across_replicas(mock, monkeypatch):
         with urllib.request.urlopen(other.admin + "/admin/sessions/" + key + "/timeline") as r:
             assert r.status == 200
         req = urllib.request.Request(other.admin + "/admin/sessions/" + key, method="DELETE", headers={"authorization": "Bearer t0ken"})
+        # A delete the store refuses is not reported done: the session is
+        # still there for the other replicas (it answered 204: a new-user test).
+        cluster.redis.cli("CONFIG", "SET", "min-replicas-to-write", "1")
+        try:
+            with pytest.raises(urllib.error.HTTPError) as refused:
+                urllib.request.urlopen(req)
+            assert refused.value.code == 503
+            assert "did not take the delete" in refused.value.read().decode()
+        finally:
+            cluster.redis.cli("CONFIG", "SET", "min-replicas-to-write", "0")
+        assert key in admin_keys(cluster.replicas[served[0]]), "kept for the replica that served it"
         with urllib.request.urlopen(req) as r:
             assert r.status == 204
         assert cluster.redis.cli("HGET", "lgadmin:s:" + key, "d").strip() == "", "a tombstone every replica sees"
