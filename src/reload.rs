@@ -80,6 +80,9 @@ impl Reloader {
                 "server.connect_timeout_secs",
                 old.server.connect_timeout != next.server.connect_timeout,
             ),
+            // The store and the recorder are set up at start.
+            ("state", old.state != next.state),
+            ("recording", old.recording != next.recording),
             (
                 "loop_detection.semantic_check.max_concurrent",
                 old.loop_detection.defaults.semantic_check.max_concurrent

@@ -249,3 +249,39 @@ fn a_log_filter_that_does_not_parse_is_reported() {
     );
     assert!(out.status.success(), "{out:?}");
 }
+
+/// `[state]` and `[recording]` are set up at start: a reload that changes
+/// them says they apply only after a restart (it said nothing, and the old
+/// store kept being written: a new-user test).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_reload_names_the_state_and_recording_changes_it_cannot_apply() {
+    let mock = mock();
+    let path = std::env::temp_dir().join(format!("loopguard-reload-fixed-{}.toml", std::process::id()));
+    write_config(&path, &mock.url(), 3);
+    let lg = common::loopguard_from_file(&path, &[]);
+    let extra = "\n[state]\nkey_prefix = \"other:\"\ntimeout_ms = 700\n[recording]\nenabled = true\ndir = \"/tmp/loopguard-reload-fixed\"\n";
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{e}")) + extra;
+    std::fs::write(&path, text).unwrap_or_else(|e| panic!("{e}"));
+    let answer = client()
+        .post(format!("{}/admin/reload", lg.admin_url()))
+        .header("authorization", "Bearer tok")
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(answer.status(), 200);
+    let body: Value = answer.json().await.unwrap_or_default();
+    let notices: Vec<String> = body["notices"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|n| n.as_str().map(str::to_owned))
+        .collect();
+    for key in ["state", "recording"] {
+        assert!(
+            notices
+                .iter()
+                .any(|n| n.starts_with(&format!("{key}: changed, but applies only after a restart"))),
+            "{key}: {notices:?}"
+        );
+    }
+}

@@ -131,7 +131,7 @@ fn url_problem(url: &Url) -> Option<String> {
 }
 
 /// Validated `[state]`.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct StateConfig {
     /// Which store.
     pub backend: Backend,
