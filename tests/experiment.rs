@@ -133,6 +133,28 @@ async fn outcome_counters_match_what_each_arm_did() {
     };
     assert_eq!(actions("warning", "observe"), held);
     assert_eq!(actions("warning", "escalate"), recovered);
+    // Judged as the answer arrives too: a held-out session's warnings are
+    // observed there as well (they were logged and counted as escalations:
+    // a new-user test).
+    let sessions = |at: &str, action: &str| {
+        verdicts
+            .iter()
+            .map(|e| if e["fields"].is_object() { &e["fields"] } else { e })
+            .filter(|f| f["level"] == "warning" && f["action"] == action && f["at"] == at)
+            .map(|f| f["session"].as_str().unwrap_or("").to_owned())
+            .collect::<std::collections::BTreeSet<_>>()
+    };
+    let held_out = sessions("request", "observe");
+    let escalated_at_stream = sessions("stream", "escalate");
+    assert!(
+        !escalated_at_stream.is_empty(),
+        "stream-time warnings were judged"
+    );
+    assert!(
+        held_out.is_disjoint(&escalated_at_stream),
+        "held-out sessions escalated at stream time: {:?}",
+        held_out.intersection(&escalated_at_stream).collect::<Vec<_>>()
+    );
     let admin: Value = get_json(format!("{}/admin/experiment", lg.admin_url())).await;
     eprintln!("/admin/experiment after {SESSIONS} scripted sessions: {admin:#}");
     assert_eq!(admin["holdout"], 0.3);

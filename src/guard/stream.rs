@@ -202,6 +202,9 @@ impl StreamJudge for StreamReviewer {
         if self.stateful {
             super::abort_instead_of_block(&mut verdicts);
         }
+        // The holdout arm observes its warnings here too, as at request time.
+        let arm = crate::escalate::experiment::arm(&self.settings.experiment, &self.key);
+        crate::escalate::experiment::apply(arm, &mut verdicts);
         for v in &verdicts {
             record(v, &self.key, self.agent.as_deref(), "stream");
             if let Some(outbox) = &self.outbox {
