@@ -175,6 +175,14 @@ async fn healthcheck(url: String) -> Result<(), String> {
     }
 }
 
+/// Writes `text` to stdout; false when it cannot (a reader that closed the
+/// pipe, as `| head` does: `println!` panicked there).
+fn emit(text: &str) -> bool {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    out.write_all(text.as_bytes()).and_then(|()| out.flush()).is_ok()
+}
+
 /// How `replay --summary` prints.
 #[derive(Debug, Clone, Copy)]
 enum Summary {
@@ -214,9 +222,9 @@ fn tune(
         Ok((rows, sessions)) => {
             if json {
                 let doc = serde_json::json!({"sessions": sessions, "settings": rows});
-                println!("{doc}");
+                emit(&format!("{doc}\n"));
             } else {
-                print!("{}", tune::table(&rows, sessions));
+                emit(&tune::table(&rows, sessions));
             }
             ExitCode::SUCCESS
         }
@@ -322,9 +330,9 @@ fn replay_summaries(
         }
     }
     match format {
-        Summary::Table => print!("{}", replay_summary::table(&rows)),
-        Summary::Json => println!("{}", replay_summary::json(&rows)),
-    }
+        Summary::Table => emit(&replay_summary::table(&rows)),
+        Summary::Json => emit(&format!("{}\n", replay_summary::json(&rows))),
+    };
     (failed, hit)
 }
 
@@ -341,7 +349,9 @@ fn replay_lines(
         Ok(lines) => {
             for line in &lines {
                 match serde_json::to_string(line) {
-                    Ok(text) => println!("{text}"),
+                    // A reader that went away (`| head`) ends the output.
+                    Ok(text) if !emit(&format!("{text}\n")) => break,
+                    Ok(_) => {}
                     Err(e) => eprintln!("loopguard replay: {e}"),
                 }
             }

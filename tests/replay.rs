@@ -352,3 +352,34 @@ fn a_detection_only_config_is_accepted_and_no_semantic_notice_is_printed() {
         "no notice with the built-in defaults: {stderr}"
     );
 }
+
+/// A reader that stops early (`loopguard replay FILE | head -1`) ends the
+/// output quietly: the write to a closed pipe panicked (exit 101, a
+/// backtrace on stderr: a new-user test).
+#[test]
+fn a_reader_that_closes_the_pipe_ends_the_output_quietly() {
+    use std::io::{BufRead, BufReader};
+    let file = write("closed-pipe.jsonl", &openai_session(40, |_| "same".to_owned()));
+    // Forty copies: more output than a pipe holds, so a write meets the
+    // closed pipe.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_loopguard"))
+        .arg("replay")
+        .args(std::iter::repeat_n(&file, 40))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run replay: {e}"));
+    let Some(stdout) = child.stdout.take() else {
+        panic!("no stdout");
+    };
+    let mut first = String::new();
+    BufReader::new(stdout)
+        .read_line(&mut first)
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(first.starts_with('{'), "{first}");
+    // The read end is closed here; the rest of the output has nowhere to go.
+    let out = child.wait_with_output().unwrap_or_else(|e| panic!("{e}"));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert_ne!(out.status.code(), Some(101), "{stderr}");
+}
