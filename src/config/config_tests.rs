@@ -170,3 +170,52 @@ fn the_parse_budget_of_one_request_fits_in_the_total() {
         "{err}"
     );
 }
+
+/// A session TTL of 0 is refused (sessions were forgotten at once: a
+/// new-user test); an upstream of another scheme says so.
+#[test]
+fn a_zero_session_ttl_and_a_non_http_upstream_are_refused() {
+    let text = r#"
+[[routes]]
+prefix = "/v1"
+provider = "openai"
+upstream = "ftp://example.com"
+
+[sessions]
+idle_ttl_secs = 0
+"#;
+    let err = load_str(text, "t.toml")
+        .err()
+        .unwrap_or_else(|| panic!("expected errors"));
+    let rendered: Vec<String> = err.errors.iter().map(ToString::to_string).collect();
+    assert_eq!(
+        rendered,
+        vec![
+            "routes[0].upstream: \"ftp://example.com\" is not an http:// or https:// URL",
+            "sessions.idle_ttl_secs: must be at least 1, got 0 (a session would be forgotten before its next request)",
+        ]
+    );
+}
+
+/// An upstream whose path ends with the prefix the route keeps gets a
+/// notice: the prefix would be doubled (`/v1/v1/…`). Its twin, the same
+/// upstream with `strip_prefix`, does not.
+#[test]
+fn an_upstream_that_doubles_the_prefix_gets_a_notice() {
+    let route = |strip: bool| {
+        format!(
+            "[[routes]]\nprefix = \"/v1\"\nprovider = \"openai\"\nupstream = \"http://127.0.0.1:8000/v1/\"\nstrip_prefix = {strip}\n"
+        )
+    };
+    let doubled = load_str(&route(false), "t.toml").unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        doubled
+            .notices
+            .iter()
+            .any(|n| n.path == "routes[0].upstream" && n.message.contains("goes to /v1/v1/chat/completions")),
+        "{:?}",
+        doubled.notices
+    );
+    let stripped = load_str(&route(true), "t.toml").unwrap_or_else(|e| panic!("{e}"));
+    assert!(stripped.notices.is_empty(), "{:?}", stripped.notices);
+}

@@ -313,6 +313,12 @@ fn validate(raw: &RawConfig, problems: &mut Problems) -> Config {
     if raw.sessions.max_sessions == 0 {
         problems.push("sessions.max_sessions", "must be at least 1, got 0");
     }
+    if raw.sessions.idle_ttl_secs == 0 {
+        problems.push(
+            "sessions.idle_ttl_secs",
+            "must be at least 1, got 0 (a session would be forgotten before its next request)",
+        );
+    }
     if http::HeaderName::from_bytes(raw.sessions.header.as_bytes()).is_err() {
         problems.push(
             "sessions.header",
@@ -530,6 +536,13 @@ fn validate_routes(raw: &RawConfig, problems: &mut Problems) -> Vec<Route> {
         let prefix = r.prefix.trim_end_matches('/').to_owned();
         let upstream = match Url::parse(&r.upstream) {
             Ok(url) if matches!(url.scheme(), "http" | "https") && url.host().is_some() => Some(url),
+            Ok(url) if url.host().is_some() => {
+                problems.push(
+                    format!("{base}.upstream"),
+                    format!("{:?} is not an http:// or https:// URL", r.upstream),
+                );
+                None
+            }
             _ => {
                 problems.push(
                     format!("{base}.upstream"),
@@ -538,6 +551,19 @@ fn validate_routes(raw: &RawConfig, problems: &mut Problems) -> Vec<Route> {
                 None
             }
         };
+        // The request path is appended to the upstream's: an upstream that
+        // already ends with the prefix it keeps doubles it.
+        if let Some(url) = &upstream {
+            let path = url.path().trim_end_matches('/');
+            if !r.strip_prefix && !prefix.is_empty() && path.ends_with(&prefix) {
+                problems.notice(
+                    format!("{base}.upstream"),
+                    format!(
+                        "its path ends with the route's prefix {prefix:?} and strip_prefix is false: a request for {prefix}/chat/completions goes to {path}{prefix}/chat/completions (drop the prefix from the upstream, or set strip_prefix = true)"
+                    ),
+                );
+            }
+        }
         if routes.iter().any(|other| other.prefix == prefix) {
             problems.push(
                 format!("{base}.prefix"),
