@@ -140,13 +140,19 @@ fn the_oldest_files_go_first_past_max_bytes() {
     assert!(left.len() < 6 && !left.is_empty(), "{left:?}");
     let names: Vec<String> = left.iter().map(|p| p.display().to_string()).collect();
     assert!(
-        names.iter().any(|n| n.contains("session6")),
+        names.iter().any(|n| n.ends_with("-0000000000000006.rec.jsonl")),
         "the newest stays: {names:?}"
     );
     assert!(
-        !names.iter().any(|n| n.contains("session1-")),
+        !names.iter().any(|n| n.ends_with("-0000000000000001.rec.jsonl")),
         "the oldest went: {names:?}"
     );
+    // Each session's file is named by a hash of its whole key.
+    let sessions: std::collections::HashSet<&str> = names
+        .iter()
+        .filter_map(|n| n.rsplit('/').next()?.split('-').nth(1))
+        .collect();
+    assert_eq!(sessions.len(), names.len(), "{names:?}");
 }
 
 /// `sessions = "verdicts"`: a lane without a verdict leaves no file; one

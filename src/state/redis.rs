@@ -187,6 +187,12 @@ impl Shared {
     /// connection fail fast and are counted.
     pub fn start(config: &StateConfig, idle_ttl: Duration) -> Option<Arc<Self>> {
         let url = config.url.as_ref()?;
+        // The counters an alert watches exist from the start, at 0.
+        for op in ["load", "save", "response", "delete", "get", "list"] {
+            metrics::counter!("loopguard_state_errors_total", "op" => op).increment(0);
+        }
+        metrics::counter!("loopguard_state_conflicts_total").increment(0);
+        metrics::counter!("loopguard_state_skipped_total").increment(0);
         let password = url::Url::parse(url.secret())
             .ok()
             .and_then(|u| u.password().map(str::to_owned));

@@ -455,6 +455,11 @@ def test_store_call_times_are_in_the_metrics(mock):
     replica = start_loopguard(mock, state_config(redis, "lgtimed:", timeout_ms=200))
     try:
         wait_connected(replica)
+        # The counters an alert watches are there at 0 before any failure.
+        with urllib.request.urlopen(replica.admin + "/metrics") as r:
+            text = r.read().decode()
+        for series in ('loopguard_state_errors_total{op="save"} 0', "loopguard_state_conflicts_total 0", "loopguard_state_skipped_total 0"):
+            assert series in text.splitlines(), series
         loop = ChatLoop(replica.url, session_id())
         assert loop.turn()
         assert loop.turn()
