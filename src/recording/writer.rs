@@ -253,11 +253,11 @@ impl Writer {
                 }
             }
             let name = format!(
-                "{}-{}-{:016x}.rec.jsonl",
+                "{}-{:016x}-{:016x}.rec.jsonl",
                 unix_ms(),
                 // The whole key hashed: its first characters are the
                 // credential's hash, the same for every session of a key.
-                format!("{:016x}", xxh3_64(lane.session.as_bytes())),
+                xxh3_64(lane.session.as_bytes()),
                 lane.lane
             );
             let path = self.dir.join(name);
