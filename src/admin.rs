@@ -124,9 +124,17 @@ async fn sessions(State(state): State<AdminState>) -> Response {
         .collect();
     if let Some(shared) = &state.shared {
         // Every replica's sessions, as stored; this replica's copies are a
-        // cache of them (shown alone only while the store is unreachable).
-        if let Some(stored) = shared.list(SHARED_LIST_LIMIT).await {
-            list = stored.iter().map(summary).collect();
+        // cache of them (shown alone only while the store is unreachable,
+        // and then said so).
+        match shared.list(SHARED_LIST_LIMIT).await {
+            Some(stored) => list = stored.iter().map(summary).collect(),
+            None => {
+                return axum::Json(json!({
+                    "sessions": list,
+                    "warning": "the shared state store did not answer: these are this replica's sessions only",
+                }))
+                .into_response();
+            }
         }
     }
     axum::Json(json!({"sessions": list})).into_response()

@@ -413,6 +413,11 @@ def test_redis_down_then_back(mock):
         for r in cluster.replicas:
             with urllib.request.urlopen(r.admin + "/readyz") as resp:
                 assert resp.status == 200
+        # The session list says when it is only this replica's (it looked
+        # like every replica's: a new-user test).
+        with urllib.request.urlopen(cluster.replicas[0].admin + "/admin/sessions") as resp:
+            listed = json.load(resp)
+        assert "did not answer" in listed.get("warning", ""), listed
         cluster.redis.start()
         assert cluster.redis.keys("lgdown:s:*") == []
         deadline = time.time() + 10
