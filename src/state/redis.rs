@@ -249,7 +249,13 @@ impl Shared {
             let config = redis::aio::ConnectionManagerConfig::new()
                 .set_connection_timeout(Some(Duration::from_secs(2)))
                 .set_response_timeout(Some(Duration::from_secs(2)))
-                .set_max_delay(Duration::from_secs(1));
+                .set_max_delay(Duration::from_secs(1))
+                // One retry inside the client: this loop retries the first
+                // connection every half second and says why at once (six,
+                // the default, kept a wrong password or a closed port
+                // unreported for five seconds); after a connection is lost,
+                // a call that fails starts the next reconnection.
+                .set_number_of_retries(1);
             let target = match slot {
                 Some(i) => &connecting.workers[i],
                 None => &connecting.conn,
@@ -365,7 +371,7 @@ impl Shared {
                 tracing::warn!(
                     op,
                     timeout_ms = self.timeout.as_millis() as u64,
-                    "state store too slow; judged on this replica's state"
+                    "state store did not answer within timeout_ms (down, unreachable or slow); judged on this replica's state"
                 );
                 None
             }
