@@ -141,31 +141,48 @@ async fn sessions(State(state): State<AdminState>) -> Response {
 }
 
 async fn session(State(state): State<AdminState>, Path(key): Path<String>) -> Response {
-    match rendered(&state, &key, detail).await {
-        Some(out) => axum::Json(out).into_response(),
-        None => no_such_session(),
-    }
+    rendered(&state, &key, detail).await
 }
 
-/// Session `key` as `render` shows it. With a shared store, as stored:
-/// every replica's latest write, also of a session this replica never
-/// served (`None` when it is not stored or was deleted); this replica's
-/// copy answers when the store does not, and without a shared store.
+/// The answer showing session `key` as `render` renders it (a JSON
+/// object). With a shared store, as stored: every replica's latest write,
+/// also of a session this replica never served (404 when it is not stored
+/// or was deleted). While the store does not answer, this replica's copy,
+/// with a `warning` saying so (it may lack other replicas' latest
+/// requests), or 503 when this replica holds none (the session may exist
+/// on the others). Without a shared store, this replica's copy or 404.
 pub(crate) async fn rendered(
     state: &AdminState,
     key: &str,
     render: impl Fn(&crate::session::Session) -> Value,
-) -> Option<Value> {
-    let stored = match &state.shared {
-        Some(shared) => shared.get(key).await,
-        None => None,
-    };
-    match stored {
-        Some(session) => session.as_ref().map(render),
-        None => state
+) -> Response {
+    let local = || {
+        state
             .store
             .get(key)
-            .map(|s| render(&s.lock().unwrap_or_else(PoisonError::into_inner))),
+            .map(|s| render(&s.lock().unwrap_or_else(PoisonError::into_inner)))
+    };
+    let Some(shared) = &state.shared else {
+        return local().map_or_else(no_such_session, |out| axum::Json(out).into_response());
+    };
+    match shared.get(key).await {
+        Some(Some(session)) => axum::Json(render(&session)).into_response(),
+        Some(None) => no_such_session(),
+        None => match local() {
+            Some(mut out) => {
+                out["warning"] = json!(
+                    "the shared state store did not answer: this is this replica's copy, which may lack the other replicas' latest requests"
+                );
+                axum::Json(out).into_response()
+            }
+            None => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                axum::Json(json!({
+                    "error": "the shared state store did not answer and this replica holds no copy of the session; try again"
+                })),
+            )
+                .into_response(),
+        },
     }
 }
 
@@ -261,7 +278,14 @@ async fn forget(State(state): State<AdminState>, headers: HeaderMap, Path(key): 
         },
         None => false,
     };
-    if removed || removed_shared {
+    // With a shared store, Redis says whether there was a session: a copy
+    // left on this replica of a session deleted through another is stale.
+    let existed = if state.shared.is_some() {
+        removed_shared
+    } else {
+        removed
+    };
+    if existed {
         StatusCode::NO_CONTENT.into_response()
     } else {
         no_such_session()

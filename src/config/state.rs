@@ -92,6 +92,9 @@ fn redacted(url: &Url) -> String {
     let mut shown = url.clone();
     if shown.password().is_some() {
         let _ = shown.set_password(Some("***"));
+    } else if !shown.username().is_empty() {
+        // `redis://SECRET@host`: a password written without its colon.
+        let _ = shown.set_username("***");
     }
     if shown.query().is_some() {
         let pairs: Vec<(String, String)> = url
@@ -115,6 +118,13 @@ fn redacted(url: &Url) -> String {
 /// the Redis client reads is `protocol` (a password elsewhere than in the
 /// URL's user part would be ignored: every call would fail with NOAUTH).
 fn url_problem(url: &Url) -> Option<String> {
+    if url.password().is_none() && !url.username().is_empty() {
+        return Some(
+            "a user name without a password is not sent to Redis; \
+             the password goes after a colon: redis://:PASSWORD@host:port/0 or redis://USER:PASSWORD@host:port/0"
+                .to_owned(),
+        );
+    }
     let db = url.path().trim_start_matches('/');
     if !db.is_empty() && db.parse::<u16>().is_err() {
         return Some(format!(
@@ -144,8 +154,18 @@ pub struct StateConfig {
     pub timeout: Duration,
 }
 
+/// What a URL that does not parse may need said: a password holding a
+/// character that ends the URL's user part.
+const ENCODE_HINT: &str =
+    "a password holding # ? / @ or % must be percent-encoded (# is %23, ? %3F, / %2F, @ %40, % %25)";
+
 /// Parses a store URL; the error names the URL without its password.
 pub(super) fn parse_url(text: &str) -> Result<StateUrl, String> {
+    let hint = if text.contains('@') {
+        format!("; {ENCODE_HINT}")
+    } else {
+        String::new()
+    };
     match Url::parse(text) {
         Ok(url) if matches!(url.scheme(), "redis" | "rediss") && url.host().is_some() => {
             match url_problem(&url) {
@@ -154,12 +174,12 @@ pub(super) fn parse_url(text: &str) -> Result<StateUrl, String> {
             }
         }
         Ok(url) => Err(format!(
-            "{:?} is not a redis:// or rediss:// URL with a host",
+            "{:?} is not a redis:// or rediss:// URL with a host{hint}",
             redacted(&url)
         )),
-        // Not a URL: show only what precedes a possible `user:password@`.
+        // Not a URL: show only what follows a possible `user:password@`.
         Err(e) => Err(format!(
-            "{:?} is not a URL ({e})",
+            "{:?} is not a URL ({e}){hint}",
             text.rsplit('@').next().unwrap_or_default()
         )),
     }
@@ -228,5 +248,34 @@ mod tests {
         assert!(!bad.contains("hunter2"), "{bad}");
         let unparsable = parse_url("redis://user:hunter2@[::1").map_or_else(|e| e, |_| panic!("accepted"));
         assert!(!unparsable.contains("hunter2"), "{unparsable}");
+    }
+
+    /// `redis://SECRET@host` (the colon before a password forgotten): the
+    /// client would not send it, and it would be shown as a user name; it
+    /// is refused, and not shown (found by a new-user test).
+    #[test]
+    fn a_password_without_its_colon_is_refused_and_never_shown() {
+        let err = parse_url("redis://hunter2@cache:6380/0").map_or_else(|e| e, |_| panic!("accepted"));
+        assert!(err.contains("after a colon") && !err.contains("hunter2"), "{err}");
+        assert!(parse_url("redis://:hunter2@cache:6380/0").is_ok());
+    }
+
+    /// A password holding `#`, `?` or `/` cuts the URL short: the error
+    /// says to percent-encode it, without showing it; encoded, it parses.
+    #[test]
+    fn a_password_with_url_characters_gets_the_encoding_hint() {
+        for text in [
+            "redis://:ab#cd@cache:6380/0",
+            "redis://:ab/cd@cache:6380/0",
+            "redis://:ab?cd@cache:6380/0",
+        ] {
+            let err = parse_url(text).map_or_else(|e| e, |_| panic!("accepted {text}"));
+            assert!(
+                err.contains("percent-encoded") && !err.contains("ab"),
+                "{text}: {err}"
+            );
+        }
+        let url = parse_url("redis://:ab%23cd@cache:6380/0").unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(url.to_string(), "redis://:***@cache:6380/0");
     }
 }

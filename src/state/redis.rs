@@ -17,7 +17,10 @@
 //!   admin API);
 //! - `<prefix>r:<response id>`: hash `t` (tenant hash), `s` (session key),
 //!   `c` (the calls the response carried, JSON);
-//! - `<prefix>l:<tenant>:<lane>`: the lane's latest fingerprinted session.
+//! - `<prefix>l:<tenant>:<lane>`: the lane's latest fingerprinted session;
+//! - `<prefix>_`: never written; the scripts get it for a key they are not
+//!   to touch, so every key a call names is under the prefix (what a Redis
+//!   ACL restricting the user to `~<prefix>*` allows).
 //!
 //! The load script builds the session key of a chained response from its
 //! record, so the store must be one Redis (or a Valkey/Redis-compatible
@@ -38,7 +41,7 @@ use crate::transcript::ToolCall;
 const LOAD: &str = r"
 local out = {false, false, false, false, false, false, false}
 local skey = KEYS[1]
-if KEYS[2] ~= '' then
+if KEYS[2] ~= ARGV[4] then
   local r = redis.call('HMGET', KEYS[2], 't', 's', 'c')
   if r[1] == ARGV[2] and r[2] then
     out[1] = r[2]
@@ -53,7 +56,7 @@ if skey == KEYS[1] and s[1] and s[1] == ARGV[3] then
 else
   out[4] = s[2]
 end
-if KEYS[3] ~= '' and not s[1] then
+if KEYS[3] ~= ARGV[4] and not s[1] then
   local lk = redis.call('GET', KEYS[3])
   if lk then
     local l = redis.call('HMGET', ARGV[1] .. lk, 'v', 'd')
@@ -80,7 +83,7 @@ else
   redis.call('HSET', KEYS[1], 'v', string.format('%d', nv), 'd', ARGV[2])
 end
 redis.call('EXPIRE', KEYS[1], ARGV[3])
-if KEYS[2] ~= '' then
+if KEYS[2] ~= ARGV[6] then
   redis.call('SET', KEYS[2], ARGV[4], 'EX', ARGV[3])
 end
 return {1, nv}
@@ -96,6 +99,9 @@ redis.call('HSET', KEYS[1], 'v', string.format('%d', v + 1), 'd', '')
 redis.call('EXPIRE', KEYS[1], ARGV[1])
 return 1
 ";
+
+/// The longest wait between two attempts at the first connection.
+const CONNECT_BACKOFF_MAX: Duration = Duration::from_secs(10);
 
 /// Lock stripes serialising one session's load → detect → save on this
 /// replica (other replicas are kept apart by the version check).
@@ -181,14 +187,14 @@ pub struct StoredRecord {
 }
 
 impl Shared {
-    /// The store for `[state]`; connects in the background (retrying every
-    /// half second until the first connection; after that the connection
+    /// The store for `[state]`; connects in the background (retrying from
+    /// every half second to every 10 s until the first connection; after that the connection
     /// manager reconnects by itself). Store calls before the first
     /// connection fail fast and are counted.
     pub fn start(config: &StateConfig, idle_ttl: Duration) -> Option<Arc<Self>> {
         let url = config.url.as_ref()?;
         // The counters an alert watches exist from the start, at 0.
-        for op in ["load", "save", "response", "delete", "get", "list"] {
+        for op in ["connect", "load", "save", "response", "delete", "get", "list"] {
             metrics::counter!("loopguard_state_errors_total", "op" => op).increment(0);
         }
         metrics::counter!("loopguard_state_conflicts_total").increment(0);
@@ -240,8 +246,8 @@ impl Shared {
         }
     }
 
-    /// Connects in the background on `runtime` (retrying every half second
-    /// until the first connection; after that the connection manager
+    /// Connects in the background on `runtime` (retrying, half a second
+    /// apart doubling to 10 s, until the first connection; after that the connection manager
     /// reconnects by itself) into the first slot or worker `slot`'s.
     fn connect(self: &Arc<Self>, runtime: &tokio::runtime::Handle, slot: Option<usize>) {
         let connecting = Arc::clone(self);
@@ -251,15 +257,20 @@ impl Shared {
                 .set_response_timeout(Some(Duration::from_secs(2)))
                 .set_max_delay(Duration::from_secs(1))
                 // One retry inside the client: this loop retries the first
-                // connection every half second and says why at once (six,
-                // the default, kept a wrong password or a closed port
-                // unreported for five seconds); after a connection is lost,
-                // a call that fails starts the next reconnection.
+                // connection and says why at once (six, the default, kept a
+                // wrong password or a closed port unreported for five
+                // seconds); after a connection is lost, a call that fails
+                // starts the next reconnection.
                 .set_number_of_retries(1);
             let target = match slot {
                 Some(i) => &connecting.workers[i],
                 None => &connecting.conn,
             };
+            // Half a second after the first failure, doubling up to
+            // `CONNECT_BACKOFF_MAX`: a store that is down for long (or a
+            // wrong password) is logged a few hundred times an hour, not
+            // thousands.
+            let mut backoff = Duration::from_millis(500);
             loop {
                 match ConnectionManager::new_with_config(connecting.client.clone(), config.clone()).await {
                     Ok(conn) => {
@@ -272,10 +283,16 @@ impl Shared {
                     Err(e) => {
                         // Each worker retries too; the first connection speaks for all.
                         if slot.is_none() {
-                            tracing::warn!(url = %connecting.shown_url, error = %connecting.clean(&e), "state store unreachable; retrying");
+                            tracing::warn!(
+                                url = %connecting.shown_url,
+                                error = %connecting.clean(&e),
+                                retry_in_ms = backoff.as_millis() as u64,
+                                "cannot connect to the state store (down, unreachable, a wrong password or database, TLS on one side only); sessions stay on this replica until it connects"
+                            );
                             count_error("connect");
                         }
-                        tokio::time::sleep(Duration::from_millis(500)).await;
+                        tokio::time::sleep(backoff).await;
+                        backoff = (backoff * 2).min(CONNECT_BACKOFF_MAX);
                     }
                 }
             }
@@ -300,6 +317,14 @@ impl Shared {
         format!("{}s:{key}", self.prefix)
     }
 
+    /// What a script gets for a key it is not to read or write: a key
+    /// under the prefix (a Redis user restricted by an ACL to the prefix's
+    /// keys may pass it; an empty key name was refused) that is never
+    /// written.
+    fn unused_key(&self) -> String {
+        format!("{}_", self.prefix)
+    }
+
     fn lane_key(&self, tenant: &str, lane: u64) -> String {
         format!("{}l:{tenant}:{lane:016x}", self.prefix)
     }
@@ -317,11 +342,10 @@ impl Shared {
     /// not wait `timeout_ms` for a store that is not answering; then one
     /// call tries again. A call that answers records its wall time in
     /// `loopguard_state_call_seconds{op}`.
-    async fn call<T>(
-        &self,
-        op: &'static str,
-        run: impl AsyncFnOnce(ConnectionManager) -> redis::RedisResult<T>,
-    ) -> Option<T> {
+    async fn call<T, F>(&self, op: &'static str, run: impl Fn(ConnectionManager) -> F) -> Option<T>
+    where
+        F: Future<Output = redis::RedisResult<T>>,
+    {
         use std::sync::atomic::Ordering::Relaxed;
         let now_ms = || u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX);
         if now_ms() < self.down_until_ms.load(Relaxed) {
@@ -338,13 +362,32 @@ impl Shared {
             return None;
         };
         let started = std::time::Instant::now();
-        let result = tokio::time::timeout(self.timeout, run(ConnectionManager::clone(&conn))).await;
+        let attempts = async {
+            match run(ConnectionManager::clone(&conn)).await {
+                // A connection lost since the last call (Redis restarted, a
+                // reconnection that failed while it was down): the client
+                // reconnects on this error, and the call waits for that
+                // connection, within the same `timeout_ms`. Every call is
+                // safe to make twice: reads, and writes that set the same
+                // values; a compare-and-set write that was applied before
+                // its answer was lost finds its own blob stored
+                // ([`Shared::save_with`]).
+                Err(e) if e.is_connection_dropped() => {
+                    tracing::debug!(op, error = %self.clean(&e), "state store connection lost; calling again on a new one");
+                    run(ConnectionManager::clone(&conn)).await
+                }
+                answer => answer,
+            }
+        };
+        let result = tokio::time::timeout(self.timeout, attempts).await;
         if matches!(result, Ok(Ok(_))) {
             metrics::histogram!("loopguard_state_call_seconds", "op" => op)
                 .record(started.elapsed().as_secs_f64());
         }
         if matches!(result, Ok(Ok(_))) {
-            self.failures.store(0, Relaxed);
+            if self.failures.swap(0, Relaxed) >= DOWN_AFTER {
+                tracing::info!(op, "state store answering again; sessions are shared again");
+            }
         } else {
             let failed = self.failures.fetch_add(1, Relaxed) + 1;
             if failed >= DOWN_AFTER {
@@ -416,19 +459,22 @@ impl Shared {
         }
         let keys = [
             skey,
-            response_id.map_or_else(String::new, |id| format!("{}r:{id}", self.prefix)),
-            lane.map_or_else(String::new, |l| self.lane_key(tenant, l)),
+            response_id.map_or_else(|| self.unused_key(), |id| format!("{}r:{id}", self.prefix)),
+            lane.map_or_else(|| self.unused_key(), |l| self.lane_key(tenant, l)),
         ];
         let prefix = format!("{}s:", self.prefix);
+        let unused = self.unused_key();
+        let (keys, prefix, unused) = (&keys, &prefix, &unused);
         let value: Value = self
-            .call("load", async |mut conn| {
+            .call("load", move |mut conn| async move {
                 self.load
                     .key(&keys[0])
                     .key(&keys[1])
                     .key(&keys[2])
-                    .arg(&prefix)
+                    .arg(prefix)
                     .arg(tenant)
                     .arg(known.map_or_else(String::new, |v| v.to_string()))
+                    .arg(unused)
                     .invoke_async(&mut conn)
                     .await
             })
@@ -464,7 +510,7 @@ impl Shared {
     /// answered a version that is no number (counted).
     async fn load_plain(&self, skey: &str) -> Option<Option<(u64, Vec<u8>)>> {
         let (version, blob): (Option<u64>, Option<Vec<u8>>) = self
-            .call("load", async |mut conn| {
+            .call("load", move |mut conn| async move {
                 redis::cmd("HMGET")
                     .arg(skey)
                     .arg("v")
@@ -487,12 +533,14 @@ impl Shared {
         blob: &[u8],
     ) -> Option<Saved> {
         let skey = self.session_key(key);
-        let lkey = lane_index.map_or_else(String::new, |(t, l)| self.lane_key(t, l));
+        let lkey = lane_index.map_or_else(|| self.unused_key(), |(t, l)| self.lane_key(t, l));
+        let unused = self.unused_key();
+        let (skey, lkey, unused) = (&skey, &lkey, &unused);
         let value: Value = self
-            .call("save", async |mut conn| {
+            .call("save", move |mut conn| async move {
                 self.save
-                    .key(&skey)
-                    .key(&lkey)
+                    .key(skey)
+                    .key(lkey)
                     .arg(expected)
                     .arg(blob)
                     .arg(self.ttl_secs)
@@ -500,6 +548,7 @@ impl Shared {
                     // Read only when a history starts (expected 0): a write
                     // expecting a version of a missing history is a conflict.
                     .arg(if expected == 0 { first_version(key) } else { 0 })
+                    .arg(unused)
                     .invoke_async(&mut conn)
                     .await
             })
@@ -542,6 +591,12 @@ impl Shared {
                     set_version(store, key, v);
                     return true;
                 }
+                // Our own write, applied before its answer was lost (the
+                // call was made again on a new connection).
+                Some(Saved::Conflict(v, Some(fresh))) if fresh == blob => {
+                    set_version(store, key, v);
+                    return true;
+                }
                 Some(Saved::Conflict(v, fresh)) => {
                     install(store, key, v, fresh.as_deref().unwrap_or_default());
                     if let Some(session) = store.get(key) {
@@ -575,7 +630,10 @@ impl Shared {
             .ignore();
         }
         let _: Option<()> = self
-            .call("response", async |mut conn| pipe.query_async(&mut conn).await)
+            .call("response", |mut conn| {
+                let pipe = &pipe;
+                async move { pipe.query_async(&mut conn).await }
+            })
             .await;
     }
 
@@ -583,10 +641,11 @@ impl Shared {
     /// on their next load). `Some(true)` when there was one to delete.
     pub async fn delete(&self, key: &str) -> Option<bool> {
         let skey = self.session_key(key);
+        let skey = &skey;
         let n: i64 = self
-            .call("delete", async |mut conn| {
+            .call("delete", move |mut conn| async move {
                 self.delete
-                    .key(&skey)
+                    .key(skey)
                     .arg(self.ttl_secs)
                     .invoke_async(&mut conn)
                     .await
@@ -599,13 +658,10 @@ impl Shared {
     /// none is (or it was deleted), `None` when the store failed.
     pub async fn get(&self, key: &str) -> Option<Option<Session>> {
         let skey = self.session_key(key);
+        let skey = &skey;
         let blob: Option<Vec<u8>> = self
-            .call("get", async |mut conn| {
-                redis::cmd("HGET")
-                    .arg(&skey)
-                    .arg("d")
-                    .query_async(&mut conn)
-                    .await
+            .call("get", move |mut conn| async move {
+                redis::cmd("HGET").arg(skey).arg("d").query_async(&mut conn).await
             })
             .await?;
         Some(blob.and_then(|b| serde_json::from_slice::<Session>(&b).ok()))
@@ -614,15 +670,16 @@ impl Shared {
     /// Up to `limit` stored sessions (key, session), for the admin API.
     pub async fn list(&self, limit: usize) -> Option<Vec<Session>> {
         let pattern = format!("{}s:*", self.prefix);
+        let pattern = &pattern;
         let keys: Vec<String> = self
-            .call("list", async |mut conn| {
+            .call("list", move |mut conn| async move {
                 let mut out = Vec::new();
                 let mut cursor: u64 = 0;
                 loop {
                     let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
                         .arg(cursor)
                         .arg("MATCH")
-                        .arg(&pattern)
+                        .arg(pattern)
                         .arg("COUNT")
                         .arg(200)
                         .query_async(&mut conn)
@@ -640,10 +697,11 @@ impl Shared {
         if keys.is_empty() {
             return Some(Vec::new());
         }
+        let keys = &keys;
         let blobs: Vec<Option<Vec<u8>>> = self
-            .call("list", async |mut conn| {
+            .call("list", move |mut conn| async move {
                 let mut pipe = redis::pipe();
-                for k in &keys {
+                for k in keys {
                     pipe.hget(k, "d");
                 }
                 pipe.query_async(&mut conn).await

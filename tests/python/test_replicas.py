@@ -404,6 +404,9 @@ def test_redis_down_then_back(mock):
         loop = ChatLoop(cluster.nginx.url, session)
         assert loop.turn()
         assert cluster.redis.keys("lgdown:s:*"), "state is written while Redis is up"
+        # A second session, served by replica 0 only.
+        assert ChatLoop(cluster.replicas[0].url, session_id()).turn()
+        only_on_0 = request_log_lines(cluster.replicas[0])[-1]["session"]
         cluster.redis.kill()
         # Every request still succeeds, judged on each replica's own state.
         for _ in range(3):
@@ -418,6 +421,14 @@ def test_redis_down_then_back(mock):
         with urllib.request.urlopen(cluster.replicas[0].admin + "/admin/sessions") as resp:
             listed = json.load(resp)
         assert "did not answer" in listed.get("warning", ""), listed
+        # A session's detail says so too (it looked current: a new-user
+        # test); a replica with no copy says it cannot tell (it said 404).
+        with urllib.request.urlopen(cluster.replicas[0].admin + "/admin/sessions/" + only_on_0) as resp:
+            detail = json.load(resp)
+        assert detail["key"] == only_on_0 and "did not answer" in detail.get("warning", ""), detail
+        with pytest.raises(urllib.error.HTTPError) as unknown:
+            urllib.request.urlopen(cluster.replicas[1].admin + "/admin/sessions/" + only_on_0)
+        assert unknown.value.code == 503, unknown.value.read()
         cluster.redis.start()
         assert cluster.redis.keys("lgdown:s:*") == []
         deadline = time.time() + 10
@@ -448,8 +459,50 @@ def test_a_store_that_stops_answering_is_not_waited_for(mock):
                 break
         assert metric(replica, "loopguard_state_skipped_total") > 0, "every request waited for the store"
         assert "state store failing" in replica.logs()
+        # The log says when sharing resumes (an operator could not tell: a
+        # new-user test).
+        redis.start()
+        deadline = time.time() + 10
+        while "state store answering again" not in replica.logs():
+            assert time.time() < deadline, "no log line says the store answers again"
+            assert loop.turn() or loop.text
+            time.sleep(0.1)
     finally:
         replica.stop()
+        redis.kill()
+
+
+def test_a_redis_restart_costs_no_request_its_shared_state(mock):
+    """Redis restarted between two requests: each connection the replica
+    held is dead (and the reconnection it tried while Redis was down
+    failed). The first call on each is made again on a new connection
+    within `timeout_ms`, so no request after the restart is judged on this
+    replica's state alone, and the admin list is every replica's again at
+    once (both failed once per connection: a new-user test)."""
+    redis = Redis()
+    replica = start_loopguard(mock, state_config(redis, "lgrestart:", timeout_ms=200))
+    try:
+        wait_connected(replica)
+        loop = ChatLoop(replica.url, session_id())
+        for _ in range(2):
+            assert loop.turn()
+        assert redis.keys("lgrestart:s:*")
+        redis.kill()
+        time.sleep(0.5)
+        redis.start()
+        time.sleep(1.0)
+        before = metric(replica, "loopguard_state_errors_total")
+        for _ in range(2):  # the 3rd and 4th identical calls: warned, not blocked
+            assert loop.turn()
+        with urllib.request.urlopen(replica.admin + "/admin/sessions") as resp:
+            listed = json.load(resp)
+        after = metric(replica, "loopguard_state_errors_total")
+        assert after == before, f"{after - before:.0f} store calls failed after Redis was back: " + replica.logs()[-1500:]
+        assert "warning" not in listed, listed
+        assert redis.keys("lgrestart:s:*"), "the session is written again"
+    finally:
+        replica.stop()
+        redis.kill()
 
 
 def test_store_call_times_are_in_the_metrics(mock):
@@ -740,8 +793,57 @@ def test_admin_lists_and_deletes_across_replicas(mock, monkeypatch):
         with pytest.raises(urllib.error.HTTPError) as gone:
             urllib.request.urlopen(cluster.replicas[served[0]].admin + "/admin/sessions/" + key)
         assert gone.value.code == 404, "the replica that served it no longer shows it either"
+        # Deleting it again through the replica that served it (which may
+        # still hold a copy) finds nothing to delete (it answered 204: a
+        # new-user test).
+        again = urllib.request.Request(
+            cluster.replicas[served[0]].admin + "/admin/sessions/" + key, method="DELETE", headers={"authorization": "Bearer t0ken"}
+        )
+        with pytest.raises(urllib.error.HTTPError) as twice:
+            urllib.request.urlopen(again)
+        assert twice.value.code == 404
     finally:
         cluster.stop()
+
+
+def test_a_redis_user_with_the_commands_readme_lists_is_enough(mock, monkeypatch):
+    """README lists the commands a Redis user restricted by an ACL needs:
+    with exactly those (and the keys under the prefix), a loop, a stateful
+    Responses chain and the admin list, detail and delete cost no store
+    error (the scripts named an empty key for a key they were not to
+    touch, which such a user may not name: every load failed with NOPERM).
+    The password is percent-encoded (it holds `#` and `/`)."""
+    monkeypatch.setenv("LOOPGUARD_ADMIN_TOKEN", "t0ken")
+    redis = Redis()
+    commands = "+evalsha +script|load +hmget +hget +hset +hmset +expire +get +set +multi +exec +scan"
+    assert redis.cli("ACL", "SETUSER", "lg", "on", ">p#ss/w0rd", "~lgacl:*", *commands.split()).strip() == "OK"
+    url = f"redis://lg:p%23ss%2Fw0rd@127.0.0.1:{redis.port}/0"
+    replica = start_loopguard(mock, f'[state]\nbackend = "redis"\nurl = "{url}"\nkey_prefix = "lgacl:"\ntimeout_ms = 200\n')
+    try:
+        wait_connected(replica)
+        loop = ChatLoop(replica.url, session_id())
+        for _ in range(3):
+            assert loop.turn()
+        chain = ChainLoop(replica.url)
+        for _ in range(3):
+            chain.turn()
+        assert chain.executed == 2
+        key = request_log_lines(replica)[0]["session"]
+        assert key in admin_keys(replica)
+        with urllib.request.urlopen(replica.admin + "/admin/sessions/" + key) as r:
+            assert r.status == 200
+        req = urllib.request.Request(replica.admin + "/admin/sessions/" + key, method="DELETE", headers={"authorization": "Bearer t0ken"})
+        try:
+            urllib.request.urlopen(req).close()
+        except urllib.error.HTTPError as e:
+            pytest.fail(f"DELETE: {e.code} {e.read()!r}")
+        errors = [line for line in replica.logs().splitlines() if "state store" in line and "WARN" in line]
+        assert metric(replica, "loopguard_state_errors_total") == 0, errors[:3]
+        assert redis.keys("lgacl:r:*"), "the Responses ids were written"
+        assert "p#ss" not in replica.logs()
+    finally:
+        replica.stop()
+        redis.kill()
 
 
 TRAJECTORIES = pathlib.Path(os.environ.get("LOOPGUARD_TRAJECTORIES", pathlib.Path(__file__).resolve().parents[3] / "shared" / "trajectories"))

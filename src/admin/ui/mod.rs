@@ -55,10 +55,7 @@ async fn asset(content_type: &'static str, body: &'static str) -> Response {
 
 async fn session_timeline(State(state): State<AdminState>, Path(key): Path<String>) -> Response {
     let now = state.store.now();
-    match crate::admin::rendered(&state, &key, |s| timeline::timeline(s, now)).await {
-        Some(out) => axum::Json(out).into_response(),
-        None => crate::admin::no_such_session(),
-    }
+    crate::admin::rendered(&state, &key, |s| timeline::timeline(s, now)).await
 }
 
 /// `GET /admin/verdicts/recent`: `{"minutes": [unix seconds × 60],
