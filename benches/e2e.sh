@@ -6,6 +6,7 @@
 #   benches/e2e.sh                        # builds the release binary
 #   BIN=path/to/loopguard benches/e2e.sh
 #   RATES="100 1000" HISTORIES="0 500000 2000000" ROUNDS=3 DURATION=10 benches/e2e.sh
+#   LG_EXTRA=$'[sessions]\nparse_cache_mib = 512' HISTORIES=2000000 benches/e2e.sh
 #   BASE_BIN=path/to/older/loopguard benches/e2e.sh   # a 4th path: before/after in one run
 #   FLOOR=1 benches/e2e.sh   # another path: examples/floor_proxy.rs, loopguard's HTTP stack alone
 #
@@ -55,6 +56,9 @@ upstream = "$CANNED"
 [loop_detection.replay_storm]
 enabled = false
 TOML
+# Extra configuration for loopguard (and BASE_BIN), e.g.
+# LG_EXTRA=$'[sessions]\nparse_cache_mib = 512'.
+printf '%s\n' "${LG_EXTRA:-}" >>"$WORK/lg.toml"
 LOOPGUARD_LOG=warn "$BIN" serve --config "$WORK/lg.toml" >"$WORK/lg.out" 2>"$WORK/lg.err" &
 LG_PID=$!
 sleep 0.5

@@ -77,6 +77,10 @@ impl Reloader {
                 old.sessions.idle_ttl != next.sessions.idle_ttl,
             ),
             (
+                "sessions.parse_cache_mib",
+                old.sessions.parse_cache_bytes != next.sessions.parse_cache_bytes,
+            ),
+            (
                 "server.connect_timeout_secs",
                 old.server.connect_timeout != next.server.connect_timeout,
             ),

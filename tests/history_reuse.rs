@@ -80,3 +80,33 @@ async fn a_growing_conversation_is_resumed_and_judged_as_one_scanned_whole() {
         "{text}"
     );
 }
+
+/// `sessions.parse_cache_mib = 0` keeps no parsed history: the same growing
+/// conversation is parsed whole every time (nothing resumed) and judged the
+/// same. The setting is what a gateway raises when many long conversations
+/// take turns (README, Performance).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_parse_cache_of_zero_keeps_no_history_and_judges_the_same() {
+    let upstream = mock();
+    let kept = loopguard(&config_for(&upstream.url(), ""));
+    let config = format!(
+        "{}\n[sessions]\nparse_cache_mib = 0\n",
+        config_for(&upstream.url(), "")
+    );
+    let none = loopguard(&config);
+    let with_cache = verdicts(&kept, false).await;
+    let without = verdicts(&none, false).await;
+    assert_eq!(with_cache, without, "the same verdicts at the same requests");
+    let text = metrics(&none).await;
+    assert_eq!(
+        metric_value(&text, "loopguard_parse_resumed_total"),
+        0.0,
+        "{text}"
+    );
+    let text = metrics(&kept).await;
+    assert_eq!(
+        metric_value(&text, "loopguard_parse_resumed_total"),
+        8.0,
+        "{text}"
+    );
+}

@@ -197,6 +197,30 @@ idle_ttl_secs = 0
     );
 }
 
+/// The parse cache's size: MiB, 0 allowed (keeps none), a typo's size
+/// refused.
+#[test]
+fn the_parse_cache_size_is_read_in_mib_and_bounded() {
+    let with = |mib: u64| {
+        format!(
+            "[[routes]]\nprefix = \"/v1\"\nprovider = \"openai\"\nupstream = \"http://127.0.0.1:1\"\n[sessions]\nparse_cache_mib = {mib}\n"
+        )
+    };
+    let loaded = load_str(&with(512), "t.toml").unwrap_or_else(|e| panic!("{e:?}"));
+    assert_eq!(loaded.config.sessions.parse_cache_bytes, 512 << 20);
+    let loaded = load_str(&with(0), "t.toml").unwrap_or_else(|e| panic!("{e:?}"));
+    assert_eq!(loaded.config.sessions.parse_cache_bytes, 0);
+    let err = load_str(&with(1 << 30), "t.toml")
+        .err()
+        .unwrap_or_else(|| panic!("expected errors"));
+    assert!(
+        err.errors.iter().any(|e| e
+            .to_string()
+            .starts_with("sessions.parse_cache_mib: must be at most")),
+        "{err:?}"
+    );
+}
+
 /// An upstream whose path ends with the prefix the route keeps gets a
 /// notice: the prefix would be doubled (`/v1/v1/…`). Its twin, the same
 /// upstream with `strip_prefix`, does not.

@@ -172,6 +172,9 @@ pub struct SessionsConfig {
     pub max_sessions: u64,
     /// Idle time after which a session is forgotten.
     pub idle_ttl: Duration,
+    /// Most bytes the parsed histories kept for reuse take
+    /// ([`crate::session::chain`]).
+    pub parse_cache_bytes: usize,
 }
 
 /// A loaded configuration with the notices produced on load.
@@ -302,6 +305,9 @@ pub fn load_table(table: toml::Table, source_name: &str) -> Result<Loaded, Confi
     }
 }
 
+/// Largest `sessions.parse_cache_mib` (1 TiB): past it, a typo.
+const MAX_PARSE_CACHE_MIB: u64 = 1 << 20;
+
 fn validate(raw: &RawConfig, problems: &mut Problems) -> Config {
     let server = validate_server(raw, problems);
     let routes = validate_routes(raw, problems);
@@ -309,7 +315,18 @@ fn validate(raw: &RawConfig, problems: &mut Problems) -> Config {
         header: raw.sessions.header.to_ascii_lowercase(),
         max_sessions: raw.sessions.max_sessions,
         idle_ttl: Duration::from_secs(raw.sessions.idle_ttl_secs),
+        parse_cache_bytes: usize::try_from(raw.sessions.parse_cache_mib.min(MAX_PARSE_CACHE_MIB) << 20)
+            .unwrap_or(usize::MAX),
     };
+    if raw.sessions.parse_cache_mib > MAX_PARSE_CACHE_MIB {
+        problems.push(
+            "sessions.parse_cache_mib",
+            format!(
+                "must be at most {MAX_PARSE_CACHE_MIB} (MiB), got {}",
+                raw.sessions.parse_cache_mib
+            ),
+        );
+    }
     if raw.sessions.max_sessions == 0 {
         problems.push("sessions.max_sessions", "must be at least 1, got 0");
     }

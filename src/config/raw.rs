@@ -184,6 +184,9 @@ pub struct RawSessions {
     /// A session idle this long is forgotten, in seconds.
     #[serde(default = "default_idle_ttl_secs")]
     pub idle_ttl_secs: u64,
+    /// Most memory the parsed histories kept for reuse take, in MiB.
+    #[serde(default = "default_parse_cache_mib")]
+    pub parse_cache_mib: u64,
 }
 
 impl Default for RawSessions {
@@ -192,6 +195,7 @@ impl Default for RawSessions {
             header: default_session_header(),
             max_sessions: default_max_sessions(),
             idle_ttl_secs: default_idle_ttl_secs(),
+            parse_cache_mib: default_parse_cache_mib(),
         }
     }
 }
@@ -255,6 +259,9 @@ fn default_drain_timeout_secs() -> u64 {
 }
 fn default_session_header() -> String {
     "x-loopguard-session".to_owned()
+}
+fn default_parse_cache_mib() -> u64 {
+    (crate::session::chain::BUDGET_BYTES >> 20) as u64
 }
 fn default_max_sessions() -> u64 {
     10_000

@@ -175,7 +175,11 @@ impl Guard {
     pub fn new(config: &Config) -> Self {
         Self {
             store: Arc::new(Store::new(config.sessions.max_sessions, config.sessions.idle_ttl)),
-            chains: ChainStore::new(config.sessions.idle_ttl),
+            chains: ChainStore::with_limits(
+                config.sessions.parse_cache_bytes,
+                crate::session::chain::MAX_CHAINS,
+                config.sessions.idle_ttl,
+            ),
             parse_budget: Arc::new(ByteBudget::default()),
             body_budget: Arc::new(ByteBudget::default()),
             judge: crate::semantic::Checker::new(config),
