@@ -260,6 +260,12 @@ async fn forget(State(state): State<AdminState>, headers: HeaderMap, Path(key): 
     if let Some(refused) = refusal(&state, &headers) {
         return refused;
     }
+    // A copy that Redis never held (version 0: judged while Redis did not
+    // answer, or past the stored-state cap) exists on this replica only.
+    let local_only = state
+        .store
+        .get(&key)
+        .is_some_and(|s| s.lock().unwrap_or_else(PoisonError::into_inner).version == 0);
     let removed = state.store.remove(&key);
     let removed_shared = match &state.shared {
         Some(shared) => match shared.delete(&key).await {
@@ -278,10 +284,11 @@ async fn forget(State(state): State<AdminState>, headers: HeaderMap, Path(key): 
         },
         None => false,
     };
-    // With a shared store, Redis says whether there was a session: a copy
-    // left on this replica of a session deleted through another is stale.
+    // With a shared store, Redis says whether there was a session (a copy
+    // left on this replica of a session deleted through another is stale),
+    // unless this replica's copy never was in Redis.
     let existed = if state.shared.is_some() {
-        removed_shared
+        removed_shared || (removed && local_only)
     } else {
         removed
     };

@@ -90,6 +90,7 @@ impl fmt::Debug for StateUrl {
 /// value of every query parameter but `protocol` too.
 fn redacted(url: &Url) -> String {
     let mut shown = url.clone();
+    shown.set_fragment(None);
     if shown.password().is_some() {
         let _ = shown.set_password(Some("***"));
     } else if !shown.username().is_empty() {
@@ -118,6 +119,11 @@ fn redacted(url: &Url) -> String {
 /// the Redis client reads is `protocol` (a password elsewhere than in the
 /// URL's user part would be ignored: every call would fail with NOAUTH).
 fn url_problem(url: &Url) -> Option<String> {
+    if url.fragment().is_some() {
+        return Some(format!(
+            "a URL fragment (#…) is not read by the Redis client; {ENCODE_HINT}"
+        ));
+    }
     if url.password().is_none() && !url.username().is_empty() {
         return Some(
             "a user name without a password is not sent to Redis; \
@@ -161,6 +167,20 @@ const ENCODE_HINT: &str =
 
 /// Parses a store URL; the error names the URL without its password.
 pub(super) fn parse_url(text: &str) -> Result<StateUrl, String> {
+    // What follows the last `@`: never a password.
+    let after_user = || text.rsplit('@').next().unwrap_or_default();
+    // A `/`, `?` or `#` before the last `@` ends the URL's authority inside
+    // the user part: a password holding one (`redis://user:#pw@host` would
+    // even parse, as host `user` with the password in its fragment).
+    let rest = text.split_once("://").map_or(text, |(_, rest)| rest);
+    if let Some((user, _)) = rest.rsplit_once('@')
+        && user.contains(['/', '?', '#'])
+    {
+        return Err(format!(
+            "\"…@{}\" is not a URL with its password where the client reads it: {ENCODE_HINT}",
+            after_user()
+        ));
+    }
     let hint = if text.contains('@') {
         format!("; {ENCODE_HINT}")
     } else {
@@ -173,15 +193,18 @@ pub(super) fn parse_url(text: &str) -> Result<StateUrl, String> {
                 Some(problem) => Err(format!("{:?}: {problem}", redacted(&url))),
             }
         }
+        // Without a host the user part may be read as a path (`redis:pw@h`):
+        // show only what follows a possible `user:password@`.
+        Ok(url) if url.host().is_none() => Err(format!(
+            "{:?} is not a redis:// or rediss:// URL with a host{hint}",
+            after_user()
+        )),
         Ok(url) => Err(format!(
             "{:?} is not a redis:// or rediss:// URL with a host{hint}",
             redacted(&url)
         )),
         // Not a URL: show only what follows a possible `user:password@`.
-        Err(e) => Err(format!(
-            "{:?} is not a URL ({e}){hint}",
-            text.rsplit('@').next().unwrap_or_default()
-        )),
+        Err(e) => Err(format!("{:?} is not a URL ({e}){hint}", after_user())),
     }
 }
 
@@ -274,6 +297,19 @@ mod tests {
                 err.contains("percent-encoded") && !err.contains("ab"),
                 "{text}: {err}"
             );
+        }
+        // With a user name (found by a review): `user:#pw@host` parsed as
+        // host `user` with the password in the fragment, and was shown.
+        for text in [
+            "redis://default:#hunter2@cache:6379/0",
+            "redis://user:1234#hunter2@cache:6379/0",
+            "redis://default:/hunter2@cache:6379/0",
+            "redis://default:?hunter2@cache:6379/0",
+            "redis:user:hunter2@cache:6379",
+            "redis://cache:6379/0#hunter2",
+        ] {
+            let err = parse_url(text).map_or_else(|e| e, |_| panic!("accepted {text}"));
+            assert!(!err.contains("hunter2"), "{text}: {err}");
         }
         let url = parse_url("redis://:ab%23cd@cache:6380/0").unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(url.to_string(), "redis://:***@cache:6380/0");

@@ -14,7 +14,7 @@
 //! - `<prefix>s:<session key>`: hash `v` (version, bumped by every write),
 //!   `b` (the version the history started at, drawn at random: see
 //!   [`first_version`]), `d` (the session, JSON; empty: deleted through the
-//!   admin API);
+//!   admin API), `t` (the token of the delete that left it empty);
 //! - `<prefix>r:<response id>`: hash `t` (tenant hash), `s` (session key),
 //!   `c` (the calls the response carried, JSON);
 //! - `<prefix>l:<tenant>:<lane>`: the lane's latest fingerprinted session;
@@ -93,9 +93,12 @@ const DELETE: &str = r"
 local v = tonumber(redis.call('HGET', KEYS[1], 'v') or '0')
 local d = redis.call('HGET', KEYS[1], 'd')
 if v == 0 or d == '' then
+  if d == '' and redis.call('HGET', KEYS[1], 't') == ARGV[2] then
+    return 1
+  end
   return 0
 end
-redis.call('HSET', KEYS[1], 'v', string.format('%d', v + 1), 'd', '')
+redis.call('HSET', KEYS[1], 'v', string.format('%d', v + 1), 'd', '', 't', ARGV[2])
 redis.call('EXPIRE', KEYS[1], ARGV[1])
 return 1
 ";
@@ -340,7 +343,8 @@ impl Shared {
     /// is taken for down: for [`DOWN_FOR`] calls fail at once (counted under
     /// `op` and in `loopguard_state_skipped_total`), so that a request does
     /// not wait `timeout_ms` for a store that is not answering; then one
-    /// call tries again. A call that answers records its wall time in
+    /// call tries again. The admin API's calls (`get`, `list`, `delete`)
+    /// are always made. A call that answers records its wall time in
     /// `loopguard_state_call_seconds{op}`.
     async fn call<T, F>(&self, op: &'static str, run: impl Fn(ConnectionManager) -> F) -> Option<T>
     where
@@ -348,7 +352,10 @@ impl Shared {
     {
         use std::sync::atomic::Ordering::Relaxed;
         let now_ms = || u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX);
-        if now_ms() < self.down_until_ms.load(Relaxed) {
+        // The admin API's calls are not on a request's path: an operator
+        // gets Redis's answer (or its failure), not the pause's.
+        let admin = matches!(op, "delete" | "get" | "list");
+        if !admin && now_ms() < self.down_until_ms.load(Relaxed) {
             count_error(op);
             metrics::counter!("loopguard_state_skipped_total").increment(1);
             return None;
@@ -370,8 +377,11 @@ impl Shared {
                 // connection, within the same `timeout_ms`. Every call is
                 // safe to make twice: reads, and writes that set the same
                 // values; a compare-and-set write that was applied before
-                // its answer was lost finds its own blob stored
-                // ([`Shared::save_with`]).
+                // its answer was lost finds its own blob stored and counts
+                // as written ([`Shared::save`]; only another replica's write
+                // landing between the two attempts would have this request
+                // judged again on a state that holds it); a delete made
+                // twice finds its own tombstone by its token.
                 Err(e) if e.is_connection_dropped() => {
                     tracing::debug!(op, error = %self.clean(&e), "state store connection lost; calling again on a new one");
                     run(ConnectionManager::clone(&conn)).await
@@ -524,7 +534,9 @@ impl Shared {
 
     /// Compare-and-set: writes `blob` as the session `key` if the stored
     /// version is still `expected` (also noting it as the latest session of
-    /// `lane_index` = (tenant, lane), for fingerprinted sessions).
+    /// `lane_index` = (tenant, lane), for fingerprinted sessions). A stored
+    /// blob equal to `blob` under another version is this write, applied
+    /// before its answer was lost: [`Saved::Written`] with that version.
     pub async fn save(
         &self,
         key: &str,
@@ -561,8 +573,14 @@ impl Shared {
         match items.first().and_then(int) {
             Some(1) => Some(Saved::Written(version)),
             Some(0) => {
+                let stored = items.get(2).and_then(bytes);
+                // This write, applied before its answer was lost (the call
+                // was made again on a new connection, see `call`): written.
+                if stored.as_deref() == Some(blob) {
+                    return Some(Saved::Written(version));
+                }
                 metrics::counter!("loopguard_state_conflicts_total").increment(1);
-                Some(Saved::Conflict(version, items.get(2).and_then(bytes)))
+                Some(Saved::Conflict(version, stored))
             }
             _ => {
                 count_error("decode");
@@ -588,12 +606,6 @@ impl Shared {
             };
             match self.save(key, lane_index, expected, &blob).await {
                 Some(Saved::Written(v)) => {
-                    set_version(store, key, v);
-                    return true;
-                }
-                // Our own write, applied before its answer was lost (the
-                // call was made again on a new connection).
-                Some(Saved::Conflict(v, Some(fresh))) if fresh == blob => {
                     set_version(store, key, v);
                     return true;
                 }
@@ -642,11 +654,16 @@ impl Shared {
     pub async fn delete(&self, key: &str) -> Option<bool> {
         let skey = self.session_key(key);
         let skey = &skey;
+        // Names this delete's tombstone: made again after a lost answer,
+        // the call finds its own and still says there was a session.
+        let token = format!("{:016x}", rand::random::<u64>());
+        let token = &token;
         let n: i64 = self
             .call("delete", move |mut conn| async move {
                 self.delete
                     .key(skey)
                     .arg(self.ttl_secs)
+                    .arg(token)
                     .invoke_async(&mut conn)
                     .await
             })
