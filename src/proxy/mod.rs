@@ -65,23 +65,24 @@ pub async fn handle(State(state): State<Arc<ProxyState>>, request: Request) -> R
         Ok(decided) => decided,
         Err(answered) => return logged(*answered, started),
     };
-    let body = decided.forward.clone();
-    let sending = forward::Sending {
-        body,
-        body_replaced: decided.body_replaced,
-        retarget: decided.retarget.as_ref(),
+    let upstream_and_reply = async {
+        let sending = forward::Sending {
+            body: decided.forward.clone(),
+            body_replaced: decided.body_replaced,
+            retarget: decided.retarget.as_ref(),
+        };
+        match forward::forward(&state.client, &config, &admitted, sending).await {
+            Ok(upstream) => reply::reply(&config, &admitted, upstream, decided, started).await,
+            Err(response) => logged(*response, started),
+        }
     };
-    // The shared state's write goes beside the upstream request, not before
-    // it: both are done before the first byte of the response is read.
-    let ((), upstream) = tokio::join!(
-        settle.run(),
-        forward::forward(&state.client, &config, &admitted, sending)
-    );
-    let upstream = match upstream {
-        Ok(upstream) => upstream,
-        Err(response) => return logged(*response, started),
-    };
-    reply::reply(&config, &admitted, upstream, decided, started).await
+    // The shared state's write goes beside the upstream request and the
+    // reading and judging of its answer, not before them; the response is
+    // handed to the client only once the write is acknowledged (and what
+    // the answer adds waits for it: the outbox's write takes the session's
+    // lock, held until this write is done).
+    let ((), response) = tokio::join!(settle.run(), upstream_and_reply);
+    response
 }
 
 /// Where an answer of loopguard's own belongs, for its `request` event.
