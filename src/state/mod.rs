@@ -19,10 +19,11 @@
 //!   fresh state is installed and detection runs again on it (at most
 //!   [`MAX_RETRIES`] times, then the request is judged on the process copy,
 //!   counted as `loopguard_state_errors_total{op="conflict"}`). The write runs
-//!   beside the upstream request (the verdict is out; a re-run after a
-//!   conflict changes the state only and logs nothing twice) and is
-//!   acknowledged before the response's first byte is read, so it costs no
-//!   round trip of its own on the request path;
+//!   beside the upstream request and the reading and judging of its answer
+//!   (the verdict is out; a re-run after a conflict changes the state only
+//!   and logs nothing twice) and is acknowledged before the response goes
+//!   to the client, so it costs no round trip of its own on the request
+//!   path;
 //! - what the response adds (the Responses id → session and calls index, the
 //!   stream-time verdicts for the admin API) is collected in an [`Outbox`]
 //!   and written before the response's end ([`Outbox::flush`]);
