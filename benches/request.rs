@@ -85,6 +85,15 @@ fn responses_history(cycles: usize, result_len: usize, code: bool) -> Vec<u8> {
     .into_bytes()
 }
 
+/// The default configuration and its `/v1` route (OpenAI), as the
+/// proxy's benches judge requests under; `None` if the default stops
+/// loading (the benches then measure nothing rather than panic).
+fn default_v1() -> Option<(config::Config, config::Route)> {
+    let config = config::load_str(config::DEFAULT_TOML, "<default>").ok()?.config;
+    let route = config.routes.iter().find(|r| r.prefix == "/v1").cloned()?;
+    Some((config, route))
+}
+
 fn parse_paths(c: &mut Criterion) {
     type Body = fn(usize, usize, bool) -> Vec<u8>;
     for (name, code, dialect, body) in [
@@ -136,12 +145,9 @@ fn parse_paths(c: &mut Criterion) {
 }
 
 fn guard_path(c: &mut Criterion) {
-    let Ok(loaded) = config::load_str(config::DEFAULT_TOML, "<default>") else {
+    let Some((config, route)) = default_v1() else {
         return;
     };
-    let config = loaded.config;
-    let route = config.routes.iter().find(|r| r.prefix == "/v1").cloned();
-    let Some(route) = route else { return };
     let mut headers = HeaderMap::new();
     headers.insert("x-loopguard-session", http::HeaderValue::from_static("bench"));
     let mut group = c.benchmark_group("request_path_1mb");
@@ -219,11 +225,7 @@ fn small_request(c: &mut Criterion) {
     use loopguard::proxy::tap::Tap;
     use loopguard::session::chain::Parsed;
 
-    let Ok(loaded) = config::load_str(config::DEFAULT_TOML, "<default>") else {
-        return;
-    };
-    let config = loaded.config;
-    let Some(route) = config.routes.iter().find(|r| r.prefix == "/v1").cloned() else {
+    let Some((config, route)) = default_v1() else {
         return;
     };
     let headers = HeaderMap::new();
@@ -338,11 +340,7 @@ fn calls_scale(c: &mut Criterion) {
     use loopguard::proxy::hold::Holder;
     use loopguard::proxy::tap::Tap;
 
-    let Ok(loaded) = config::load_str(config::DEFAULT_TOML, "<default>") else {
-        return;
-    };
-    let config = loaded.config;
-    let Some(route) = config.routes.iter().find(|r| r.prefix == "/v1").cloned() else {
+    let Some((config, route)) = default_v1() else {
         return;
     };
     let mut headers = HeaderMap::new();
