@@ -1,6 +1,15 @@
 //! Unit tests of configuration loading and validation.
 use super::*;
 
+/// Every error `text` gets on load, rendered as `check-config` prints it
+/// (panics when it loads).
+fn errors_of(text: &str) -> Vec<String> {
+    let err = load_str(text, "t.toml")
+        .err()
+        .unwrap_or_else(|| panic!("expected errors"));
+    err.errors.iter().map(ToString::to_string).collect()
+}
+
 #[test]
 fn default_config_is_valid_and_routes_longest_prefix_first() {
     let loaded = load_str(DEFAULT_TOML, "<default>").unwrap_or_else(|e| panic!("{e}"));
@@ -29,12 +38,8 @@ prefix = "/x"
 provider = "acme"
 upstream = "htp:/x"
 "#;
-    let err = load_str(text, "t.toml")
-        .err()
-        .unwrap_or_else(|| panic!("expected errors"));
-    let rendered: Vec<String> = err.errors.iter().map(ToString::to_string).collect();
     assert_eq!(
-        rendered,
+        errors_of(text),
         vec![
             "server.listen: \"nowhere\" is not a socket address (host:port, e.g. 127.0.0.1:8080)",
             "server.bypass_header: \"bad header\" is not a valid header name",
@@ -184,12 +189,8 @@ upstream = "ftp://example.com"
 [sessions]
 idle_ttl_secs = 0
 "#;
-    let err = load_str(text, "t.toml")
-        .err()
-        .unwrap_or_else(|| panic!("expected errors"));
-    let rendered: Vec<String> = err.errors.iter().map(ToString::to_string).collect();
     assert_eq!(
-        rendered,
+        errors_of(text),
         vec![
             "routes[0].upstream: \"ftp://example.com\" is not an http:// or https:// URL",
             "sessions.idle_ttl_secs: must be at least 1, got 0 (a session would be forgotten before its next request)",
