@@ -55,6 +55,11 @@ async fn verdicts(lg: &common::Proc, first: bool) -> Vec<Option<String>> {
     seen
 }
 
+/// `loopguard_parse_resumed_total` of `lg`.
+async fn resumed_total(lg: &common::Proc) -> f64 {
+    metric_value(&metrics(lg).await, "loopguard_parse_resumed_total")
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_growing_conversation_is_resumed_and_judged_as_one_scanned_whole() {
     let upstream = mock();
@@ -67,18 +72,8 @@ async fn a_growing_conversation_is_resumed_and_judged_as_one_scanned_whole() {
         "the loop is judged: {resumed:?}"
     );
     assert_eq!(resumed, whole, "the same verdicts at the same requests");
-    let text = metrics(&compact).await;
-    assert_eq!(
-        metric_value(&text, "loopguard_parse_resumed_total"),
-        8.0,
-        "{text}"
-    );
-    let text = metrics(&changing).await;
-    assert_eq!(
-        metric_value(&text, "loopguard_parse_resumed_total"),
-        0.0,
-        "{text}"
-    );
+    assert_eq!(resumed_total(&compact).await, 8.0);
+    assert_eq!(resumed_total(&changing).await, 0.0);
 }
 
 /// `sessions.parse_cache_mib = 0` keeps no parsed history: the same growing
@@ -97,16 +92,6 @@ async fn a_parse_cache_of_zero_keeps_no_history_and_judges_the_same() {
     let with_cache = verdicts(&kept, false).await;
     let without = verdicts(&none, false).await;
     assert_eq!(with_cache, without, "the same verdicts at the same requests");
-    let text = metrics(&none).await;
-    assert_eq!(
-        metric_value(&text, "loopguard_parse_resumed_total"),
-        0.0,
-        "{text}"
-    );
-    let text = metrics(&kept).await;
-    assert_eq!(
-        metric_value(&text, "loopguard_parse_resumed_total"),
-        8.0,
-        "{text}"
-    );
+    assert_eq!(resumed_total(&none).await, 0.0);
+    assert_eq!(resumed_total(&kept).await, 8.0);
 }

@@ -122,6 +122,11 @@ pub struct Shared {
     /// Each proxy worker's connection, made on its runtime (by worker index).
     workers: Vec<ArcSwapOption<ConnectionManager>>,
     shown_url: String,
+    /// What a script gets for a key it is not to read or write:
+    /// `<prefix>_`, a key under the prefix (a Redis user restricted by an
+    /// ACL to the prefix's keys may name it; an empty key name was refused)
+    /// that is never written.
+    unused: String,
     prefix: String,
     timeout: Duration,
     ttl_secs: u64,
@@ -218,6 +223,7 @@ impl Shared {
             conn: ArcSwapOption::empty(),
             workers: (0..WORKER_SLOTS).map(|_| ArcSwapOption::empty()).collect(),
             shown_url: url.to_string(),
+            unused: format!("{}_", config.key_prefix),
             prefix: config.key_prefix.clone(),
             timeout: config.timeout,
             ttl_secs: idle_ttl.as_secs().max(1),
@@ -320,14 +326,6 @@ impl Shared {
         format!("{}s:{key}", self.prefix)
     }
 
-    /// What a script gets for a key it is not to read or write: a key
-    /// under the prefix (a Redis user restricted by an ACL to the prefix's
-    /// keys may pass it; an empty key name was refused) that is never
-    /// written.
-    fn unused_key(&self) -> String {
-        format!("{}_", self.prefix)
-    }
-
     fn lane_key(&self, tenant: &str, lane: u64) -> String {
         format!("{}l:{tenant}:{lane:016x}", self.prefix)
     }
@@ -393,8 +391,6 @@ impl Shared {
         if matches!(result, Ok(Ok(_))) {
             metrics::histogram!("loopguard_state_call_seconds", "op" => op)
                 .record(started.elapsed().as_secs_f64());
-        }
-        if matches!(result, Ok(Ok(_))) {
             if self.failures.swap(0, Relaxed) >= DOWN_AFTER {
                 tracing::info!(op, "state store answering again; sessions are shared again");
             }
@@ -469,12 +465,11 @@ impl Shared {
         }
         let keys = [
             skey,
-            response_id.map_or_else(|| self.unused_key(), |id| format!("{}r:{id}", self.prefix)),
-            lane.map_or_else(|| self.unused_key(), |l| self.lane_key(tenant, l)),
+            response_id.map_or_else(|| self.unused.clone(), |id| format!("{}r:{id}", self.prefix)),
+            lane.map_or_else(|| self.unused.clone(), |l| self.lane_key(tenant, l)),
         ];
         let prefix = format!("{}s:", self.prefix);
-        let unused = self.unused_key();
-        let (keys, prefix, unused) = (&keys, &prefix, &unused);
+        let (keys, prefix) = (&keys, &prefix);
         let value: Value = self
             .call("load", move |mut conn| async move {
                 self.load
@@ -484,7 +479,7 @@ impl Shared {
                     .arg(prefix)
                     .arg(tenant)
                     .arg(known.map_or_else(String::new, |v| v.to_string()))
-                    .arg(unused)
+                    .arg(&self.unused)
                     .invoke_async(&mut conn)
                     .await
             })
@@ -545,9 +540,8 @@ impl Shared {
         blob: &[u8],
     ) -> Option<Saved> {
         let skey = self.session_key(key);
-        let lkey = lane_index.map_or_else(|| self.unused_key(), |(t, l)| self.lane_key(t, l));
-        let unused = self.unused_key();
-        let (skey, lkey, unused) = (&skey, &lkey, &unused);
+        let lkey = lane_index.map_or_else(|| self.unused.clone(), |(t, l)| self.lane_key(t, l));
+        let (skey, lkey) = (&skey, &lkey);
         let value: Value = self
             .call("save", move |mut conn| async move {
                 self.save
@@ -560,7 +554,7 @@ impl Shared {
                     // Read only when a history starts (expected 0): a write
                     // expecting a version of a missing history is a conflict.
                     .arg(if expected == 0 { first_version(key) } else { 0 })
-                    .arg(unused)
+                    .arg(&self.unused)
                     .invoke_async(&mut conn)
                     .await
             })
