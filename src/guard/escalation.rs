@@ -10,7 +10,7 @@ use std::sync::PoisonError;
 
 use bytes::Bytes;
 
-use super::RequestView;
+use super::{Echoes, RequestView};
 use crate::config::Config;
 use crate::detect::Settings;
 use crate::escalate::{Request, Retarget, Step};
@@ -29,16 +29,15 @@ pub(super) struct Seen<'a> {
     pub(super) wants: bool,
     /// The person spoke in what is new.
     pub(super) person_spoke: bool,
-    /// The decision goes out (a re-run after a shared-state conflict logs
-    /// and counts nothing).
-    pub(super) told: bool,
 }
 
 /// The decision with the escalation applied: a forwarded request of an
 /// escalated lane names the escalation model (and goes to its upstream);
 /// any forwarded request of a lane that escalated loses the signed
 /// reasoning of the other model. Answers (blocks, aborts) pass unchanged:
-/// the ladder holds while escalated.
+/// the ladder holds while escalated. The escalation's log line and counter
+/// go to `told` (`None`: a re-run after a shared-state conflict, which
+/// tells nothing).
 pub(super) fn apply(
     config: &Config,
     request: &RequestView<'_>,
@@ -46,6 +45,7 @@ pub(super) fn apply(
     settings: &Settings,
     model: &str,
     decision: RequestDecision,
+    told: Option<&mut Echoes>,
 ) -> RequestDecision {
     let RequestDecision::Forward {
         body,
@@ -56,7 +56,7 @@ pub(super) fn apply(
     else {
         return decision;
     };
-    match rewrite(config, request, seen, settings, model, body.as_ref()) {
+    match rewrite(config, request, seen, settings, model, body.as_ref(), told) {
         Some((body, retarget)) => RequestDecision::Forward {
             body: Some(body),
             judge,
@@ -81,6 +81,7 @@ fn rewrite(
     settings: &Settings,
     model: &str,
     body: Option<&Bytes>,
+    mut told: Option<&mut Echoes>,
 ) -> Option<(Bytes, Option<Retarget>)> {
     let mut session = seen.session.lock().unwrap_or_else(PoisonError::into_inner);
     let state = &mut session.escalation;
@@ -116,22 +117,25 @@ fn rewrite(
         .strip_foreign_signatures(&mut value, &|i| state.foreign(i, &sent_to))
         .stripped;
     drop(session);
-    if step != Step::Stay && seen.told {
-        tracing::info!(
-            session = seen.key,
-            step = ?step,
-            model = %sent_to,
-            asked = model,
-            signed_parts_stripped = stripped,
-            "escalation"
-        );
+    if let (true, Some(told)) = (step != Step::Stay, told.as_deref_mut()) {
+        let (session, sent_to, asked) = (seen.key.to_owned(), sent_to.clone(), model.to_owned());
+        told.push(move || {
+            tracing::info!(
+                session,
+                step = ?step,
+                model = %sent_to,
+                asked,
+                signed_parts_stripped = stripped,
+                "escalation"
+            );
+        });
     }
     if !escalated && stripped == 0 {
         return None;
     }
     if escalated {
-        if seen.told {
-            metrics::counter!("loopguard_escalated_requests_total").increment(1);
+        if let Some(told) = told {
+            told.push(|| metrics::counter!("loopguard_escalated_requests_total").increment(1));
         }
         let _ = dialect.set_model(&mut value, request.path, &sent_to);
     }

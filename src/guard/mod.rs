@@ -8,6 +8,7 @@
 //! for chanting. Every verdict is one structured log event and a metric.
 //! Detector faults fail open: logged, counted, traffic passes.
 
+mod echo;
 mod escalation;
 mod request;
 pub mod shared;
@@ -30,6 +31,8 @@ use crate::session::budget::{ByteBudget, Reservation};
 use crate::session::chain::{ChainStore, Parsed};
 use crate::session::key;
 use crate::session::{SharedSession, Store};
+use echo::Echo;
+pub use echo::Echoes;
 pub use request::{RequestView, Resolved};
 use stream::StreamReviewer;
 
@@ -78,15 +81,6 @@ pub struct BodyOf<'a> {
     pub headers: &'a HeaderMap,
     /// Query string.
     pub query: Option<&'a str>,
-}
-
-/// Whether a request-time run is the one whose decision goes out (its
-/// verdicts logged, counted and recorded) or a re-run after a shared-state
-/// conflict, for the state changes only.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Echo {
-    Told,
-    Quiet,
 }
 
 /// Who a request is judged as: the session header, the agent's settings.
@@ -297,7 +291,22 @@ impl Guard {
         request: &RequestView<'_>,
         outbox: Option<Arc<crate::state::Outbox>>,
     ) -> (RequestDecision, Option<String>) {
-        self.on_request_as(config, request, outbox, Echo::Told)
+        let (decision, key, echoes) = self.on_request_as(config, request, outbox, Echo::Told);
+        echoes.tell();
+        (decision, key)
+    }
+
+    /// [`Guard::on_request_with`] run speculatively over the shared state
+    /// (see [`shared`]): its state changes are made, but what it would log,
+    /// count and record is handed back, to be told ([`Echoes::tell`]) only
+    /// if its decision goes out, and dropped otherwise.
+    pub fn on_request_deferred(
+        &self,
+        config: &Config,
+        request: &RequestView<'_>,
+        outbox: Option<Arc<crate::state::Outbox>>,
+    ) -> (RequestDecision, Option<String>, Echoes) {
+        self.on_request_as(config, request, outbox, Echo::Deferred)
     }
 
     /// Request-time detection run again after a shared-state conflict
@@ -319,9 +328,9 @@ impl Guard {
         request: &RequestView<'_>,
         outbox: Option<Arc<crate::state::Outbox>>,
         echo: Echo,
-    ) -> (RequestDecision, Option<String>) {
+    ) -> (RequestDecision, Option<String>, Echoes) {
         let Some((agent, settings)) = detection_for(config, request.headers) else {
-            return (pass(), None);
+            return (pass(), None, Echoes::default());
         };
         let settings = Arc::clone(settings);
         let agent = agent.map(str::to_owned);
@@ -332,14 +341,16 @@ impl Guard {
                 settings: &settings,
                 agent: agent.as_deref(),
             };
-            self.judge_request(config, request, &who, outbox, echo)
+            let mut echoes = Echoes::default();
+            let (decision, key) = self.judge_request(config, request, &who, outbox, echo, &mut echoes);
+            (decision, key, echoes)
         }));
         match result {
-            Ok((decision, key)) => (decision, Some(key)),
+            Ok((decision, key, echoes)) => (decision, Some(key), echoes),
             Err(_) => {
                 tracing::error!("detector panicked at request time; forwarding unchanged");
                 crate::telemetry::fail_open("detector_panic");
-                (pass(), None)
+                (pass(), None, Echoes::default())
             }
         }
     }
@@ -354,6 +365,7 @@ impl Guard {
         who: &Who<'_>,
         outbox: Option<Arc<crate::state::Outbox>>,
         echo: Echo,
+        echoes: &mut Echoes,
     ) -> (RequestDecision, String) {
         let (settings, agent) = (who.settings, who.agent);
         let (located, summary) = self.locate(request, who.session_header, settings);
@@ -361,17 +373,19 @@ impl Guard {
             panic!("fault injection: request-time detector panic");
         }
         let now = self.store.now();
-        let (detected, session_key) = self.detect(request, &located, summary, now, who, echo);
+        let told = echo.tells().then_some(&mut *echoes);
+        let (detected, session_key) = self.detect(request, &located, summary, now, who, told);
         let recording_lane = crate::recording::LaneId {
             session: session_key.clone(),
             lane: located.lane,
         };
-        if echo == Echo::Told {
+        if echo.tells() {
             self.record_request(
                 request,
                 &recording_lane,
                 now,
                 detected.as_ref().map(|d| d.verdicts.as_slice()),
+                echoes,
             );
         }
         let Some(Detected {
@@ -382,16 +396,20 @@ impl Guard {
         else {
             return (pass(), session_key);
         };
-        let told = if echo == Echo::Told {
-            verdicts.as_slice()
-        } else {
-            &[]
-        };
-        self.follow_up(&located, ticket, told, &session_key, settings, agent);
+        self.follow_up(&located, ticket, &session_key, settings);
+        if echo.tells() && !verdicts.is_empty() {
+            let (told, key, agent) = (verdicts.clone(), session_key.clone(), agent.map(str::to_owned));
+            echoes.push(move || {
+                for v in &told {
+                    record(v, &key, agent.as_deref(), "request");
+                }
+            });
+        }
         let session = Arc::clone(&located.session);
         let lane = located.lane;
         let mut judge = self.stream_reviewer(request, located, &session_key, settings, agent, outbox);
-        if let (Some(recorder), Echo::Told) = (&self.recorder, echo) {
+        // A deferred run's decision (and this judge) is dropped unless it goes out.
+        if let (Some(recorder), true) = (&self.recorder, echo.tells()) {
             judge.record_into(recorder.clone(), recording_lane);
         }
         let model = request.model();
@@ -409,9 +427,9 @@ impl Guard {
             key: &session_key,
             wants: decisive.is_some_and(|v| v.action == crate::detect::Action::Escalate),
             person_spoke,
-            told: echo == Echo::Told,
         };
-        let decision = escalation::apply(config, request, &seen, settings, &model, decision);
+        let told = echo.tells().then_some(echoes);
+        let decision = escalation::apply(config, request, &seen, settings, &model, decision, told);
         (decision, session_key)
     }
 
@@ -469,7 +487,8 @@ impl Guard {
 
     /// Runs the detectors on the session's lane: the verdicts and the
     /// semantic check's ticket (`None` for a summarizer request, which is
-    /// not judged), and the session key.
+    /// not judged), and the session key. The outcome counters go to `told`
+    /// (`None`: a re-run that tells nothing).
     fn detect(
         &self,
         request: &RequestView<'_>,
@@ -477,7 +496,7 @@ impl Guard {
         summary: RequestSummary,
         now: std::time::Duration,
         who: &Who<'_>,
-        echo: Echo,
+        told: Option<&mut Echoes>,
     ) -> (Option<Detected>, String) {
         let (settings, agent) = (who.settings.as_ref(), who.agent);
         let transcript = located.transcript.as_ref();
@@ -535,8 +554,9 @@ impl Guard {
         let ended =
             crate::escalate::outcome::follow(&mut lane_state.stretch, decisive(&verdicts), arm, false);
         drop(guard);
-        if let (Some((stretch, outcome)), Echo::Told) = (ended, echo) {
-            self.store.outcomes().count(&session_key, &stretch, outcome);
+        if let (Some((stretch, outcome)), Some(told)) = (ended, told) {
+            let (store, key) = (Arc::clone(&self.store), session_key.clone());
+            told.push(move || store.outcomes().count(&key, &stretch, outcome));
         }
         let person_spoke = absorbed.person_spoke;
         (
@@ -549,17 +569,21 @@ impl Guard {
         )
     }
 
-    /// Hands the request to the recorder, when recording is on: its body as
-    /// received and the request-time verdicts (`None`: a summarizer request).
+    /// Hands the request to the recorder (when `echoes` are told), when
+    /// recording is on: its body as received and the request-time verdicts
+    /// (`None`: a summarizer request).
     fn record_request(
         &self,
         request: &RequestView<'_>,
         lane: &crate::recording::LaneId,
         now: std::time::Duration,
         verdicts: Option<&[Verdict]>,
+        echoes: &mut Echoes,
     ) {
-        let Some(recorder) = &self.recorder else { return };
-        recorder.send(crate::recording::Record::Request {
+        let Some(recorder) = self.recorder.clone() else {
+            return;
+        };
+        let record = crate::recording::Record::Request {
             lane: lane.clone(),
             dialect: request.dialect,
             route: request.route.prefix.clone(),
@@ -571,19 +595,20 @@ impl Guard {
                 .iter()
                 .map(|v| (v.detector, v.level))
                 .collect(),
+        };
+        echoes.push(move || {
+            recorder.send(record);
         });
     }
 
-    /// After detection: the semantic check in the background, the lane
-    /// noted for a later compaction, every verdict logged and counted.
+    /// After detection: the semantic check in the background and the lane
+    /// noted for a later compaction.
     fn follow_up(
         &self,
         located: &Located<'_>,
         ticket: Option<crate::semantic::Ticket>,
-        verdicts: &[Verdict],
         session_key: &str,
         settings: &Arc<Settings>,
-        agent: Option<&str>,
     ) {
         let key = &located.key;
         if let Some(ticket) = ticket {
@@ -601,9 +626,6 @@ impl Guard {
             // Only fingerprinted sessions can lose their key to a compaction
             // (it is made of the first message); explicit keys never need it.
             self.store.note_lane(&key.tenant, located.lane, session_key);
-        }
-        for v in verdicts {
-            record(v, session_key, agent, "request");
         }
     }
 

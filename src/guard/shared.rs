@@ -12,8 +12,8 @@ use std::sync::{Arc, PoisonError};
 
 use super::{Guard, RequestView, Resolved};
 use crate::config::Config;
-use crate::session::StoredResponse;
 use crate::session::key;
+use crate::session::{Session, StoredResponse};
 use crate::state::{MAX_RETRIES, Outbox, Saved, Shared, count_error};
 
 /// Where a request's session is looked for in the store (computed
@@ -46,6 +46,10 @@ pub struct Begun<'a> {
     attempts: usize,
     /// The load answered: the write is attempted.
     reachable: bool,
+    /// Speculative (no load was made, see [`Guard::shared_speculate`]):
+    /// the process copy as it was before detection, put back if the store
+    /// turns out to have lost the session.
+    backup: Option<Session>,
     _held: Option<tokio::sync::MutexGuard<'a, ()>>,
 }
 
@@ -62,6 +66,26 @@ impl Begun<'_> {
     pub fn resolved(&self) -> &Resolved {
         &self.probe.resolved
     }
+
+    /// No load was made: detection runs on the process copy with its
+    /// telling deferred ([`Guard::on_request_deferred`]), then
+    /// [`Guard::shared_speculate`] writes before the verdict goes out.
+    pub fn speculative(&self) -> bool {
+        self.backup.is_some()
+    }
+}
+
+/// What a write tried before the verdict found (see [`Guard::shared_speculate`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Speculated {
+    /// The speculative decision goes out: written (nothing left to write),
+    /// nothing to write, or the store failed (judged on this replica's
+    /// copy, as when a load fails).
+    Stands,
+    /// The store held another version, now installed: run detection again,
+    /// told ([`Guard::on_request_with`]), and write it with
+    /// [`Guard::shared_commit`] as after a load.
+    Again,
 }
 
 /// What follows a write.
@@ -86,10 +110,37 @@ impl Guard {
     /// store or when detection does not run for the request. The session's process lock is held until
     /// the returned value is dropped, so that requests of one session on
     /// this replica are judged one after another.
+    ///
+    /// No read is made when the store's last answer found this replica's
+    /// copy current ([`Session::confirmed`]: one replica serves the
+    /// conversation, a sidecar or a sticky balancer) and the request chains
+    /// no response: the returned value is then [`Begun::speculative`], and
+    /// the write of the state detection leaves, made before the verdict
+    /// goes out, is the request's one round trip ([`Guard::shared_speculate`]).
     pub async fn shared_begin(&self, probe: Option<Probe>) -> Option<Begun<'_>> {
         let shared = self.shared.as_ref()?;
         let probe = probe?;
         let outbox = Outbox::new(Arc::clone(shared), Arc::clone(&self.store));
+        if probe.response_id.is_none()
+            && let Some(session) = self.store.get(probe.key())
+        {
+            let held = shared.lock(probe.key()).await;
+            let backup = {
+                let local = session.lock().unwrap_or_else(PoisonError::into_inner);
+                (local.confirmed && local.version > 0).then(|| local.clone())
+            };
+            if let Some(backup) = backup {
+                return Some(Begun {
+                    shared,
+                    probe,
+                    outbox,
+                    attempts: 0,
+                    reachable: true,
+                    backup: Some(backup),
+                    _held: Some(held),
+                });
+            }
+        }
         // A version 0 copy was never written (or the store lost it): ask for the blob.
         let known = self
             .store
@@ -114,6 +165,7 @@ impl Guard {
                 outbox,
                 attempts: 0,
                 reachable: false,
+                backup: None,
                 _held: None,
             });
         };
@@ -148,8 +200,12 @@ impl Guard {
         match &loaded.session {
             _ if newer_here => {}
             // The store holds the version this replica knew and still holds:
-            // the process copy stands.
-            Some((version, _)) if own && known == Some(*version) && now == known => {}
+            // the process copy stands, and the next request may write first.
+            Some((version, _)) if own && known == Some(*version) && now == known => {
+                if let Some(session) = self.store.get(&effective) {
+                    session.lock().unwrap_or_else(PoisonError::into_inner).confirmed = true;
+                }
+            }
             // The blob was left out as known, but the process copy went
             // meanwhile (evicted, deleted through the admin API): read it
             // whole (a second trip, rare).
@@ -174,8 +230,61 @@ impl Guard {
             outbox,
             attempts: 0,
             reachable: true,
+            backup: None,
             _held: Some(held),
         })
+    }
+
+    /// The speculative path's write ([`Begun::speculative`]), made before
+    /// the verdict goes out: the state detection left on the process copy
+    /// of session `key`, compare-and-set on the version the copy was read
+    /// or written at. Written: the copy was current, so the decision is
+    /// the one a read would have given. Another version stored: it is
+    /// installed (the speculative run's changes are dropped with it) and
+    /// [`Speculated::Again`] asks for detection on it; nothing stored
+    /// (expired, the store lost its data): the copy is put back as it was
+    /// before the run, to be judged again and written as the first version.
+    pub async fn shared_speculate(&self, begun: &mut Begun<'_>, key: Option<&str>) -> Speculated {
+        let Some(key) = key else { return Speculated::Stands };
+        begun.outbox.set_session(key);
+        let backup = begun.backup.take();
+        let Some((expected, blob)) = crate::state::snapshot(&self.store, key) else {
+            return Speculated::Stands;
+        };
+        let lane_index = begun
+            .probe
+            .fingerprint()
+            .then_some((begun.probe.tenant(), begun.probe.resolved.lane));
+        match begun.shared.save(key, lane_index, expected, &blob).await {
+            Some(Saved::Written(version)) => {
+                if let Some(session) = self.store.get(key) {
+                    let mut local = session.lock().unwrap_or_else(PoisonError::into_inner);
+                    local.version = version;
+                    local.confirmed = true;
+                }
+                // Nothing left for `shared_commit` to write.
+                begun.reachable = false;
+                Speculated::Stands
+            }
+            Some(Saved::Conflict(0, _)) => {
+                if let (Some(session), Some(before)) = (self.store.get(key), backup) {
+                    let mut local = session.lock().unwrap_or_else(PoisonError::into_inner);
+                    *local = before;
+                    local.version = 0;
+                    local.confirmed = false;
+                }
+                Speculated::Again
+            }
+            Some(Saved::Conflict(version, fresh)) => {
+                tracing::debug!(session = %key, version, "state written by another replica; detection runs on the stored state");
+                crate::state::install(&self.store, key, version, fresh.as_deref().unwrap_or_default());
+                Speculated::Again
+            }
+            None => {
+                begun.reachable = false;
+                Speculated::Stands
+            }
+        }
     }
 
     /// The last phase, asynchronous: writes the session `key` that the

@@ -12,7 +12,7 @@ use super::admit::Admitted;
 use super::offload::Offload;
 use super::{answer_response, counted};
 use crate::config::Config;
-use crate::guard::shared::Commit;
+use crate::guard::shared::{Commit, Speculated};
 use crate::guard::{Guard, RequestDecision, RequestView};
 use crate::plan::{PassJudge, StreamJudge};
 
@@ -116,16 +116,43 @@ pub(super) async fn decide<'a>(
     // Decided on the decoded body: a small compressed body may decode large.
     let heavy = view.decoded.len() > config.server.offload_body_bytes;
     let probe = offload.run(heavy, || guard.shared_probe(config, &view)).await;
-    let begun = guard.shared_begin(probe).await;
+    let mut begun = guard.shared_begin(probe).await;
     let outbox = begun.as_ref().map(|b| Arc::clone(b.outbox()));
+    decided.outbox.clone_from(&outbox);
+    let resolved = begun.as_ref().map(|b| b.resolved().clone());
     let probed = RequestView {
-        resolved: begun.as_ref().map(crate::guard::shared::Begun::resolved),
+        resolved: resolved.as_ref(),
         ..view
     };
-    let (decision, key) = offload
-        .run(heavy, || guard.on_request_with(config, &probed, outbox))
-        .await;
-    decided.outbox = begun.as_ref().map(|b| Arc::clone(b.outbox()));
+    let (decision, key) = match begun.as_mut() {
+        Some(speculating) if speculating.speculative() => {
+            let (decision, key, echoes) = offload
+                .run(heavy, || {
+                    guard.on_request_deferred(config, &probed, outbox.clone())
+                })
+                .await;
+            match guard.shared_speculate(speculating, key.as_deref()).await {
+                Speculated::Stands => {
+                    echoes.tell();
+                    // Written (or the store failed): nothing for `Settle`
+                    // to write, and the session's lock goes now.
+                    begun = None;
+                    (decision, key)
+                }
+                Speculated::Again => {
+                    drop((decision, echoes));
+                    offload
+                        .run(heavy, || guard.on_request_with(config, &probed, outbox))
+                        .await
+                }
+            }
+        }
+        _ => {
+            offload
+                .run(heavy, || guard.on_request_with(config, &probed, outbox))
+                .await
+        }
+    };
     decided.session.clone_from(&key);
     let settle = Settle {
         pending: begun.map(|begun| Pending {

@@ -556,13 +556,41 @@ def command_calls(redis):
     return calls
 
 
+def test_a_conversation_on_one_replica_costs_one_write_per_request(mock):
+    """Once the store has confirmed a replica's copy of a session (a read
+    found it current), that replica's next requests make no read: the
+    request's one round trip is the compare-and-set write of the state its
+    detection left, made before the verdict goes out. Every script call is
+    then a write that lands (no HMGET, no load script, no conflict), and the
+    loop is still blocked at the 5th identical call, as through one
+    instance with the memory backend."""
+    redis = Redis()
+    replica = start_loopguard(mock, state_config(redis, "lgone:"))
+    try:
+        wait_connected(replica)
+        loop = ChatLoop(replica.url, session_id())
+        assert loop.turn() and loop.turn()
+        redis.cli("CONFIG", "RESETSTAT")
+        while loop.turn():
+            pass
+        assert loop.executed == 4, "the 5th identical call must never reach the client"
+        assert "[loopguard]" in loop.text and "identical_call" in loop.text
+        calls = command_calls(redis)
+        assert "hmget" not in calls, f"a read was made: {calls}"
+        assert calls.get("evalsha", 0) >= 3 and calls.get("evalsha") == calls.get("hset"), f"every script call a write that landed: {calls}"
+        assert metric(replica, "loopguard_state_conflicts_total") == 0
+    finally:
+        replica.stop()
+        redis.kill()
+
+
 def test_a_session_gone_from_the_store_costs_one_trip(mock):
-    """A replica that knows a session reads it with one plain HMGET. When
-    the store has lost it (flushed, expired) and the session is not a
-    fingerprinted one (no lane's latest session to look for), that miss is
-    the whole answer: the request is judged on the replica's copy, which is
-    written back as the first version, with no second read before the
-    verdict (the build before ran the load script after the miss)."""
+    """The request's one trip is its write (see above). When the store has
+    lost the session (flushed, expired), that write finds nothing stored:
+    the request is judged on the replica's copy as it was before the
+    request, which is written back as the first version, with no read
+    before the verdict. The request is counted once (the run that found
+    nothing stored is undone), and the streak goes on from the copy."""
     redis = Redis()
     replica = start_loopguard(mock, state_config(redis, "lgflush:"))
     try:
@@ -575,14 +603,55 @@ def test_a_session_gone_from_the_store_costs_one_trip(mock):
         calls = command_calls(redis)
         # Commands a script runs count too: the load script reads with HMGET,
         # the save script with HGET and writes with HSET.
-        assert calls.get("hmget") == 1, f"one plain read, no load script: {calls}"
-        assert calls.get("evalsha") == calls.get("hset"), f"every script call a save: {calls}"
+        assert "hmget" not in calls, f"no read, no load script: {calls}"
+        assert calls.get("evalsha") == calls.get("hset", 0) + 1, f"one write that found nothing, then writes that landed: {calls}"
         keys = redis.keys("lgflush:s:*")
         # Written again from the first version on (a stream-time verdict may add a write).
         assert len(keys) == 1 and writes(redis, keys[0]) == calls["hset"], (keys, calls)
+        # The duplicate-request counter (replay storms) saw this request once:
+        # the run that found nothing stored was undone, not kept and repeated.
+        stored = json.loads(redis.cli("HGET", keys[0], "d"))
+        times = [len(lane["state"]["repeats"]["times"]) for lane in stored["lanes"]]
+        assert times == [1], f"the request was counted as a resend of itself: {times}"
+        while loop.turn():
+            pass
+        assert loop.executed == 4, "the streak did not go on from the replica's copy"
     finally:
         replica.stop()
         redis.kill()
+
+
+def test_a_write_first_that_finds_another_replicas_state_tells_once(mock):
+    """Replica A's copy is confirmed after two requests; replica B then
+    serves the third. A's fourth request writes first, finds B's version,
+    and is judged again on it: the streak counts B's request (blocked at
+    the 5th call), and the verdicts logged and counted over both replicas
+    are exactly those of one instance serving the same loop (the run on
+    A's stale copy told nothing)."""
+    cluster = Cluster(mock, "lgspec:")
+    try:
+        a, b, c = cluster.replicas
+        alone = ChatLoop(c.url, session_id())
+        while alone.turn():
+            pass
+        assert alone.executed == 4
+        once = metric(c, "loopguard_verdicts_total")
+        assert once >= 2, f"the loop gave too few verdicts to compare: {once}"
+        session = session_id()
+        loop = ChatLoop(a.url, session)
+        other = ChatLoop(b.url, session)
+        assert loop.turn() and loop.turn()
+        other.messages = loop.messages
+        assert other.turn()
+        before = conflicts_of(a)
+        while loop.turn():
+            pass
+        assert loop.executed + other.executed == 4, "B's request was lost from the streak"
+        assert conflicts_of(a) > before, "A's write did not meet B's version: the test proved nothing"
+        told = metric(a, "loopguard_verdicts_total") + metric(b, "loopguard_verdicts_total")
+        assert told == once, f"replicas counted {told} verdicts, one instance {once}"
+    finally:
+        cluster.stop()
 
 
 RACE_TOOLS = {
