@@ -197,3 +197,25 @@ fn chained_requests_with_changing_results_are_left_alone() {
         );
     }
 }
+
+/// A request resent unchanged keeps one arrival per resend for the
+/// `replay_storm` breaker, up to its threshold; switched off, one arrival
+/// is kept whatever the resends (the session, written to the shared store
+/// whole, does not grow with them).
+#[test]
+fn a_switched_off_replay_storm_keeps_one_arrival() {
+    let request = Builder::new(Dialect::OpenAi, &["list_directory"])
+        .call("list_directory", json!({"path": "."}), "a.txt", false)
+        .request();
+    let arrivals = |settings: &Settings| {
+        let mut session = SessionState::new();
+        for i in 0..40 {
+            session.absorb(&request, Duration::from_secs(i), settings);
+        }
+        session.repeats.count()
+    };
+    assert_eq!(arrivals(&Settings::default()), 30);
+    let mut off = Settings::default();
+    off.detectors[crate::detect::DetectorKind::ReplayStorm.index()].enabled = false;
+    assert_eq!(arrivals(&off), 1);
+}

@@ -95,11 +95,16 @@ impl SessionState {
     }
 
     /// Counts a whole request's identity into the current run of identical
-    /// requests (`replay_storm`), keeping as many as its breaker needs.
+    /// requests (`replay_storm`), keeping as many arrivals as its breaker
+    /// needs: one while it is switched off (nothing reads them, and every
+    /// arrival kept is written with the session to the shared store).
     fn count_repeat(&mut self, identity: u64, now: Duration, settings: &Settings) {
-        let keep = settings
-            .thresholds(crate::detect::DetectorKind::ReplayStorm)
-            .get(crate::detect::Level::Breaker);
+        let thresholds = settings.thresholds(crate::detect::DetectorKind::ReplayStorm);
+        let keep = if thresholds.enabled {
+            thresholds.get(crate::detect::Level::Breaker)
+        } else {
+            1
+        };
         let keep = usize::try_from(keep).unwrap_or(usize::MAX);
         self.repeats
             .observe(identity, now, settings.replay_storm_window, keep);
