@@ -7,7 +7,14 @@
 //! runs. With `"redis"` the process store becomes a cache of what Redis
 //! holds ([`Shared`]):
 //!
-//! - before the verdict, ONE round trip ([`Shared::load`]) reads the
+//! - write first: when the store's last answer found this replica's copy
+//!   current ([`crate::session::Session::confirmed`]) and the request
+//!   chains no response, nothing is read; detection runs on the copy with
+//!   its telling deferred and the state it leaves is written compare-and-set
+//!   before the verdict goes out, the request's one round trip (see
+//!   [`crate::guard::shared`]). Another version stored: installed, and the
+//!   request goes on as after the read below;
+//! - otherwise, before the verdict, ONE round trip ([`Shared::load`]) reads the
 //!   session: a plain `HMGET` when this replica has seen the session stored
 //!   and the request chains no response (the common case), else one Lua
 //!   script that also resolves a Responses `previous_response_id` to its
