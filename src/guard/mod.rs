@@ -396,7 +396,7 @@ impl Guard {
         else {
             return (pass(), session_key);
         };
-        self.follow_up(&located, ticket, &session_key, settings);
+        self.follow_up(&located, ticket, &session_key, settings, echo, echoes);
         if echo.tells() && !verdicts.is_empty() {
             let (told, key, agent) = (verdicts.clone(), session_key.clone(), agent.map(str::to_owned));
             echoes.push(move || {
@@ -602,18 +602,22 @@ impl Guard {
     }
 
     /// After detection: the semantic check in the background and the lane
-    /// noted for a later compaction.
+    /// noted for a later compaction. A deferred run's check starts when
+    /// its decision goes out (dropped with the run otherwise: its state,
+    /// the lane's in-flight mark included, is undone then).
     fn follow_up(
         &self,
         located: &Located<'_>,
         ticket: Option<crate::semantic::Ticket>,
         session_key: &str,
         settings: &Arc<Settings>,
+        echo: Echo,
+        echoes: &mut Echoes,
     ) {
         let key = &located.key;
         if let Some(ticket) = ticket {
             // In the background: the request is forwarded without waiting.
-            self.judge.spawn(
+            let check = self.judge.prepare(
                 ticket,
                 Arc::clone(&located.session),
                 located.lane,
@@ -621,6 +625,10 @@ impl Guard {
                 &located.transcript,
                 session_key.to_owned(),
             );
+            match echo {
+                Echo::Deferred => echoes.push(move || check.start()),
+                Echo::Told | Echo::Quiet => check.start(),
+            }
         }
         if key.source == key::KeySource::Fingerprint {
             // Only fingerprinted sessions can lose their key to a compaction

@@ -96,27 +96,72 @@ impl Checker {
         transcript: &Transcript,
         key: String,
     ) {
-        let cfg = settings.semantic_check.clone();
-        let draft = prompt::Draft::of(transcript, settings);
+        self.prepare(ticket, session, lane, settings, transcript, key)
+            .start();
+    }
+
+    /// A started check made ready (its prompt drawn from `transcript`) but
+    /// not run: [`Prepared::start`] runs it as [`Checker::spawn`] does.
+    /// Dropped unstarted, it leaves the session alone: for a run whose
+    /// state was undone (the shared state's write-first path, see
+    /// [`crate::guard::shared`]), the lane's in-flight mark went with it.
+    pub fn prepare(
+        &self,
+        ticket: Ticket,
+        session: SharedSession,
+        lane: u64,
+        settings: &Settings,
+        transcript: &Transcript,
+        key: String,
+    ) -> Prepared {
         let flight = Flight {
             session,
             lane,
             generation: ticket.generation,
-            cfg,
+            cfg: settings.semantic_check.clone(),
             key,
             finished: None,
+            armed: true,
         };
-        let (Some(client), Ok(handle)) = (self.client.clone(), tokio::runtime::Handle::try_current()) else {
+        Prepared {
+            ready: Some((flight, prompt::Draft::of(transcript, settings), ticket.permit)),
+            client: self.client.clone(),
+        }
+    }
+}
+
+/// A check ready to run (see [`Checker::prepare`]).
+pub struct Prepared {
+    ready: Option<(Flight, prompt::Draft, OwnedSemaphorePermit)>,
+    client: Option<reqwest::Client>,
+}
+
+impl Prepared {
+    /// Runs the check in the background. Never waits: without a tokio
+    /// runtime the check is abandoned (and the lane freed).
+    pub fn start(mut self) {
+        let Some((flight, draft, permit)) = self.ready.take() else {
+            return;
+        };
+        let (Some(client), Ok(handle)) = (self.client.take(), tokio::runtime::Handle::try_current()) else {
             count("transport_error");
             return; // `flight` drops: the lane is freed with a failed check.
         };
         crate::task::spawn_on(&handle, async move {
-            let _permit = ticket.permit;
+            let _permit = permit;
             let mut flight = flight;
             let messages = draft.messages();
             let finished = check(&client, &flight.cfg, &messages, &flight.key).await;
             flight.finished = Some(finished);
         });
+    }
+}
+
+impl Drop for Prepared {
+    fn drop(&mut self) {
+        if let Some((mut flight, _, _)) = self.ready.take() {
+            flight.armed = false;
+        }
     }
 }
 
@@ -129,10 +174,16 @@ struct Flight {
     cfg: SemanticCheck,
     key: String,
     finished: Option<Finished>,
+    /// Hands its end back to the lane when dropped (not for a check that
+    /// never started, see [`Prepared`]).
+    armed: bool,
 }
 
 impl Drop for Flight {
     fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
         let finished = self.finished.take().unwrap_or(Finished::Failed);
         let mut session = self.session.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(lane) = session.lanes.iter_mut().find(|l| l.id == self.lane) {
@@ -265,8 +316,60 @@ pub fn on_request(
 }
 
 #[cfg(test)]
+#[expect(clippy::unwrap_used, reason = "test")]
 mod tests {
     use super::*;
+
+    /// A lane with a check in flight (generation `g`) and that check's ticket.
+    fn in_flight() -> (SharedSession, Ticket) {
+        let session: SharedSession = Arc::new(std::sync::Mutex::new(crate::session::Session::empty("k")));
+        let generation = session.lock().unwrap().lane(7).judge.start(3);
+        let permit = Arc::new(Semaphore::new(1)).try_acquire_owned().unwrap();
+        (session, Ticket { permit, generation })
+    }
+
+    #[test]
+    fn a_prepared_check_dropped_unstarted_leaves_the_lane_alone() {
+        let checker = Checker::new(
+            &crate::config::load_str(
+                "[[routes]]\nprefix = \"/v1\"\nprovider = \"openai\"\nupstream = \"http://127.0.0.1:9\"\n",
+                "t.toml",
+            )
+            .unwrap()
+            .config,
+        );
+        let settings = Settings::default();
+        let (session, ticket) = in_flight();
+        let prepared = checker.prepare(
+            ticket,
+            Arc::clone(&session),
+            7,
+            &settings,
+            &Transcript::default(),
+            "k".into(),
+        );
+        drop(prepared);
+        assert!(
+            session.lock().unwrap().lane(7).judge.in_flight(),
+            "an undone run's check touched the lane"
+        );
+        // Started with no runtime to run on: abandoned, and the lane freed.
+        let (session, ticket) = in_flight();
+        checker
+            .prepare(
+                ticket,
+                Arc::clone(&session),
+                7,
+                &settings,
+                &Transcript::default(),
+                "k".into(),
+            )
+            .start();
+        assert!(
+            !session.lock().unwrap().lane(7).judge.in_flight(),
+            "an abandoned check kept the lane in flight"
+        );
+    }
 
     #[test]
     fn the_first_verdict_warns_with_the_analysis_and_the_second_is_critical() {
