@@ -115,7 +115,9 @@ pub struct Target<'a> {
 
 /// The request-time plan for the decisive verdict (if any): `judge` goes
 /// with a forwarded request; `inject` adds a warning to the body (`None`
-/// when it has no tool result to carry it).
+/// when it has no tool result to carry it). An answer in the upstream's
+/// place is counted in `loopguard_upstream_requests_avoided_total` by the
+/// caller, when the decision goes out.
 pub fn request(
     verdict: Option<&Verdict>,
     target: &Target<'_>,
@@ -145,30 +147,24 @@ pub fn request(
             verdict: Some(verdict.header_value()),
             retarget: None,
         },
-        Action::Block => {
-            metrics::counter!("loopguard_upstream_requests_avoided_total").increment(1);
-            RequestDecision::Answer {
-                status: http::StatusCode::OK,
-                answer: target.dialect.block_answer(
-                    target.mode,
-                    target.model,
-                    &verdict.message,
-                    target.include_usage,
-                ),
-                verdict: verdict.header_value(),
-            }
-        }
-        Action::Abort => {
-            metrics::counter!("loopguard_upstream_requests_avoided_total").increment(1);
-            RequestDecision::Answer {
-                status: http::StatusCode::BAD_REQUEST,
-                answer: Answer {
-                    content_type: "application/json",
-                    body: target.dialect.abort_body(&abort_message(verdict)),
-                },
-                verdict: verdict.header_value(),
-            }
-        }
+        Action::Block => RequestDecision::Answer {
+            status: http::StatusCode::OK,
+            answer: target.dialect.block_answer(
+                target.mode,
+                target.model,
+                &verdict.message,
+                target.include_usage,
+            ),
+            verdict: verdict.header_value(),
+        },
+        Action::Abort => RequestDecision::Answer {
+            status: http::StatusCode::BAD_REQUEST,
+            answer: Answer {
+                content_type: "application/json",
+                body: target.dialect.abort_body(&abort_message(verdict)),
+            },
+            verdict: verdict.header_value(),
+        },
     }
 }
 

@@ -25,18 +25,23 @@ impl Echo {
     }
 }
 
-/// A run's collected telling (see the module), in the order it happened.
-/// Dropped untold when the run's decision does not go out.
+/// A run's collected telling (see the module), in the order it happened,
+/// and the semantic checks it scheduled. Told ([`Echoes::tell`]) when the
+/// run's decision goes out; discarded ([`Echoes::discard`]) when the run's
+/// state was replaced; dropped otherwise (a cancelled request), which
+/// tells nothing and frees the lanes of the checks it held.
 #[derive(Default)]
 #[must_use = "a run's telling is lost unless told"]
 pub struct Echoes {
     effects: Vec<Box<dyn FnOnce() + Send>>,
+    checks: Vec<crate::semantic::Prepared>,
 }
 
 impl std::fmt::Debug for Echoes {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Echoes")
             .field("effects", &self.effects.len())
+            .field("checks", &self.checks.len())
             .finish()
     }
 }
@@ -47,10 +52,26 @@ impl Echoes {
         self.effects.push(Box::new(effect));
     }
 
-    /// Tells everything collected, in order.
+    /// Adds a semantic check to start when told.
+    pub(super) fn push_check(&mut self, check: crate::semantic::Prepared) {
+        self.checks.push(check);
+    }
+
+    /// Tells everything collected, in order, then starts the checks.
     pub fn tell(self) {
         for effect in self.effects {
             effect();
+        }
+        for check in self.checks {
+            check.start();
+        }
+    }
+
+    /// Tells nothing, and leaves the checks' lanes alone: the run's state
+    /// (their in-flight marks included) was replaced.
+    pub fn discard(self) {
+        for check in self.checks {
+            check.discard();
         }
     }
 }

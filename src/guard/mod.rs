@@ -428,8 +428,11 @@ impl Guard {
             wants: decisive.is_some_and(|v| v.action == crate::detect::Action::Escalate),
             person_spoke,
         };
-        let told = echo.tells().then_some(echoes);
+        let told = echo.tells().then_some(&mut *echoes);
         let decision = escalation::apply(config, request, &seen, settings, &model, decision, told);
+        if echo.tells() && matches!(decision, RequestDecision::Answer { .. }) {
+            echoes.push(|| metrics::counter!("loopguard_upstream_requests_avoided_total").increment(1));
+        }
         (decision, session_key)
     }
 
@@ -603,8 +606,7 @@ impl Guard {
 
     /// After detection: the semantic check in the background and the lane
     /// noted for a later compaction. A deferred run's check starts when
-    /// its decision goes out (dropped with the run otherwise: its state,
-    /// the lane's in-flight mark included, is undone then).
+    /// its decision goes out (see [`Echoes`]).
     fn follow_up(
         &self,
         located: &Located<'_>,
@@ -626,7 +628,7 @@ impl Guard {
                 session_key.to_owned(),
             );
             match echo {
-                Echo::Deferred => echoes.push(move || check.start()),
+                Echo::Deferred => echoes.push_check(check),
                 Echo::Told | Echo::Quiet => check.start(),
             }
         }

@@ -5,15 +5,19 @@
 //! ([`Guard::on_request_with`], on the offload pool for a large body), and
 //! [`Guard::shared_commit`] (async, beside the upstream request) writes it
 //! compare-and-set, asking for detection again ([`Guard::redo_request`],
-//! state changes only) on the fresh state after a conflict. Any store
-//! failure leaves the request judged on this replica's copy.
+//! state changes only) on the fresh state after a conflict. Write first:
+//! when the store last found this replica's copy current, no load is made,
+//! detection runs on the copy with its telling deferred
+//! ([`Guard::on_request_deferred`]) and [`Guard::shared_speculate`] writes
+//! before the verdict goes out. Any store failure leaves the request judged
+//! on this replica's copy.
 
 use std::sync::{Arc, PoisonError};
 
 use super::{Guard, RequestView, Resolved};
 use crate::config::Config;
+use crate::session::StoredResponse;
 use crate::session::key;
-use crate::session::{Session, StoredResponse};
 use crate::state::{MAX_RETRIES, Outbox, Saved, Shared, count_error};
 
 /// Where a request's session is looked for in the store (computed
@@ -44,12 +48,11 @@ pub struct Begun<'a> {
     probe: Probe,
     outbox: Arc<Outbox>,
     attempts: usize,
-    /// The load answered: the write is attempted.
+    /// The store answered (the load, or the write-first path's write that
+    /// left something to write): [`Guard::shared_commit`] writes.
     reachable: bool,
-    /// Speculative (no load was made, see [`Guard::shared_speculate`]):
-    /// the process copy as it was before detection, put back if the store
-    /// turns out to have lost the session.
-    backup: Option<Session>,
+    /// No load was made: the write-first path ([`Guard::shared_speculate`]).
+    speculative: bool,
     _held: Option<tokio::sync::MutexGuard<'a, ()>>,
 }
 
@@ -71,16 +74,19 @@ impl Begun<'_> {
     /// telling deferred ([`Guard::on_request_deferred`]), then
     /// [`Guard::shared_speculate`] writes before the verdict goes out.
     pub fn speculative(&self) -> bool {
-        self.backup.is_some()
+        self.speculative
     }
 }
 
 /// What a write tried before the verdict found (see [`Guard::shared_speculate`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Speculated {
-    /// The speculative decision goes out: written (nothing left to write),
-    /// nothing to write, or the store failed (judged on this replica's
-    /// copy, as when a load fails).
+    /// The speculative decision goes out: written (nothing left to
+    /// write); nothing stored (flushed, expired: the copy stands, as after a
+    /// read finding nothing, and [`Guard::shared_commit`] writes it as the
+    /// first version); nothing to write, or a session past the store's cap;
+    /// or the store failed (judged on this replica's copy, as when a load
+    /// fails).
     Stands,
     /// The store held another version, now installed: run detection again,
     /// told ([`Guard::on_request_with`]), and write it with
@@ -125,18 +131,18 @@ impl Guard {
             && let Some(session) = self.store.get(probe.key())
         {
             let held = shared.lock(probe.key()).await;
-            let backup = {
+            let confirmed = {
                 let local = session.lock().unwrap_or_else(PoisonError::into_inner);
-                (local.confirmed && local.version > 0).then(|| local.clone())
+                local.confirmed && local.version > 0
             };
-            if let Some(backup) = backup {
+            if confirmed {
                 return Some(Begun {
                     shared,
                     probe,
                     outbox,
                     attempts: 0,
                     reachable: true,
-                    backup: Some(backup),
+                    speculative: true,
                     _held: Some(held),
                 });
             }
@@ -165,7 +171,7 @@ impl Guard {
                 outbox,
                 attempts: 0,
                 reachable: false,
-                backup: None,
+                speculative: false,
                 _held: None,
             });
         };
@@ -230,7 +236,7 @@ impl Guard {
             outbox,
             attempts: 0,
             reachable: true,
-            backup: None,
+            speculative: false,
             _held: Some(held),
         })
     }
@@ -242,13 +248,18 @@ impl Guard {
     /// the one a read would have given. Another version stored: it is
     /// installed (the speculative run's changes are dropped with it) and
     /// [`Speculated::Again`] asks for detection on it; nothing stored
-    /// (expired, the store lost its data): the copy is put back as it was
-    /// before the run, to be judged again and written as the first version.
+    /// (expired, the store lost its data): the copy stands, as after a read
+    /// that finds nothing, and is written as the first version beside the
+    /// upstream request ([`Guard::shared_commit`]).
     pub async fn shared_speculate(&self, begun: &mut Begun<'_>, key: Option<&str>) -> Speculated {
         let Some(key) = key else { return Speculated::Stands };
         begun.outbox.set_session(key);
-        let backup = begun.backup.take();
         let Some((expected, blob)) = crate::state::snapshot(&self.store, key) else {
+            // Past the store's cap: kept on this replica; read again next
+            // time (another replica may write a smaller one).
+            if let Some(session) = self.store.get(key) {
+                session.lock().unwrap_or_else(PoisonError::into_inner).confirmed = false;
+            }
             return Speculated::Stands;
         };
         let lane_index = begun
@@ -267,13 +278,12 @@ impl Guard {
                 Speculated::Stands
             }
             Some(Saved::Conflict(0, _)) => {
-                if let (Some(session), Some(before)) = (self.store.get(key), backup) {
+                if let Some(session) = self.store.get(key) {
                     let mut local = session.lock().unwrap_or_else(PoisonError::into_inner);
-                    *local = before;
                     local.version = 0;
                     local.confirmed = false;
                 }
-                Speculated::Again
+                Speculated::Stands
             }
             Some(Saved::Conflict(version, fresh)) => {
                 tracing::debug!(session = %key, version, "state written by another replica; detection runs on the stored state");

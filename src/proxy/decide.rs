@@ -134,13 +134,11 @@ pub(super) async fn decide<'a>(
             match guard.shared_speculate(speculating, key.as_deref()).await {
                 Speculated::Stands => {
                     echoes.tell();
-                    // Written (or the store failed): nothing for `Settle`
-                    // to write, and the session's lock goes now.
-                    begun = None;
                     (decision, key)
                 }
                 Speculated::Again => {
-                    drop((decision, echoes));
+                    echoes.discard();
+                    drop(decision);
                     offload
                         .run(heavy, || guard.on_request_with(config, &probed, outbox))
                         .await

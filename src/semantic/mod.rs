@@ -102,9 +102,8 @@ impl Checker {
 
     /// A started check made ready (its prompt drawn from `transcript`) but
     /// not run: [`Prepared::start`] runs it as [`Checker::spawn`] does.
-    /// Dropped unstarted, it leaves the session alone: for a run whose
-    /// state was undone (the shared state's write-first path, see
-    /// [`crate::guard::shared`]), the lane's in-flight mark went with it.
+    /// Dropped unstarted, it frees the lane as a failed check; discarded
+    /// ([`Prepared::discard`]), it leaves the session alone.
     pub fn prepare(
         &self,
         ticket: Ticket,
@@ -157,8 +156,12 @@ impl Prepared {
     }
 }
 
-impl Drop for Prepared {
-    fn drop(&mut self) {
+impl Prepared {
+    /// Drops the check without touching the session: for a run whose state
+    /// was replaced (the shared state's write-first path meeting another
+    /// replica's version, see [`crate::guard::shared`]), the lane's
+    /// in-flight mark went with it.
+    pub fn discard(mut self) {
         if let Some((mut flight, _, _)) = self.ready.take() {
             flight.armed = false;
         }
@@ -329,42 +332,41 @@ mod tests {
     }
 
     #[test]
-    fn a_prepared_check_dropped_unstarted_leaves_the_lane_alone() {
-        let checker = Checker::new(
-            &crate::config::load_str(
-                "[[routes]]\nprefix = \"/v1\"\nprovider = \"openai\"\nupstream = \"http://127.0.0.1:9\"\n",
-                "t.toml",
-            )
-            .unwrap()
-            .config,
-        );
+    fn a_discarded_check_leaves_the_lane_alone_and_a_dropped_one_frees_it() {
+        let config = crate::config::load_str(
+            "[[routes]]\nprefix = \"/v1\"\nprovider = \"openai\"\nupstream = \"http://127.0.0.1:9\"\n",
+            "t.toml",
+        )
+        .unwrap()
+        .config;
+        let checker = Checker::new(&config);
         let settings = Settings::default();
-        let (session, ticket) = in_flight();
-        let prepared = checker.prepare(
-            ticket,
-            Arc::clone(&session),
-            7,
-            &settings,
-            &Transcript::default(),
-            "k".into(),
-        );
-        drop(prepared);
-        assert!(
-            session.lock().unwrap().lane(7).judge.in_flight(),
-            "an undone run's check touched the lane"
-        );
-        // Started with no runtime to run on: abandoned, and the lane freed.
-        let (session, ticket) = in_flight();
-        checker
-            .prepare(
+        let prepare = |session: &SharedSession, ticket| {
+            checker.prepare(
                 ticket,
-                Arc::clone(&session),
+                Arc::clone(session),
                 7,
                 &settings,
                 &Transcript::default(),
                 "k".into(),
             )
-            .start();
+        };
+        let (session, ticket) = in_flight();
+        prepare(&session, ticket).discard();
+        assert!(
+            session.lock().unwrap().lane(7).judge.in_flight(),
+            "a discarded check touched the lane"
+        );
+        // Dropped unstarted (a request cancelled before its decision went out): freed.
+        let (session, ticket) = in_flight();
+        drop(prepare(&session, ticket));
+        assert!(
+            !session.lock().unwrap().lane(7).judge.in_flight(),
+            "a dropped check kept the lane in flight"
+        );
+        // Started with no runtime to run on: abandoned, and the lane freed.
+        let (session, ticket) = in_flight();
+        prepare(&session, ticket).start();
         assert!(
             !session.lock().unwrap().lane(7).judge.in_flight(),
             "an abandoned check kept the lane in flight"

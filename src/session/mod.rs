@@ -35,7 +35,7 @@ pub const MAX_LANES: usize = 8;
 pub const RECENT_VERDICTS: usize = 10;
 
 /// One lane of a session: requests with one system text and tool set.
-#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
 pub struct Lane {
     /// Hash of the system text and tool set.
     pub id: u64,
@@ -57,7 +57,7 @@ pub struct Lane {
 }
 
 /// One conversation.
-#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
 pub struct Session {
     /// The session key (hashes only).
     pub key: String,
@@ -74,8 +74,9 @@ pub struct Session {
     #[serde(skip)]
     pub version: u64,
     /// The store's last answer about this session found this copy current
-    /// (a read that kept it, or a write tried before the verdict that
-    /// landed): the next request tries its write first, with no read (see
+    /// (a read that kept it, or a write-first write that landed; not the
+    /// write beside the upstream request, which every replica of a
+    /// round-robin balancer makes): the next request tries its write first, with no read (see
     /// [`crate::guard::shared`]). Never stored; false on a copy read from
     /// the store.
     #[serde(skip)]

@@ -573,7 +573,10 @@ impl Shared {
                 if stored.as_deref() == Some(blob) {
                     return Some(Saved::Written(version));
                 }
-                metrics::counter!("loopguard_state_conflicts_total").increment(1);
+                // Nothing stored (flushed, expired) is no other replica's write.
+                if version > 0 {
+                    metrics::counter!("loopguard_state_conflicts_total").increment(1);
+                }
                 Some(Saved::Conflict(version, stored))
             }
             _ => {
