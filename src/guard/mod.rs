@@ -490,8 +490,9 @@ impl Guard {
 
     /// Runs the detectors on the session's lane: the verdicts and the
     /// semantic check's ticket (`None` for a summarizer request, which is
-    /// not judged), and the session key. The outcome counters go to `told`
-    /// (`None`: a re-run that tells nothing).
+    /// not judged), and the session key. The compaction and fresh-start log
+    /// lines and the outcome counters go to `told` (`None`: a re-run that
+    /// tells nothing).
     fn detect(
         &self,
         request: &RequestView<'_>,
@@ -499,7 +500,7 @@ impl Guard {
         summary: RequestSummary,
         now: std::time::Duration,
         who: &Who<'_>,
-        told: Option<&mut Echoes>,
+        mut told: Option<&mut Echoes>,
     ) -> (Option<Detected>, String) {
         let (settings, agent) = (who.settings.as_ref(), who.agent);
         let transcript = located.transcript.as_ref();
@@ -522,11 +523,19 @@ impl Guard {
                 return (None, session_key);
             }
             Classification::Compacted(evidence) => {
-                tracing::info!(session = %session_key, ?evidence, "compaction");
+                if let Some(told) = told.as_deref_mut() {
+                    let key = session_key.clone();
+                    told.push(move || tracing::info!(session = %key, ?evidence, "compaction"));
+                }
                 lane_state.state.note_compaction();
             }
             Classification::FreshStart => {
-                tracing::info!(session = %session_key, "fresh start of the same task: session state reset");
+                if let Some(told) = told.as_deref_mut() {
+                    let key = session_key.clone();
+                    told.push(move || {
+                        tracing::info!(session = %key, "fresh start of the same task: session state reset");
+                    });
+                }
                 lane_state.state.reset();
                 lane_state.judge.new_stretch();
             }
