@@ -218,15 +218,19 @@ impl Guard {
             Some((version, blob)) if own && known == Some(*version) && blob.is_empty() => {
                 let whole = shared.load(&effective, None, probe.tenant(), None, None).await;
                 if let Some((version, blob)) = whole.and_then(|w| w.session) {
-                    crate::state::install(&self.store, &effective, version, &blob);
+                    let _ = crate::state::install(&self.store, &effective, version, &blob);
                 }
             }
-            Some((version, blob)) => crate::state::install(&self.store, &effective, *version, blob),
-            None if now.is_some() => crate::state::install(&self.store, &effective, 0, &[]),
+            Some((version, blob)) => {
+                let _ = crate::state::install(&self.store, &effective, *version, blob);
+            }
+            None if now.is_some() => {
+                let _ = crate::state::install(&self.store, &effective, 0, &[]);
+            }
             None => {}
         }
         if let Some((lane_key, version, blob)) = &loaded.lane {
-            crate::state::install(&self.store, lane_key, *version, blob);
+            let _ = crate::state::install(&self.store, lane_key, *version, blob);
             self.store
                 .note_lane(probe.tenant(), probe.resolved.lane, lane_key);
         }
@@ -251,50 +255,61 @@ impl Guard {
     /// (expired, the store lost its data): the copy stands, as after a read
     /// that finds nothing, and is written as the first version beside the
     /// upstream request ([`Guard::shared_commit`]).
+    ///
+    /// A stored version that is this replica's own earlier write, whose
+    /// answer never came (it landed late, after a timeout): the copy is its
+    /// successor, and is written again on that version.
     pub async fn shared_speculate(&self, begun: &mut Begun<'_>, key: Option<&str>) -> Speculated {
         let Some(key) = key else { return Speculated::Stands };
         begun.outbox.set_session(key);
-        let Some((expected, blob)) = crate::state::snapshot(&self.store, key) else {
-            // Past the store's cap: kept on this replica; read again next
-            // time (another replica may write a smaller one).
-            if let Some(session) = self.store.get(key) {
-                session.lock().unwrap_or_else(PoisonError::into_inner).confirmed = false;
-            }
-            return Speculated::Stands;
-        };
         let lane_index = begun
             .probe
             .fingerprint()
             .then_some((begun.probe.tenant(), begun.probe.resolved.lane));
-        match begun.shared.save(key, lane_index, expected, &blob).await {
-            Some(Saved::Written(version)) => {
+        // The second attempt only after this replica's own late write.
+        for _ in 0..2 {
+            let Some((expected, blob)) = crate::state::snapshot(&self.store, key) else {
+                // Past the store's cap: kept on this replica; read again next
+                // time (another replica may write a smaller one).
                 if let Some(session) = self.store.get(key) {
-                    let mut local = session.lock().unwrap_or_else(PoisonError::into_inner);
-                    local.version = version;
-                    local.confirmed = true;
+                    session.lock().unwrap_or_else(PoisonError::into_inner).confirmed = false;
                 }
-                // Nothing left for `shared_commit` to write.
-                begun.reachable = false;
-                Speculated::Stands
-            }
-            Some(Saved::Conflict(0, _)) => {
-                if let Some(session) = self.store.get(key) {
-                    let mut local = session.lock().unwrap_or_else(PoisonError::into_inner);
-                    local.version = 0;
-                    local.confirmed = false;
+                return Speculated::Stands;
+            };
+            match begun.shared.save(key, lane_index, expected, &blob).await {
+                Some(Saved::Written(version)) => {
+                    crate::state::set_version(&self.store, key, version);
+                    if let Some(session) = self.store.get(key) {
+                        session.lock().unwrap_or_else(PoisonError::into_inner).confirmed = true;
+                    }
+                    // Nothing left for `shared_commit` to write.
+                    begun.reachable = false;
+                    return Speculated::Stands;
                 }
-                Speculated::Stands
-            }
-            Some(Saved::Conflict(version, fresh)) => {
-                tracing::debug!(session = %key, version, "state written by another replica; detection runs on the stored state");
-                crate::state::install(&self.store, key, version, fresh.as_deref().unwrap_or_default());
-                Speculated::Again
-            }
-            None => {
-                begun.reachable = false;
-                Speculated::Stands
+                Some(Saved::Conflict(0, _)) => {
+                    if let Some(session) = self.store.get(key) {
+                        let mut local = session.lock().unwrap_or_else(PoisonError::into_inner);
+                        local.version = 0;
+                        local.confirmed = false;
+                    }
+                    return Speculated::Stands;
+                }
+                Some(Saved::Conflict(version, fresh)) => {
+                    if crate::state::install(&self.store, key, version, fresh.as_deref().unwrap_or_default())
+                    {
+                        tracing::debug!(session = %key, version, "state written elsewhere; detection runs on the stored state");
+                        return Speculated::Again;
+                    }
+                }
+                None => {
+                    crate::state::note_unacked(&self.store, key, &blob);
+                    begun.reachable = false;
+                    return Speculated::Stands;
+                }
             }
         }
+        // Still not written: `shared_commit` writes it beside the upstream request.
+        Speculated::Stands
     }
 
     /// The last phase, asynchronous: writes the session `key` that the
@@ -313,26 +328,36 @@ impl Guard {
             .probe
             .fingerprint()
             .then_some((begun.probe.tenant(), begun.probe.resolved.lane));
-        let Some((expected, blob)) = crate::state::snapshot(&self.store, key) else {
-            return Commit::Done;
-        };
-        match begun.shared.save(key, lane_index, expected, &blob).await {
-            Some(Saved::Written(version)) => {
-                crate::state::set_version(&self.store, key, version);
-                Commit::Done
+        while begun.attempts <= MAX_RETRIES {
+            let Some((expected, blob)) = crate::state::snapshot(&self.store, key) else {
+                return Commit::Done;
+            };
+            match begun.shared.save(key, lane_index, expected, &blob).await {
+                Some(Saved::Written(version)) => {
+                    crate::state::set_version(&self.store, key, version);
+                    return Commit::Done;
+                }
+                Some(Saved::Conflict(version, fresh)) => {
+                    begun.attempts += 1;
+                    if begun.attempts > MAX_RETRIES {
+                        break;
+                    }
+                    // Not replaced: this replica's own late write, which the
+                    // copy is the successor of: written again on it.
+                    if crate::state::install(&self.store, key, version, fresh.as_deref().unwrap_or_default())
+                    {
+                        tracing::debug!(session = %key, version, attempts = begun.attempts, "state version conflict; detection runs again on the stored state");
+                        return Commit::Again;
+                    }
+                }
+                None => {
+                    crate::state::note_unacked(&self.store, key, &blob);
+                    return Commit::Done;
+                }
             }
-            Some(Saved::Conflict(version, fresh)) if begun.attempts < MAX_RETRIES => {
-                begun.attempts += 1;
-                tracing::debug!(session = %key, version, attempts = begun.attempts, "state version conflict; detection runs again on the stored state");
-                crate::state::install(&self.store, key, version, fresh.as_deref().unwrap_or_default());
-                Commit::Again
-            }
-            Some(Saved::Conflict(..)) => {
-                count_error("conflict");
-                Commit::Done
-            }
-            None => Commit::Done,
         }
+        count_error("conflict");
+        Commit::Done
     }
 
     /// The store keys for a request, `None` when detection does not run

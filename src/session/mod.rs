@@ -81,6 +81,14 @@ pub struct Session {
     /// the store.
     #[serde(skip)]
     pub confirmed: bool,
+    /// Hashes of the states this replica sent for this session whose
+    /// writes were never answered (timed out, connection lost) since its
+    /// last acknowledged write, oldest first, at most
+    /// [`crate::state::MAX_UNACKED`]: a store found holding one shows that
+    /// write landed late, and this copy, which moved on from it on this
+    /// replica, is its successor (see [`crate::state`]). Never stored.
+    #[serde(skip)]
+    pub unacked: Vec<u64>,
 }
 
 impl Session {
@@ -98,6 +106,7 @@ impl Session {
             escalation: crate::escalate::EscalationState::default(),
             version: 0,
             confirmed: false,
+            unacked: Vec::new(),
         }
     }
 

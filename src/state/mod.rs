@@ -55,7 +55,7 @@ pub mod record;
 mod redis;
 
 pub use redis::{Loaded, Saved, Shared, StoredRecord};
-pub(crate) use redis::{install, set_version, snapshot};
+pub(crate) use redis::{install, note_unacked, set_version, snapshot};
 
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -64,6 +64,9 @@ use crate::session::StoredResponse;
 
 /// CAS retries after a version conflict before the process copy decides.
 pub const MAX_RETRIES: usize = 3;
+/// Unanswered writes remembered per session (see
+/// [`crate::session::Session::unacked`]).
+pub const MAX_UNACKED: usize = 16;
 /// Largest serialised session written to the store, bytes.
 pub const MAX_STATE_BYTES: usize = 1 << 20;
 

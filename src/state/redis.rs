@@ -607,12 +607,18 @@ impl Shared {
                     return true;
                 }
                 Some(Saved::Conflict(v, fresh)) => {
-                    install(store, key, v, fresh.as_deref().unwrap_or_default());
-                    if let Some(session) = store.get(key) {
+                    // Kept: this replica's own late write, which the copy
+                    // already holds the additions on top of.
+                    if install(store, key, v, fresh.as_deref().unwrap_or_default())
+                        && let Some(session) = store.get(key)
+                    {
                         redo(&mut session.lock().unwrap_or_else(PoisonError::into_inner));
                     }
                 }
-                None => return false,
+                None => {
+                    note_unacked(store, key, &blob);
+                    return false;
+                }
             }
         }
         count_error("conflict");
@@ -791,26 +797,49 @@ pub(crate) fn snapshot(store: &Store, key: &str) -> Option<(u64, Vec<u8>)> {
     Some((guard.version, blob))
 }
 
+/// Notes that session `key`'s copy was written as `version` (no write of
+/// it is left unanswered).
 pub(crate) fn set_version(store: &Store, key: &str, version: u64) {
     if let Some(session) = store.get(key) {
-        session.lock().unwrap_or_else(PoisonError::into_inner).version = version;
+        let mut local = session.lock().unwrap_or_else(PoisonError::into_inner);
+        local.version = version;
+        local.unacked.clear();
+    }
+}
+
+/// Notes that the write of `blob` for session `key` was never answered
+/// (see [`Session::unacked`]).
+pub(crate) fn note_unacked(store: &Store, key: &str, blob: &[u8]) {
+    if let Some(session) = store.get(key) {
+        let mut local = session.lock().unwrap_or_else(PoisonError::into_inner);
+        if local.unacked.len() >= super::MAX_UNACKED {
+            local.unacked.remove(0);
+        }
+        local.unacked.push(crate::detect::outcome::hash64(blob));
     }
 }
 
 /// Puts the stored state of session `key` (version `version`; an empty
 /// blob: deleted) in the process store, unless the process copy already is
-/// that version.
-pub(crate) fn install(store: &Store, key: &str, version: u64, blob: &[u8]) {
+/// that version, or is the successor of what is stored: this replica's
+/// own write whose answer never came, landed late (then the copy takes the
+/// version). `true` when the copy was replaced.
+pub(crate) fn install(store: &Store, key: &str, version: u64, blob: &[u8]) -> bool {
     let (session, _) = store.get_or_create(key);
     let mut local = session.lock().unwrap_or_else(PoisonError::into_inner);
     if version == 0 {
         // Nothing stored (expired, or the store lost its data): the process
         // copy stands and is written as the first version.
         local.version = 0;
-        return;
+        return false;
     }
     if local.version == version {
-        return;
+        return false;
+    }
+    if !blob.is_empty() && local.unacked.contains(&crate::detect::outcome::hash64(blob)) {
+        local.version = version;
+        local.unacked.clear();
+        return false;
     }
     let fresh = if blob.is_empty() {
         None
@@ -827,4 +856,5 @@ pub(crate) fn install(store: &Store, key: &str, version: u64, blob: &[u8]) {
     *local = fresh.unwrap_or_else(|| Session::empty(key));
     local.key = key.to_owned();
     local.version = version;
+    true
 }

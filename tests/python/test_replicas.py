@@ -484,6 +484,39 @@ def test_a_store_that_stops_answering_is_not_waited_for(mock):
         redis.kill()
 
 
+def test_writes_that_land_after_a_hang_lose_no_request(mock):
+    """Redis hangs (SIGSTOP) while a replica writes first: its writes time
+    out but stay queued in Redis, and land when it resumes. The replica
+    judged those requests on its copy meanwhile; finding its own late write
+    stored, it writes its copy over it instead of taking it, so every
+    request judged during the hang still counts. With replay_storm's
+    breaker at 5, the 5th resend is refused, as through one instance (the
+    build before took the stored state and refused only the 6th)."""
+    redis = Redis()
+    replica = start_loopguard(mock, state_config(redis, "lghang:") + "[loop_detection.replay_storm]\nbreaker = 5\n")
+    try:
+        wait_connected(replica)
+        loop = ChatLoop(replica.url, session_id())
+        assert loop.turn() and loop.turn()
+        resend = lambda: loop.client.chat.completions.create(model="gpt-test", messages=loop.messages, tools=TOOLS)
+        resend()
+        redis.proc.send_signal(signal.SIGSTOP)
+        try:
+            resend()
+            resend()
+        finally:
+            redis.proc.send_signal(signal.SIGCONT)
+        time.sleep(0.7)  # past a pause, should the failures have started one
+        resend()
+        with pytest.raises(openai.BadRequestError) as err:
+            resend()
+        assert err.value.code == "loop_detected" and "replay_storm" in str(err.value), err.value
+    finally:
+        redis.proc.send_signal(signal.SIGCONT)
+        replica.stop()
+        redis.kill()
+
+
 def test_a_redis_restart_costs_no_request_its_shared_state(mock):
     """Redis restarted between two requests: each connection the replica
     held is dead (and the reconnection it tried while Redis was down
