@@ -517,6 +517,31 @@ def test_writes_that_land_after_a_hang_lose_no_request(mock):
         redis.kill()
 
 
+def test_a_chain_whose_store_was_flushed_counts_each_call_once(mock):
+    """A stateful Responses chain (each request carries only the new call
+    output) whose session Redis loses (FLUSHALL) mid-chain: the replica's
+    copy stands and is written as the first version, and the request is
+    not judged a second time on it (the build before re-ran detection on
+    the copy that already held the request, counted its call twice and
+    aborted the chain one call early)."""
+    redis = Redis()
+    replica = start_loopguard(mock, state_config(redis, "lgchainflush:"))
+    try:
+        wait_connected(replica)
+        loop = ChainLoop(replica.url)
+        for _ in range(3):
+            loop.turn()
+        redis.cli("FLUSHALL")
+        with pytest.raises(openai.BadRequestError) as err:
+            for _ in range(8):
+                loop.turn()
+        assert err.value.code == "loop_detected"
+        assert loop.executed == 4, f"aborted after {loop.executed} executed calls, one instance after 4"
+    finally:
+        replica.stop()
+        redis.kill()
+
+
 def test_a_redis_restart_costs_no_request_its_shared_state(mock):
     """Redis restarted between two requests: each connection the replica
     held is dead (and the reconnection it tried while Redis was down
