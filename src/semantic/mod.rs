@@ -15,7 +15,8 @@
 //! a `semantic_loop` verdict (a warning carrying the analysis; critical when
 //! one was already given since the person last spoke), and, when a check is
 //! due and a permit is free, hands back a [`Ticket`]. The guard forwards the
-//! request at once and calls [`Checker::spawn`]: the check runs in the
+//! request at once and starts it ([`Checker::prepare`], [`Prepared::start`]; with
+//! shared state, once the decision goes out): the check runs in the
 //! background and writes its result into the lane under the session mutex.
 //! Failures (timeout, HTTP error, unparsable answer) give no verdict; they are
 //! logged and counted in `loopguard_judge_calls_total{outcome}`.
@@ -85,25 +86,10 @@ impl Checker {
         }
     }
 
-    /// Runs a started check in the background. Never waits: without a tokio
-    /// runtime the check is abandoned (and the lane freed).
-    pub fn spawn(
-        &self,
-        ticket: Ticket,
-        session: SharedSession,
-        lane: u64,
-        settings: &Settings,
-        transcript: &Transcript,
-        key: String,
-    ) {
-        self.prepare(ticket, session, lane, settings, transcript, key)
-            .start();
-    }
-
-    /// A started check made ready (its prompt drawn from `transcript`) but
-    /// not run: [`Prepared::start`] runs it as [`Checker::spawn`] does.
-    /// Dropped unstarted, it frees the lane as a failed check; discarded
-    /// ([`Prepared::discard`]), it leaves the session alone.
+    /// A started check made ready (its prompt drawn from `transcript`):
+    /// [`Prepared::start`] runs it in the background. Dropped unstarted, it
+    /// frees the lane as a failed check; discarded ([`Prepared::discard`]),
+    /// it leaves the session alone.
     pub fn prepare(
         &self,
         ticket: Ticket,
