@@ -18,7 +18,7 @@ use super::{Guard, RequestView, Resolved};
 use crate::config::Config;
 use crate::session::StoredResponse;
 use crate::session::key;
-use crate::state::{MAX_RETRIES, Outbox, Saved, Shared, count_error};
+use crate::state::{MAX_RETRIES, Outbox, Shared, Wrote, count_error};
 
 /// Where a request's session is looked for in the store (computed
 /// synchronously, see [`Guard::shared_probe`]).
@@ -266,49 +266,28 @@ impl Guard {
             .probe
             .fingerprint()
             .then_some((begun.probe.tenant(), begun.probe.resolved.lane));
-        // The second attempt only after this replica's own late write.
-        for _ in 0..2 {
-            let Some((expected, blob)) = crate::state::snapshot(&self.store, key) else {
-                // Past the store's cap: kept on this replica; read again next
-                // time (another replica may write a smaller one).
-                if let Some(session) = self.store.get(key) {
-                    session.lock().unwrap_or_else(PoisonError::into_inner).confirmed = false;
-                }
-                return Speculated::Stands;
-            };
-            match begun.shared.save(key, lane_index, expected, &blob).await {
-                Some(Saved::Written(version)) => {
-                    crate::state::set_version(&self.store, key, version);
-                    if let Some(session) = self.store.get(key) {
-                        session.lock().unwrap_or_else(PoisonError::into_inner).confirmed = true;
-                    }
-                    // Nothing left for `shared_commit` to write.
-                    begun.reachable = false;
-                    return Speculated::Stands;
-                }
-                Some(Saved::Conflict(0, _)) => {
-                    if let Some(session) = self.store.get(key) {
-                        let mut local = session.lock().unwrap_or_else(PoisonError::into_inner);
-                        local.version = 0;
-                        local.confirmed = false;
-                    }
-                    return Speculated::Stands;
-                }
-                Some(Saved::Conflict(version, fresh)) => {
-                    if crate::state::install(&self.store, key, version, fresh.as_deref().unwrap_or_default())
-                    {
-                        tracing::debug!(session = %key, version, "state written elsewhere; detection runs on the stored state");
-                        return Speculated::Again;
-                    }
-                }
-                None => {
-                    crate::state::note_unacked(&self.store, key, &blob);
-                    begun.reachable = false;
-                    return Speculated::Stands;
-                }
+        let wrote = begun.shared.write_copy(&self.store, key, lane_index).await;
+        let confirmed = match wrote {
+            // Nothing left for `shared_commit` to write.
+            Wrote::Written(_) => {
+                begun.reachable = false;
+                true
             }
+            Wrote::Replaced => {
+                tracing::debug!(session = %key, "state written elsewhere; detection runs on the stored state");
+                return Speculated::Again;
+            }
+            Wrote::Failed => {
+                begun.reachable = false;
+                return Speculated::Stands;
+            }
+            // Past the store's cap the copy is read again next time
+            // (another replica may write a smaller one).
+            Wrote::Gone | Wrote::Oversize => false,
+        };
+        if let Some(session) = self.store.get(key) {
+            session.lock().unwrap_or_else(PoisonError::into_inner).confirmed = confirmed;
         }
-        // Still not written: `shared_commit` writes it beside the upstream request.
         Speculated::Stands
     }
 
@@ -329,31 +308,17 @@ impl Guard {
             .fingerprint()
             .then_some((begun.probe.tenant(), begun.probe.resolved.lane));
         while begun.attempts <= MAX_RETRIES {
-            let Some((expected, blob)) = crate::state::snapshot(&self.store, key) else {
-                return Commit::Done;
-            };
-            match begun.shared.save(key, lane_index, expected, &blob).await {
-                Some(Saved::Written(version)) => {
-                    crate::state::set_version(&self.store, key, version);
-                    return Commit::Done;
-                }
-                Some(Saved::Conflict(version, fresh)) => {
+            match begun.shared.write_copy(&self.store, key, lane_index).await {
+                Wrote::Written(_) | Wrote::Oversize | Wrote::Failed => return Commit::Done,
+                Wrote::Replaced => {
                     begun.attempts += 1;
-                    if begun.attempts > MAX_RETRIES {
-                        break;
-                    }
-                    // Not replaced: this replica's own late write, which the
-                    // copy is the successor of: written again on it.
-                    if crate::state::install(&self.store, key, version, fresh.as_deref().unwrap_or_default())
-                    {
-                        tracing::debug!(session = %key, version, attempts = begun.attempts, "state version conflict; detection runs again on the stored state");
+                    if begun.attempts <= MAX_RETRIES {
+                        tracing::debug!(session = %key, attempts = begun.attempts, "state version conflict; detection runs again on the stored state");
                         return Commit::Again;
                     }
                 }
-                None => {
-                    crate::state::note_unacked(&self.store, key, &blob);
-                    return Commit::Done;
-                }
+                // Written as the first version on the next attempt.
+                Wrote::Gone => begun.attempts += 1,
             }
         }
         count_error("conflict");

@@ -54,8 +54,10 @@
 pub mod record;
 mod redis;
 
-pub use redis::{Loaded, Saved, Shared, StoredRecord};
-pub(crate) use redis::{install, note_unacked, set_version, snapshot};
+pub(crate) use redis::install;
+#[cfg(test)]
+use redis::snapshot;
+pub use redis::{Loaded, Saved, Shared, StoredRecord, Wrote};
 
 use std::sync::{Arc, Mutex, PoisonError};
 

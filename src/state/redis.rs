@@ -182,6 +182,25 @@ pub enum Saved {
     Conflict(u64, Option<Vec<u8>>),
 }
 
+/// What [`Shared::write_copy`] did with the process copy of a session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wrote {
+    /// Written as this version.
+    Written(u64),
+    /// Another version was stored (another replica's write, an admin
+    /// `DELETE`) and is now the process copy: what changed the copy must
+    /// run again on it.
+    Replaced,
+    /// Nothing stored (flushed, expired): the copy stands at version 0, to
+    /// be written as the first version.
+    Gone,
+    /// Not written: the copy is past [`MAX_STATE_BYTES`].
+    Oversize,
+    /// Not written: the store failed (the write is noted as unanswered, see
+    /// [`Session::unacked`]).
+    Failed,
+}
+
 /// A Responses response record as written: tenant hash, session key and
 /// the calls in their bounded stored form ([`super::record`]).
 #[derive(Debug, Clone)]
@@ -586,8 +605,44 @@ impl Shared {
         }
     }
 
-    /// Writes the process copy of session `key` with compare-and-set; on a
-    /// conflict installs the stored state, applies `redo` to it and tries
+    /// One compare-and-set write of the process copy of session `key` on
+    /// its version (see [`Shared::save`]), and what follows in the process
+    /// store: the version written, the stored state installed, the version
+    /// reset to 0, or the write noted as unanswered. A stored state that is
+    /// this replica's own write whose answer never came (it landed late) is
+    /// not installed: the copy is its successor and is written again on it.
+    pub async fn write_copy(&self, store: &Store, key: &str, lane_index: Option<(&str, u64)>) -> Wrote {
+        // A second attempt only after this replica's own late write (which
+        // clears the unanswered writes, so it cannot match twice).
+        for _ in 0..2 {
+            let Some((expected, blob)) = snapshot(store, key) else {
+                return Wrote::Oversize;
+            };
+            match self.save(key, lane_index, expected, &blob).await {
+                Some(Saved::Written(version)) => {
+                    set_version(store, key, version);
+                    return Wrote::Written(version);
+                }
+                Some(Saved::Conflict(0, _)) => {
+                    let _ = install(store, key, 0, &[]);
+                    return Wrote::Gone;
+                }
+                Some(Saved::Conflict(version, fresh)) => {
+                    if install(store, key, version, fresh.as_deref().unwrap_or_default()) {
+                        return Wrote::Replaced;
+                    }
+                }
+                None => {
+                    note_unacked(store, key, &blob);
+                    return Wrote::Failed;
+                }
+            }
+        }
+        Wrote::Failed
+    }
+
+    /// Writes the process copy of session `key` ([`Shared::write_copy`]);
+    /// when another version was stored, applies `redo` to it and tries
     /// again (at most [`MAX_RETRIES`] times). `true` when written.
     pub async fn save_with(
         &self,
@@ -598,27 +653,15 @@ impl Shared {
     ) -> bool {
         let _held = self.lock(key).await;
         for _ in 0..=MAX_RETRIES {
-            let Some((expected, blob)) = snapshot(store, key) else {
-                return false;
-            };
-            match self.save(key, lane_index, expected, &blob).await {
-                Some(Saved::Written(v)) => {
-                    set_version(store, key, v);
-                    return true;
-                }
-                Some(Saved::Conflict(v, fresh)) => {
-                    // Kept: this replica's own late write, which the copy
-                    // already holds the additions on top of.
-                    if install(store, key, v, fresh.as_deref().unwrap_or_default())
-                        && let Some(session) = store.get(key)
-                    {
+            match self.write_copy(store, key, lane_index).await {
+                Wrote::Written(_) => return true,
+                Wrote::Replaced => {
+                    if let Some(session) = store.get(key) {
                         redo(&mut session.lock().unwrap_or_else(PoisonError::into_inner));
                     }
                 }
-                None => {
-                    note_unacked(store, key, &blob);
-                    return false;
-                }
+                Wrote::Gone => {}
+                Wrote::Oversize | Wrote::Failed => return false,
             }
         }
         count_error("conflict");
@@ -799,7 +842,7 @@ pub(crate) fn snapshot(store: &Store, key: &str) -> Option<(u64, Vec<u8>)> {
 
 /// Notes that session `key`'s copy was written as `version` (no write of
 /// it is left unanswered).
-pub(crate) fn set_version(store: &Store, key: &str, version: u64) {
+fn set_version(store: &Store, key: &str, version: u64) {
     if let Some(session) = store.get(key) {
         let mut local = session.lock().unwrap_or_else(PoisonError::into_inner);
         local.version = version;
@@ -809,7 +852,7 @@ pub(crate) fn set_version(store: &Store, key: &str, version: u64) {
 
 /// Notes that the write of `blob` for session `key` was never answered
 /// (see [`Session::unacked`]).
-pub(crate) fn note_unacked(store: &Store, key: &str, blob: &[u8]) {
+fn note_unacked(store: &Store, key: &str, blob: &[u8]) {
     if let Some(session) = store.get(key) {
         let mut local = session.lock().unwrap_or_else(PoisonError::into_inner);
         if local.unacked.len() >= super::MAX_UNACKED {
@@ -836,7 +879,10 @@ pub(crate) fn install(store: &Store, key: &str, version: u64, blob: &[u8]) -> bo
     if local.version == version {
         return false;
     }
-    if !blob.is_empty() && local.unacked.contains(&crate::detect::outcome::hash64(blob)) {
+    if !local.unacked.is_empty()
+        && !blob.is_empty()
+        && local.unacked.contains(&crate::detect::outcome::hash64(blob))
+    {
         local.version = version;
         local.unacked.clear();
         return false;
