@@ -9,6 +9,7 @@ mid-session and two replicas racing on one session lose nothing.
 Skipped, with the reason printed, when redis-server or nginx is missing
 (`.ci/run` installs both)."""
 
+import contextlib
 import json
 import os
 import pathlib
@@ -175,6 +176,20 @@ def wait_connected(replica):
             return
         time.sleep(0.02)
     raise RuntimeError("replica never connected to redis: " + replica.logs()[-2000:])
+
+
+@contextlib.contextmanager
+def one_replica(mock, prefix, extra=""):
+    """redis-server and one replica keeping its sessions there under
+    `prefix` (connected), both stopped afterwards."""
+    redis = Redis()
+    replica = start_loopguard(mock, state_config(redis, prefix) + extra)
+    try:
+        wait_connected(replica)
+        yield redis, replica
+    finally:
+        replica.stop()
+        redis.kill()
 
 
 def metric(replica, name):
@@ -492,10 +507,7 @@ def test_writes_that_land_after_a_hang_lose_no_request(mock):
     request judged during the hang still counts. With replay_storm's
     breaker at 5, the 5th resend is refused, as through one instance (the
     build before took the stored state and refused only the 6th)."""
-    redis = Redis()
-    replica = start_loopguard(mock, state_config(redis, "lghang:") + "[loop_detection.replay_storm]\nbreaker = 5\n")
-    try:
-        wait_connected(replica)
+    with one_replica(mock, "lghang:", extra="[loop_detection.replay_storm]\nbreaker = 5\n") as (redis, replica):
         loop = ChatLoop(replica.url, session_id())
         assert loop.turn() and loop.turn()
         resend = lambda: loop.client.chat.completions.create(model="gpt-test", messages=loop.messages, tools=TOOLS)
@@ -511,10 +523,6 @@ def test_writes_that_land_after_a_hang_lose_no_request(mock):
         with pytest.raises(openai.BadRequestError) as err:
             resend()
         assert err.value.code == "loop_detected" and "replay_storm" in str(err.value), err.value
-    finally:
-        redis.proc.send_signal(signal.SIGCONT)
-        replica.stop()
-        redis.kill()
 
 
 def test_a_chain_whose_store_was_flushed_counts_each_call_once(mock):
@@ -524,10 +532,7 @@ def test_a_chain_whose_store_was_flushed_counts_each_call_once(mock):
     not judged a second time on it (the build before re-ran detection on
     the copy that already held the request, counted its call twice and
     aborted the chain one call early)."""
-    redis = Redis()
-    replica = start_loopguard(mock, state_config(redis, "lgchainflush:"))
-    try:
-        wait_connected(replica)
+    with one_replica(mock, "lgchainflush:") as (redis, replica):
         loop = ChainLoop(replica.url)
         for _ in range(3):
             loop.turn()
@@ -537,9 +542,6 @@ def test_a_chain_whose_store_was_flushed_counts_each_call_once(mock):
                 loop.turn()
         assert err.value.code == "loop_detected"
         assert loop.executed == 4, f"aborted after {loop.executed} executed calls, one instance after 4"
-    finally:
-        replica.stop()
-        redis.kill()
 
 
 def test_a_redis_restart_costs_no_request_its_shared_state(mock):
@@ -623,10 +625,7 @@ def test_a_conversation_on_one_replica_makes_no_read(mock):
     per request, and one per stream-time verdict the responses add. The
     loop is still blocked at the 5th identical call, as through one
     instance with the memory backend."""
-    redis = Redis()
-    replica = start_loopguard(mock, state_config(redis, "lgone:"))
-    try:
-        wait_connected(replica)
+    with one_replica(mock, "lgone:") as (redis, replica):
         loop = ChatLoop(replica.url, session_id())
         assert loop.turn() and loop.turn()
         redis.cli("CONFIG", "RESETSTAT")
@@ -641,9 +640,6 @@ def test_a_conversation_on_one_replica_makes_no_read(mock):
         # more each for what its answer adds (stream-time verdicts).
         assert 3 <= calls["evalsha"] <= 6, f"not one write per request: {calls}"
         assert metric(replica, "loopguard_state_conflicts_total") == 0
-    finally:
-        replica.stop()
-        redis.kill()
 
 
 def test_a_session_gone_from_the_store_costs_one_trip(mock):
@@ -653,10 +649,7 @@ def test_a_session_gone_from_the_store_costs_one_trip(mock):
     back as the first version beside the upstream request, with no read at
     all. The request is counted once, and the loop is still blocked at the
     5th identical call."""
-    redis = Redis()
-    replica = start_loopguard(mock, state_config(redis, "lgflush:"))
-    try:
-        wait_connected(replica)
+    with one_replica(mock, "lgflush:") as (redis, replica):
         loop = ChatLoop(replica.url, session_id())
         assert loop.turn() and loop.turn()
         redis.cli("FLUSHALL")
@@ -678,9 +671,6 @@ def test_a_session_gone_from_the_store_costs_one_trip(mock):
         while loop.turn():
             pass
         assert loop.executed == 4, "the 5th identical call must never reach the client"
-    finally:
-        replica.stop()
-        redis.kill()
 
 
 def test_a_write_first_that_finds_another_replicas_state_tells_once(mock):
