@@ -1,7 +1,7 @@
 //! The cheapest reverse proxy on loopguard's HTTP stack, for
 //! `benches/e2e.sh`'s `FLOOR=1` path: the same server (axum on hyper, one
 //! single-worker runtime per core sharing one listener), the same upstream
-//! client (loopguard's: reqwest, keep-alive, no redirects), the body read whole and
+//! client (loopguard's: its pool for plain HTTP, else reqwest), the body read whole and
 //! forwarded, the answer streamed back, and nothing else: no parse, no
 //! detection, no logging. What this adds over nginx is the stack's own
 //! cost, the part of loopguard's hop its detection work cannot remove.
@@ -20,6 +20,8 @@ use http_body_util::BodyExt;
 struct Upstream {
     base: String,
     client: reqwest::Client,
+    /// `host:port` of a plain-HTTP base, and the pool its requests take.
+    plain: Option<(String, Arc<loopguard::upstream_pool::Pool>)>,
 }
 
 async fn forward(State(up): State<Arc<Upstream>>, request: Request) -> Response {
@@ -28,6 +30,20 @@ async fn forward(State(up): State<Arc<Upstream>>, request: Request) -> Response 
         return http::StatusCode::BAD_REQUEST.into_response();
     };
     parts.headers.remove(http::header::HOST);
+    if let Some((authority, pool)) = &up.plain {
+        let Ok(host) = http::HeaderValue::from_str(authority) else {
+            return http::StatusCode::BAD_GATEWAY.into_response();
+        };
+        parts.headers.insert(http::header::HOST, host);
+        let mut request = http::Request::new(http_body_util::Full::new(body));
+        *request.method_mut() = parts.method;
+        *request.uri_mut() = parts.uri;
+        *request.headers_mut() = parts.headers;
+        return match pool.send(authority, request).await {
+            Ok(answer) => answer.map(Body::new),
+            Err(_) => http::StatusCode::BAD_GATEWAY.into_response(),
+        };
+    }
     let url = format!("{}{}", up.base, parts.uri);
     let sent = up
         .client
@@ -68,9 +84,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             runtime.block_on(async move {
                 let client = loopguard::http_client::client(std::time::Duration::from_secs(5))
                     .map_err(std::io::Error::other)?;
+                let plain = base.strip_prefix("http://").map(|authority| {
+                    (
+                        authority.to_owned(),
+                        loopguard::upstream_pool::Pool::new(std::time::Duration::from_secs(5)),
+                    )
+                });
                 let app = axum::Router::new()
                     .fallback(forward)
-                    .with_state(Arc::new(Upstream { base, client }));
+                    .with_state(Arc::new(Upstream { base, client, plain }));
                 let listener = tokio::net::TcpListener::from_std(listener)?;
                 // A task, so that it runs on the worker thread.
                 loopguard::task::spawn(async move { axum::serve(listener, app).await })

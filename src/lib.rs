@@ -74,4 +74,5 @@ pub mod task;
 pub mod telemetry;
 pub mod tools;
 pub mod transcript;
+pub mod upstream_pool;
 pub mod workers;

@@ -157,16 +157,20 @@ async fn serve_one(
 }
 
 /// The proxy app over shared sessions, configuration and offload pool,
-/// with an upstream client (and connection pool) of its own: one per
+/// with upstream clients (and connection pools) of its own: one per
 /// proxy worker.
 ///
 /// # Errors
 /// When the upstream client cannot be built.
 pub fn app(shared: &Shared) -> Result<axum::Router, reqwest::Error> {
-    let client = crate::http_client::client(shared.config.load().server.connect_timeout)?;
+    let connect_timeout = shared.config.load().server.connect_timeout;
+    let client = crate::http_client::client(connect_timeout)?;
+    let pool = (!crate::http_client::plain_http_proxied(|k| std::env::var_os(k)))
+        .then(|| crate::upstream_pool::Pool::new(connect_timeout));
     let state = Arc::new(crate::proxy::ProxyState {
         config: Arc::clone(&shared.config),
         client,
+        pool,
         guard: Arc::clone(&shared.guard),
         offload: Arc::clone(&shared.offload),
     });

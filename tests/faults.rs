@@ -398,3 +398,85 @@ async fn raw_http_request_gets_a_complete_chunked_answer() {
     assert!(text.contains("transfer-encoding: chunked"), "{text}");
     assert!(text.ends_with("0\r\n\r\n"), "chunked terminator missing: {text}");
 }
+
+/// A plain-HTTP upstream on a loopback port that answers each connection's
+/// first request with a chat completion and then closes the connection
+/// without saying so (no `Connection: close`), as servers with a short
+/// keep-alive do; returns its URL and how many requests it answered.
+async fn closing_upstream() -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use std::sync::atomic::Ordering;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let url = format!(
+        "http://{}",
+        listener.local_addr().unwrap_or_else(|e| panic!("{e}"))
+    );
+    let answered = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let count = std::sync::Arc::clone(&answered);
+    loopguard::task::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            let count = std::sync::Arc::clone(&count);
+            loopguard::task::spawn(async move {
+                let mut seen = Vec::new();
+                let mut chunk = [0u8; 8192];
+                // The head, then the body its content-length announces.
+                let length = loop {
+                    match socket.read(&mut chunk).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => seen.extend_from_slice(&chunk[..n]),
+                    }
+                    if let Some(end) = seen.windows(4).position(|w| w == b"\r\n\r\n") {
+                        let head = String::from_utf8_lossy(&seen[..end]).to_ascii_lowercase();
+                        let length: usize = head
+                            .lines()
+                            .find_map(|l| l.strip_prefix("content-length:"))
+                            .and_then(|v| v.trim().parse().ok())
+                            .unwrap_or(0);
+                        break end + 4 + length;
+                    }
+                };
+                while seen.len() < length {
+                    match socket.read(&mut chunk).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => seen.extend_from_slice(&chunk[..n]),
+                    }
+                }
+                let body = r#"{"id":"c1","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"done"},"finish_reason":"stop"}]}"#;
+                let answer = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+                    body.len()
+                );
+                if socket.write_all(answer.as_bytes()).await.is_ok() {
+                    count.fetch_add(1, Ordering::SeqCst);
+                }
+                // Closed on drop, without a word.
+            });
+        }
+    });
+    (url, answered)
+}
+
+/// An upstream that closes its keep-alive connections between requests:
+/// every request is answered (a new connection replaces the closed one) and
+/// reaches the upstream exactly once.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_upstream_closing_idle_connections_answers_every_request_once() {
+    let (upstream, answered) = closing_upstream().await;
+    let lg = loopguard(&config_for(&upstream, ""));
+    for i in 0..6 {
+        let body = format!(r#"{{"model":"m","messages":[{{"role":"user","content":"question {i}"}}]}}"#);
+        let response = post(format!("{}{CHAT}", lg.url()), &[], body).await;
+        assert_eq!(response.status(), 200, "request {i}");
+        let json: Value = response
+            .json()
+            .await
+            .unwrap_or_else(|e| panic!("request {i}: {e}"));
+        assert_eq!(json["choices"][0]["message"]["content"], "done", "request {i}");
+        // Let the close reach loopguard before the next request, sometimes not.
+        if i % 2 == 0 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    assert_eq!(answered.load(std::sync::atomic::Ordering::SeqCst), 6);
+}

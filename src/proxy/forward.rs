@@ -2,6 +2,7 @@
 //! headers awaited at most `first_byte_timeout`; an unreachable upstream or
 //! a timeout is answered in the route's provider's error shape (502 / 504).
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::response::Response;
@@ -12,6 +13,7 @@ use super::error::ProxyError;
 use super::{counted, headers};
 use crate::config::Config;
 use crate::dialect::Dialect;
+use crate::upstream_pool::Pool;
 
 /// The upstream's response, headers received.
 pub(super) struct Upstream {
@@ -32,9 +34,18 @@ pub(super) struct Sending<'a> {
     pub(super) retarget: Option<&'a crate::escalate::Retarget>,
 }
 
+/// The clients a request can go upstream with.
+#[derive(Clone, Copy)]
+pub(super) struct Clients<'a> {
+    /// reqwest's pooled client: TLS upstreams, and plain HTTP without `pool`.
+    pub(super) client: &'a reqwest::Client,
+    /// Plain-HTTP connections driven in the request's task.
+    pub(super) pool: Option<&'a Arc<Pool>>,
+}
+
 /// Sends the request upstream.
 pub(super) async fn forward(
-    client: &reqwest::Client,
+    clients: Clients<'_>,
     config: &Config,
     admitted: &Admitted<'_>,
     sending: Sending<'_>,
@@ -57,11 +68,7 @@ pub(super) async fn forward(
         );
     }
     let origin = url.origin().ascii_serialization();
-    // The `Url` itself, not its text: reqwest would parse the text again.
-    let upstream_req = client
-        .request(admitted.parts.method.clone(), url)
-        .headers(headers)
-        .body(sending.body);
+    let method = admitted.parts.method.clone();
     let sent = Instant::now();
     let overhead = sent.duration_since(admitted.body_read);
     let provider = Some(admitted.provider);
@@ -72,10 +79,10 @@ pub(super) async fn forward(
             response,
         )
     };
-    let response = match tokio::time::timeout(config.server.first_byte_timeout, upstream_req.send()).await {
+    let send = send(clients, method, url, headers, sending.body);
+    let response = match tokio::time::timeout(config.server.first_byte_timeout, send).await {
         Ok(Ok(response)) => response,
-        Ok(Err(e)) => {
-            let detail = error_chain(&e);
+        Ok(Err(detail)) => {
             tracing::warn!(upstream = %origin, error = %detail, "upstream unreachable");
             let response = ProxyError::UpstreamUnreachable {
                 upstream: origin,
@@ -98,16 +105,85 @@ pub(super) async fn forward(
     Ok(Upstream { response, overhead })
 }
 
+/// Sends the request: a plain-HTTP upstream on the request's own
+/// connection from `pool` when there is one, anything else with reqwest.
+/// An error is its message with its sources.
+async fn send(
+    clients: Clients<'_>,
+    method: http::Method,
+    url: url::Url,
+    headers: http::HeaderMap,
+    body: bytes::Bytes,
+) -> Result<reqwest::Response, String> {
+    if let Some(pool) = clients.pool.filter(|_| url.scheme() == "http") {
+        if let Some(target) = PlainTarget::of(&url) {
+            let mut request = http::Request::new(http_body_util::Full::new(body));
+            *request.method_mut() = method;
+            *request.uri_mut() = target.uri;
+            *request.headers_mut() = headers;
+            let headers = request.headers_mut();
+            headers.insert(http::header::HOST, target.host);
+            headers
+                .entry(http::header::ACCEPT)
+                .or_insert(http::HeaderValue::from_static("*/*"));
+            return match pool.send(&target.authority, request).await {
+                Ok(response) => Ok(reqwest::Response::from(response.map(reqwest::Body::wrap))),
+                Err(e) => Err(error_chain(&e)),
+            };
+        }
+    }
+    // The `Url` itself, not its text: reqwest would parse the text again.
+    let request = clients.client.request(method, url).headers(headers).body(body);
+    request.send().await.map_err(|e| reqwest_error(&e))
+}
+
+/// Where a request for [`Pool::send`] goes, and what it says of it: the
+/// `host:port` to connect to, the origin-form URI, and `Host` as reqwest
+/// sets it (the port only when it is not the scheme's). The request also
+/// gets reqwest's `Accept: */*` when the agent sent none, so the upstream
+/// sees the same headers on either path.
+struct PlainTarget {
+    authority: String,
+    uri: http::Uri,
+    host: http::HeaderValue,
+}
+
+impl PlainTarget {
+    /// `None` for a URL without a host or whose path `http` does not accept
+    /// (it then goes through reqwest).
+    fn of(url: &url::Url) -> Option<Self> {
+        let host = url.host_str()?;
+        let port = url.port_or_known_default()?;
+        let host_header = match url.port() {
+            Some(port) => http::HeaderValue::from_str(&format!("{host}:{port}")),
+            None => http::HeaderValue::from_str(host),
+        };
+        Some(Self {
+            authority: format!("{host}:{port}"),
+            uri: url[url::Position::BeforePath..url::Position::AfterQuery]
+                .parse()
+                .ok()?,
+            host: host_header.ok()?,
+        })
+    }
+}
+
 /// A reqwest error with its sources, for a message that says what failed.
 /// The URL's query is cut out: it may carry a `?key=` credential.
-fn error_chain(e: &reqwest::Error) -> String {
-    let mut text = e.to_string();
+fn reqwest_error(e: &reqwest::Error) -> String {
+    let mut text = error_chain(e);
     if let Some(url) = e.url() {
         let mut safe = url.clone();
         safe.set_query(None);
         text = text.replace(url.as_str(), safe.as_str());
     }
-    let mut source = std::error::Error::source(e);
+    text
+}
+
+/// An error's message followed by its sources', `: `-separated.
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
     while let Some(s) = source {
         text.push_str(": ");
         text.push_str(&s.to_string());

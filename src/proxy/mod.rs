@@ -42,8 +42,13 @@ pub struct ProxyState {
     /// The configuration in force (swapped by a reload; each request keeps
     /// the one it started with).
     pub config: crate::reload::SharedConfig,
-    /// The upstream client (pooled).
+    /// The upstream client (pooled): TLS upstreams, and every upstream
+    /// when `pool` is `None`.
     pub client: reqwest::Client,
+    /// Plain-HTTP upstream connections driven in the request's task; `None`
+    /// while a proxy variable sends plain HTTP through a proxy
+    /// ([`crate::http_client::plain_http_proxied`]).
+    pub pool: Option<Arc<crate::upstream_pool::Pool>>,
     /// Sessions and detectors (shared by the proxy workers).
     pub guard: Arc<Guard>,
     /// Where large bodies are parsed and judged, off the async workers
@@ -71,7 +76,11 @@ pub async fn handle(State(state): State<Arc<ProxyState>>, request: Request) -> R
             body_replaced: decided.body_replaced,
             retarget: decided.retarget.as_ref(),
         };
-        match forward::forward(&state.client, &config, &admitted, sending).await {
+        let clients = forward::Clients {
+            client: &state.client,
+            pool: state.pool.as_ref(),
+        };
+        match forward::forward(clients, &config, &admitted, sending).await {
             Ok(upstream) => reply::reply(&config, &admitted, upstream, decided, started).await,
             Err(response) => logged(*response, started),
         }
