@@ -322,7 +322,8 @@ impl Tap {
             },
             Framer::Array(splitter) => splitter.finish().err().map(|e| e.to_string()),
             Framer::Json { buf, .. } => {
-                let text = String::from_utf8_lossy(buf).into_owned();
+                // Borrowed when the body is valid UTF-8 (a copy only to replace bad bytes).
+                let text = String::from_utf8_lossy(buf);
                 if self.wants_meta && self.meta.is_none() {
                     self.meta = serde_json::from_str::<Meta>(&text).ok();
                 }
