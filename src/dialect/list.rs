@@ -171,13 +171,6 @@ impl Dialect {
         }
     }
 
-    /// The dialect carries its response identity (chunk `id`, `model`,
-    /// `created`, Gemini `modelVersion`) at the top level of every payload
-    /// (OpenAI chat, Gemini); the others keep it in their parser's state.
-    pub fn identity_in_payloads(self) -> bool {
-        matches!(self, Self::OpenaiChat | Self::Gemini)
-    }
-
     /// After a block, the upstream's trailing usage chunk and `[DONE]` still
     /// belong to the answer (OpenAI chat); the other endings are complete.
     pub fn keeps_trailer_after_block(self) -> bool {
@@ -381,6 +374,17 @@ impl StreamParser {
             Self::Gemini(p) => p.payload(payload, out),
             Self::OpenaiResponses(p) => p.payload(payload, out),
             Self::Anthropic(p) => p.payload(payload, out),
+        }
+    }
+
+    /// Identity fields of the first payload that had any (OpenAI chat,
+    /// Gemini, whose payloads carry them at the top level; `None` for the
+    /// others, which keep their identity in the parser's state).
+    pub fn meta(&self) -> Option<&super::Meta> {
+        match self {
+            Self::OpenaiChat(p) => p.meta(),
+            Self::Gemini(p) => p.meta(),
+            Self::OpenaiResponses(_) | Self::Anthropic(_) => None,
         }
     }
 

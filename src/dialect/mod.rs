@@ -12,6 +12,7 @@ pub mod ending;
 pub mod event;
 pub mod gemini;
 mod list;
+pub mod meta;
 pub mod openai_chat;
 pub mod openai_responses;
 pub mod splice;
@@ -21,6 +22,7 @@ pub mod write;
 pub use ending::Kept;
 pub use event::StreamEvent;
 pub use list::{Dialect, StreamParser};
+pub use meta::Meta;
 pub use split::{HistoryItem, SplitRequest};
 pub use write::{Answer, Mode, Signed, StreamEnding};
 

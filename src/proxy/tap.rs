@@ -50,32 +50,10 @@ pub struct Seen {
     pub finish: Vec<String>,
 }
 
-/// Identity fields of the response, read from its first payload, that
-/// loopguard's own events must repeat (OpenAI chunk `id`, `model`,
-/// `created`; Gemini `modelVersion`).
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Deserialize)]
-pub struct Meta {
-    /// OpenAI chunk id.
-    #[serde(default)]
-    pub id: Option<String>,
-    /// OpenAI model.
-    #[serde(default)]
-    pub model: Option<String>,
-    /// OpenAI creation time (Unix seconds).
-    #[serde(default)]
-    pub created: Option<u64>,
-    /// Gemini model version.
-    #[serde(default, rename = "modelVersion")]
-    pub model_version: Option<String>,
-}
+pub use crate::dialect::Meta;
 
 /// Parses a side copy of one response.
 pub struct Tap {
-    meta: Option<Meta>,
-    /// The dialect carries [`Meta`] at the top level of its payloads (OpenAI
-    /// chat, Gemini); the others keep their identity in their parser's state,
-    /// and reading it here would parse every payload twice.
-    wants_meta: bool,
     framer: Framer,
     parser: StreamParser,
     failed: Option<String>,
@@ -116,8 +94,6 @@ impl Tap {
             },
         };
         Self {
-            meta: None,
-            wants_meta: dialect.identity_in_payloads(),
             framer,
             parser: dialect.stream_parser(),
             failed: None,
@@ -260,19 +236,13 @@ impl Tap {
         })
     }
 
-    /// Identity fields of the first payload that had any.
+    /// Identity fields of the first payload that had any (read by the
+    /// dialect's parser, see [`crate::dialect::StreamParser::meta`]).
     pub fn meta(&self) -> Option<&Meta> {
-        self.meta.as_ref()
+        self.parser.meta()
     }
 
     fn frame(&mut self, end: u64, data: &str) -> Frame {
-        if self.wants_meta && self.meta.is_none() {
-            if let Ok(meta) = serde_json::from_str::<Meta>(data) {
-                if meta != Meta::default() {
-                    self.meta = Some(meta);
-                }
-            }
-        }
         let mut events = Vec::new();
         if data.trim() == "[DONE]" {
             events.push(StreamEvent::Done);
@@ -324,9 +294,6 @@ impl Tap {
             Framer::Json { buf, .. } => {
                 // Borrowed when the body is valid UTF-8 (a copy only to replace bad bytes).
                 let text = String::from_utf8_lossy(buf);
-                if self.wants_meta && self.meta.is_none() {
-                    self.meta = serde_json::from_str::<Meta>(&text).ok();
-                }
                 if let Err(e) = self.parser.payload(&text, &mut events) {
                     self.failed = Some(format!("response body: {e}"));
                     return TapEnd::Unknown;

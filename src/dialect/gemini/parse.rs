@@ -182,6 +182,8 @@ fn field_of<'a>(value: &'a Value, camel: &str, snake: &str) -> Option<&'a Value>
 pub struct ResponseParser {
     /// Per candidate index.
     candidates: BTreeMap<u32, Candidate>,
+    /// Identity fields of the first payload that had any.
+    meta: Option<crate::dialect::Meta>,
 }
 
 /// Call bookkeeping of one candidate.
@@ -213,7 +215,12 @@ impl ResponseParser {
     /// objects. The parser stays usable.
     pub fn payload(&mut self, payload: &str, out: &mut Vec<StreamEvent>) -> Result<(), DialectError> {
         match serde_json::from_str(payload)? {
-            Value::Object(response) => self.response(&response, out),
+            Value::Object(response) => {
+                if self.meta.is_none() {
+                    self.meta = crate::dialect::Meta::of(&response);
+                }
+                self.response(&response, out);
+            }
             Value::Array(responses) => {
                 for response in &responses {
                     match response {
@@ -225,6 +232,11 @@ impl ResponseParser {
             _ => return Err(DialectError::Shape("payload is not a JSON object".to_owned())),
         }
         Ok(())
+    }
+
+    /// Identity fields (`modelVersion`) of the first payload that had any.
+    pub fn meta(&self) -> Option<&crate::dialect::Meta> {
+        self.meta.as_ref()
     }
 
     /// Ends the response: completes every call still open, candidate by

@@ -265,6 +265,8 @@ fn str_field(value: &Value, key: &str) -> Option<String> {
 pub struct ResponseParser {
     /// Calls per choice index.
     choices: BTreeMap<u32, ChoiceCalls>,
+    /// Identity fields of the first chunk that had any.
+    meta: Option<crate::dialect::Meta>,
 }
 
 /// The calls of one choice, in order of first appearance, and indexes of
@@ -415,6 +417,9 @@ impl ResponseParser {
         let Value::Object(chunk) = serde_json::from_str(payload)? else {
             return Err(DialectError::Shape("payload is not a JSON object".to_owned()));
         };
+        if self.meta.is_none() {
+            self.meta = crate::dialect::Meta::of(&chunk);
+        }
         if let Some(error) = chunk.get("error").filter(|e| !e.is_null()) {
             out.push(StreamEvent::Error {
                 message: error_message(error),
@@ -433,6 +438,11 @@ impl ResponseParser {
             out.push(StreamEvent::Usage { usage: usage.clone() });
         }
         Ok(())
+    }
+
+    /// Identity fields (`id`, `model`, `created`) of the first chunk that had any.
+    pub fn meta(&self) -> Option<&crate::dialect::Meta> {
+        self.meta.as_ref()
     }
 
     /// Ends the response: completes every tool call still open, choice by
