@@ -177,9 +177,11 @@ static SYNTHETIC: LazyLock<Option<Regex>> = LazyLock::new(|| {
 
 /// A user message's text with synthetic wrappers removed, trimmed.
 pub(crate) fn own_text(text: &str) -> String {
+    // Every wrapper starts with `<` or `[`: most texts need no regex search.
+    let may_wrap = memchr::memchr2(b'<', b'[', text.as_bytes()).is_some();
     match SYNTHETIC.as_ref() {
-        Some(re) => re.replace_all(text, "").trim().to_owned(),
-        None => text.trim().to_owned(),
+        Some(re) if may_wrap => re.replace_all(text, "").trim().to_owned(),
+        _ => text.trim().to_owned(),
     }
 }
 
