@@ -177,17 +177,23 @@ pub struct Noted {
 /// A shared, lockable session.
 pub type SharedSession = Arc<Mutex<Session>>;
 
+/// The store's hasher: foldhash, seeded per process. Keys are hashes
+/// already (session keys, credential hashes) or ids the upstream issued,
+/// so SipHash's stronger guarantee buys nothing here, and it cost a few
+/// per cent of a small request's CPU (issue #14).
+type Hasher = foldhash::fast::RandomState;
+
 /// The bounded session store.
 pub struct Store {
-    sessions: moka::sync::Cache<String, SharedSession>,
+    sessions: moka::sync::Cache<String, SharedSession, Hasher>,
     /// (tenant, lane id) → key of the most recently active session of that
     /// lane: finds a fingerprinted session again after a compaction replaced
     /// the first message its fingerprint was made of.
-    lanes: moka::sync::Cache<(String, u64), String>,
+    lanes: moka::sync::Cache<(String, u64), String, Hasher>,
     /// OpenAI Responses `response.id` → the response it names, so a request
     /// chaining to it with `previous_response_id` (which carries only the
     /// items new since) finds its session and the calls it answers.
-    responses: moka::sync::Cache<String, Arc<StoredResponse>>,
+    responses: moka::sync::Cache<String, Arc<StoredResponse>, Hasher>,
     epoch: Instant,
     epoch_wall: Duration,
     /// How loop stretches ended (see [`crate::escalate::outcome`]).
@@ -228,15 +234,15 @@ impl Store {
                         went_idle(&session, &tally);
                     }
                 })
-                .build(),
+                .build_with_hasher(Hasher::default()),
             lanes: moka::sync::Cache::builder()
                 .max_capacity(max_sessions)
                 .time_to_idle(idle_ttl)
-                .build(),
+                .build_with_hasher(Hasher::default()),
             responses: moka::sync::Cache::builder()
                 .max_capacity(max_sessions)
                 .time_to_idle(idle_ttl)
-                .build(),
+                .build_with_hasher(Hasher::default()),
             epoch: Instant::now(),
             epoch_wall: SystemTime::now()
                 .duration_since(SystemTime::UNIX_EPOCH)
