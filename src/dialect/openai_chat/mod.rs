@@ -4,6 +4,7 @@
 //! a response it withholds part of (`ending`); a sample
 //! conversation for the demo ([`sample`]).
 
+mod chunk;
 pub(crate) mod ending;
 pub mod model;
 pub mod parse;

@@ -6,6 +6,7 @@
 //! of a string, tool-call fragments without `index`, empty continuation ids)
 //! are accepted. Nothing is ever written back from here.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use serde_json::{Map, Value};
@@ -414,6 +415,18 @@ impl ResponseParser {
             out.push(StreamEvent::Done);
             return Ok(());
         }
+        match super::chunk::read(payload) {
+            Some(chunk) => {
+                self.typed(chunk, out);
+                Ok(())
+            }
+            None => self.lenient(payload, out),
+        }
+    }
+
+    /// A payload read as a [`Value`], for the shapes the typed read
+    /// refuses: a field of an unexpected type counts as absent.
+    fn lenient(&mut self, payload: &str, out: &mut Vec<StreamEvent>) -> Result<(), DialectError> {
         let Value::Object(chunk) = serde_json::from_str(payload)? else {
             return Err(DialectError::Shape("payload is not a JSON object".to_owned()));
         };
@@ -440,6 +453,64 @@ impl ResponseParser {
         Ok(())
     }
 
+    /// A payload in the typed form ([`super::chunk`]): the same steps as
+    /// the lenient read of [`Self::payload`], on fields read once.
+    fn typed(&mut self, chunk: super::chunk::Chunk<'_>, out: &mut Vec<StreamEvent>) {
+        if self.meta.is_none() {
+            let meta = crate::dialect::Meta {
+                id: chunk.id.map(|s| s.0.into_owned()),
+                model: chunk.model.map(|s| s.0.into_owned()),
+                created: chunk.created,
+                model_version: chunk.model_version.map(|s| s.0.into_owned()),
+            };
+            self.meta = (meta != crate::dialect::Meta::default()).then_some(meta);
+        }
+        if let Some(error) = chunk.error {
+            out.push(StreamEvent::Error {
+                message: error_message(&error),
+            });
+            return;
+        }
+        for super::chunk::Object(choice) in chunk.choices.into_iter().flatten() {
+            let index = choice.index.and_then(|i| u32::try_from(i).ok()).unwrap_or(0);
+            let whole = choice.delta.is_none();
+            let part = match choice.delta {
+                Some(delta) => delta.map(|d| d.0),
+                None => choice.message.map(|m| m.0),
+            };
+            let texts = part.as_ref().map_or_else(Texts::default, |p| Texts {
+                reasoning_content: p.reasoning_content.as_ref(),
+                reasoning: p.reasoning.as_ref(),
+                content: p.content.as_ref(),
+                refusal: p.refusal.as_ref(),
+            });
+            push_text(&texts, index, out);
+            let (calls, legacy) = part.map_or((None, None), |p| (p.tool_calls, p.function_call));
+            let calls = calls.into_iter().flatten().map(|c| {
+                let call = c.0;
+                let function = call.function.map(|f| f.0);
+                let (name, arguments) = function.map_or((None, None), |f| (f.name, f.arguments));
+                Fragment {
+                    wire_index: call.index,
+                    id: call.id.map(|s| s.0).filter(|s| !s.is_empty()),
+                    name: name.map(|s| s.0),
+                    arguments: Piece::of_owned(arguments),
+                }
+            });
+            let legacy = legacy.map(|f| Fragment {
+                wire_index: None,
+                id: None,
+                name: f.0.name.map(|s| s.0),
+                arguments: Piece::of_owned(f.0.arguments),
+            });
+            let finish = choice.finish_reason.map(|s| s.0);
+            self.apply_choice(index, whole, calls.chain(legacy), finish.as_deref(), out);
+        }
+        if let Some(usage) = chunk.usage.filter(Value::is_object) {
+            out.push(StreamEvent::Usage { usage });
+        }
+    }
+
     /// Identity fields (`id`, `model`, `created`) of the first chunk that had any.
     pub fn meta(&self) -> Option<&crate::dialect::Meta> {
         self.meta.as_ref()
@@ -462,28 +533,49 @@ impl ResponseParser {
             .and_then(|i| u32::try_from(i).ok())
             .unwrap_or(0);
         let whole = choice.get("delta").is_none();
-        if let Some(part) = choice.get("delta").or_else(|| choice.get("message")) {
-            push_text(part, index, out);
-            let calls = part
-                .get("tool_calls")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten();
-            for fragment in calls {
-                let position = self.fragment(index, fragment, out);
-                if whole {
-                    self.complete_call(index, position, out);
-                }
-            }
-            if let Some(function) = part.get("function_call").filter(|f| f.is_object()) {
-                let fragment = serde_json::json!({ "function": function });
-                let position = self.fragment(index, &fragment, out);
-                if whole {
-                    self.complete_call(index, position, out);
-                }
+        let part = choice.get("delta").or_else(|| choice.get("message"));
+        let field = |key: &str| part.and_then(|p| p.get(key));
+        let texts = Texts {
+            reasoning_content: field("reasoning_content"),
+            reasoning: field("reasoning"),
+            content: field("content"),
+            refusal: field("refusal"),
+        };
+        push_text(&texts, index, out);
+        let calls = field("tool_calls")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .map(Fragment::of_value);
+        let legacy = field("function_call")
+            .filter(|f| f.is_object())
+            .map(|function| Fragment {
+                wire_index: None,
+                id: None,
+                ..Fragment::of_function(Some(function))
+            });
+        let finish = choice.get("finish_reason").and_then(Value::as_str);
+        self.apply_choice(index, whole, calls.chain(legacy), finish, out);
+    }
+
+    /// A choice's calls, then its end: each fragment applied (and its call
+    /// completed when the choice is a whole `message`), then every call
+    /// still open completed when the choice has a `finish_reason`.
+    fn apply_choice<'p>(
+        &mut self,
+        index: u32,
+        whole: bool,
+        calls: impl Iterator<Item = Fragment<'p>>,
+        finish: Option<&str>,
+        out: &mut Vec<StreamEvent>,
+    ) {
+        for fragment in calls {
+            let position = self.fragment(index, fragment, out);
+            if whole {
+                self.complete_call(index, position, out);
             }
         }
-        if let Some(reason) = choice.get("finish_reason").and_then(Value::as_str) {
+        if let Some(reason) = finish {
             self.complete_choice(index, out);
             out.push(StreamEvent::Finish {
                 choice: index,
@@ -493,36 +585,36 @@ impl ResponseParser {
     }
 
     /// Applies one `tool_calls[]` fragment; returns the call's position in its choice.
-    fn fragment(&mut self, choice: u32, fragment: &Value, out: &mut Vec<StreamEvent>) -> usize {
+    fn fragment(&mut self, choice: u32, fragment: Fragment<'_>, out: &mut Vec<StreamEvent>) -> usize {
         let calls = self.choices.entry(choice).or_default();
-        let wire_index = fragment.get("index").and_then(Value::as_u64);
-        let id = fragment
-            .get("id")
-            .and_then(Value::as_str)
-            .filter(|s| !s.is_empty());
+        let Fragment {
+            wire_index,
+            id,
+            name,
+            arguments,
+        } = fragment;
         let position = calls
-            .find(wire_index, id)
+            .find(wire_index, id.as_deref())
             .unwrap_or_else(|| calls.push(wire_index));
-        if let (Some(id), true) = (id, calls.calls[position].id.is_empty()) {
+        if let (Some(id), true) = (id.as_deref(), calls.calls[position].id.is_empty()) {
             calls.name(position, id);
         }
         let call = &mut calls.calls[position];
-        let function = fragment.get("function");
-        if let Some(name) = function.and_then(|f| f.get("name")).and_then(Value::as_str) {
+        if let Some(name) = name {
             if call.name.is_empty() {
-                name.clone_into(&mut call.name);
+                call.name = name.into_owned();
             }
         }
-        let arguments_delta = match function.and_then(|f| f.get("arguments")) {
-            Some(Value::String(text)) => {
-                call.arguments.push_str(text);
-                text.clone()
+        let arguments_delta = match arguments {
+            Piece::Text(text) => {
+                call.arguments.push_str(&text);
+                text.into_owned()
             }
-            None | Some(Value::Null) => String::new(),
+            Piece::Absent => String::new(),
             // Some servers send the arguments as an object, whole.
-            Some(other) => {
-                call.arguments = other.to_string();
-                call.arguments.clone()
+            Piece::Whole(whole) => {
+                call.arguments.clone_from(&whole);
+                whole
             }
         };
         out.push(StreamEvent::ToolCallDelta {
@@ -566,26 +658,103 @@ impl ResponseParser {
     }
 }
 
+/// One `tool_calls[]` fragment, from either read of a payload.
+struct Fragment<'p> {
+    wire_index: Option<u64>,
+    /// Non-empty.
+    id: Option<Cow<'p, str>>,
+    name: Option<Cow<'p, str>>,
+    arguments: Piece<'p>,
+}
+
+/// A fragment's `arguments`.
+enum Piece<'p> {
+    /// Absent or `null`.
+    Absent,
+    /// A string: more argument text.
+    Text(Cow<'p, str>),
+    /// Anything else: the arguments whole, as JSON text.
+    Whole(String),
+}
+
+impl<'p> Piece<'p> {
+    fn of_value(value: Option<&'p Value>) -> Self {
+        match value {
+            None | Some(Value::Null) => Self::Absent,
+            Some(Value::String(text)) => Self::Text(Cow::Borrowed(text)),
+            Some(other) => Self::Whole(other.to_string()),
+        }
+    }
+
+    fn of_owned(value: Option<Value>) -> Self {
+        match value {
+            None | Some(Value::Null) => Self::Absent,
+            Some(Value::String(text)) => Self::Text(Cow::Owned(text)),
+            Some(other) => Self::Whole(other.to_string()),
+        }
+    }
+}
+
+impl<'p> Fragment<'p> {
+    /// A fragment as the lenient read finds it: any field of another type
+    /// than expected counts as absent.
+    fn of_value(fragment: &'p Value) -> Self {
+        Self {
+            wire_index: fragment.get("index").and_then(Value::as_u64),
+            id: fragment
+                .get("id")
+                .and_then(Value::as_str)
+                .filter(|s| !s.is_empty())
+                .map(Cow::Borrowed),
+            ..Self::of_function(fragment.get("function"))
+        }
+    }
+
+    /// The name and arguments of a `function` object.
+    fn of_function(function: Option<&'p Value>) -> Self {
+        Self {
+            wire_index: None,
+            id: None,
+            name: function
+                .and_then(|f| f.get("name"))
+                .and_then(Value::as_str)
+                .map(Cow::Borrowed),
+            arguments: Piece::of_value(function.and_then(|f| f.get("arguments"))),
+        }
+    }
+}
+
+/// The text fields of a `delta` or `message`, from either read.
+#[derive(Default)]
+struct Texts<'p> {
+    reasoning_content: Option<&'p Value>,
+    reasoning: Option<&'p Value>,
+    content: Option<&'p Value>,
+    refusal: Option<&'p Value>,
+}
+
 /// Reasoning, answer text and refusal of a `delta` or `message`, in that order.
-fn push_text(part: &Value, choice: u32, out: &mut Vec<StreamEvent>) {
-    let text_of = |key: &str| part.get(key).and_then(Value::as_str).filter(|s| !s.is_empty());
+fn push_text(texts: &Texts<'_>, choice: u32, out: &mut Vec<StreamEvent>) {
+    let text_of = |field: Option<&Value>| {
+        field
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty())
+            .map(str::to_owned)
+    };
     // Servers that send both fields send the same text twice: read one.
-    let reasoning = if part.get("reasoning_content").is_some_and(|r| !r.is_null()) {
-        text_of("reasoning_content")
+    let reasoning = if texts.reasoning_content.is_some_and(|r| !r.is_null()) {
+        text_of(texts.reasoning_content)
     } else {
-        text_of("reasoning")
+        text_of(texts.reasoning)
     };
     if let Some(text) = reasoning {
-        out.push(StreamEvent::ReasoningDelta {
-            choice,
-            text: text.to_owned(),
-        });
+        out.push(StreamEvent::ReasoningDelta { choice, text });
     }
-    let content = match part.get("content") {
-        Some(Value::Array(_)) => Some(content_text(part.get("content"))).filter(|s| !s.is_empty()),
-        _ => text_of("content").map(str::to_owned),
+    let content = match texts.content {
+        Some(Value::Array(_)) => Some(content_text(texts.content)).filter(|s| !s.is_empty()),
+        other => text_of(other),
     };
-    for text in content.into_iter().chain(text_of("refusal").map(str::to_owned)) {
+    for text in content.into_iter().chain(text_of(texts.refusal)) {
         out.push(StreamEvent::TextDelta { choice, text });
     }
 }

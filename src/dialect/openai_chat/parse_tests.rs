@@ -723,3 +723,138 @@ fn many_parallel_calls_complete_in_order() {
         }
     }
 }
+
+/// What a parser made of a stream: its events and the identity it read.
+type Read = (Vec<StreamEvent>, Option<crate::dialect::Meta>);
+
+/// Every payload through the typed read and, separately, through the
+/// lenient `Value` read alone (the typed read's answer and the lenient one's).
+fn both_reads(payloads: &[String]) -> (Read, Read) {
+    let mut typed = ResponseParser::default();
+    let mut lenient = ResponseParser::default();
+    let (mut a, mut b) = (Vec::new(), Vec::new());
+    for payload in payloads {
+        let ra = typed.payload(payload, &mut a);
+        let rb = if payload.trim() == "[DONE]" {
+            done(&mut lenient, &mut b);
+            Ok(())
+        } else {
+            lenient.lenient(payload.trim(), &mut b)
+        };
+        assert_eq!(ra.is_ok(), rb.is_ok(), "{payload}");
+    }
+    ((a, typed.meta), (b, lenient.meta))
+}
+
+/// `[DONE]` as [`ResponseParser::payload`] takes it.
+fn done(parser: &mut ResponseParser, out: &mut Vec<StreamEvent>) {
+    parser.end(out);
+    out.push(StreamEvent::Done);
+}
+
+/// The recorded streams of every server in the fixtures: each payload is
+/// read in the typed form (none needs the `Value` read), with the events
+/// the `Value` read gives.
+#[test]
+fn the_typed_read_agrees_with_the_value_read_on_recorded_streams() {
+    let dir = std::env::var_os("LOOPGUARD_FIXTURES")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures"))
+        .join("openai-chat");
+    let mut streams = 0;
+    for entry in
+        std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e} (set LOOPGUARD_FIXTURES)", dir.display()))
+    {
+        let path = entry.unwrap().path();
+        let mut decoder = crate::sse::SseDecoder::new();
+        let mut decoded = Vec::new();
+        decoder.push(&std::fs::read(&path).unwrap(), &mut decoded);
+        decoded.extend(decoder.finish());
+        let payloads: Vec<String> = decoded.into_iter().map(|e| e.data).collect();
+        for payload in payloads.iter().filter(|p| p.trim() != "[DONE]") {
+            assert!(
+                super::super::chunk::read(payload.trim()).is_some(),
+                "{}: {payload}",
+                path.display()
+            );
+        }
+        let (typed, lenient) = both_reads(&payloads);
+        assert!(!typed.0.is_empty(), "{}", path.display());
+        assert_eq!(typed, lenient, "{}", path.display());
+        streams += 1;
+    }
+    assert!(streams >= 5, "{streams} recorded streams in {}", dir.display());
+}
+
+/// Shapes the typed read refuses or reads differently from the usual
+/// (wrong types, `null`s, arrays where objects belong, keys given twice,
+/// escapes, whole answers, errors): the same events as the `Value` read,
+/// alone and after a usual chunk.
+#[test]
+fn the_typed_read_agrees_with_the_value_read_on_odd_shapes() {
+    let odd = [
+        r#"{"choices":[{"index":0,"delta":null,"message":{"content":"hidden"}}]}"#,
+        r#"{"choices":[{"index":0,"message":null}]}"#,
+        r#"{"choices":[{"index":"1","delta":{"content":"x"}}]}"#,
+        r#"{"choices":[{"index":-1,"delta":{"content":"x"}}]}"#,
+        r#"{"choices":[{"index":1.0,"delta":{"content":"x"}}]}"#,
+        r#"{"choices":[{"index":0,"delta":{"tool_calls":{"index":0}}}]}"#,
+        r#"{"choices":[{"index":0,"delta":{"tool_calls":[5,{"index":0,"function":{"name":"f"}}]}}]}"#,
+        r#"{"choices":[{"index":0,"delta":["content","x"]}]}"#,
+        r#"{"choices":{"index":0}}"#,
+        r#"{"choices":null,"usage":{"total_tokens":3}}"#,
+        r#"{"choices":[],"usage":7}"#,
+        r#"["choices"]"#,
+        r#""text""#,
+        r#"{"choices":[{"index":0,"delta":{"content":"a","content":"b"}}]}"#,
+        r#"{"id":"x","id":"y","choices":[]}"#,
+        r#"{"id":7,"model":"m","choices":[{"delta":{"content":"x"}}]}"#,
+        r#"{"created":1.5,"model":"m","choices":[]}"#,
+        r#"{"created":-3,"choices":[]}"#,
+        r#"{"modelVersion":"v","choices":[]}"#,
+        r#"{"id":"a\"b\u00e9","choices":[{"delta":{"tool_calls":[{"index":0,"id":"c\u0031","function":{"name":"r\u0065ad","arguments":"{\"p\":\"\\n\"}"}}]}}]}"#,
+        r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"","function":{"name":null,"arguments":null}}]}}]}"#,
+        r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"name":"f","arguments":{"b":1,"a":[2]}}}]}}]}"#,
+        r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"name":"f","arguments":12}}]}}]}"#,
+        r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":"f"}]}}]}"#,
+        r#"{"choices":[{"index":0,"delta":{"function_call":{"name":"f","arguments":"{}"}}}]}"#,
+        r#"{"choices":[{"index":0,"delta":{"function_call":"f"}}]}"#,
+        r#"{"choices":[{"index":0,"delta":{"reasoning_content":null,"reasoning":"r"}}]}"#,
+        r#"{"choices":[{"index":0,"delta":{"reasoning_content":5,"reasoning":"r"}}]}"#,
+        r#"{"choices":[{"index":0,"delta":{"reasoning_content":"","reasoning":"r","refusal":"no"}}]}"#,
+        r#"{"choices":[{"index":0,"delta":{"content":[{"type":"text","text":"a"},"b",{"type":"image_url"}]}}]}"#,
+        r#"{"choices":[{"index":0,"delta":{"content":7}}]}"#,
+        r#"{"choices":[{"index":0,"delta":{},"finish_reason":3}]}"#,
+        r#"{"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}"#,
+        r#"{"error":null,"choices":[{"delta":{"content":"x"}}]}"#,
+        r#"{"error":{"message":"overloaded"},"choices":[{"delta":{"content":"x"}}]}"#,
+        r#"{"error":"plain","id":"e"}"#,
+        r#"{"error":{"code":500}}"#,
+        r#"{"id":"chatcmpl-1","object":"chat.completion","created":1700000000,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"read_file","arguments":"{\"path\":\"a\"}"}},{"id":"c2","type":"function","function":{"name":"ls","arguments":"{}"}}]},"finish_reason":"tool_calls"}],"usage":{"prompt_tokens":1,"completion_tokens":2,"total_tokens":3}}"#,
+        r#"{"choices":[{"index":0,"delta":{"content":"x"}}],"extra":{"nested":[1,{"a":null}]}}"#,
+        r#"{"choices":[{"index":0,"delta":{"content":"x"}}"#,
+        "  {\"choices\":[{\"delta\":{\"content\":\"padded\"}}]}\n",
+    ];
+    let usual = r#"{"id":"chatcmpl-0","created":1,"model":"m","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"c0","function":{"name":"f","arguments":"{"}}]}}]}"#;
+    for payload in odd {
+        for before in [None, Some(usual)] {
+            let payloads: Vec<String> = before
+                .into_iter()
+                .chain([payload, "[DONE]"])
+                .map(str::to_owned)
+                .collect();
+            let (typed, lenient) = both_reads(&payloads);
+            assert_eq!(
+                typed,
+                lenient,
+                "{payload} (after a usual chunk: {})",
+                before.is_some()
+            );
+        }
+    }
+    // The usual shapes are read typed; the refused ones fall back.
+    assert!(super::super::chunk::read(usual).is_some());
+    assert!(super::super::chunk::read(odd[2]).is_none());
+    assert!(super::super::chunk::read(r#"["choices"]"#).is_none());
+    assert!(super::super::chunk::read(odd[13]).is_none());
+}
