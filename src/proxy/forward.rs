@@ -67,7 +67,8 @@ pub(super) async fn forward(
             &mut headers,
         );
     }
-    let origin = url.origin().ascii_serialization();
+    // Serialized only for an error's message.
+    let origin = url.origin();
     let method = admitted.parts.method.clone();
     let sent = Instant::now();
     let overhead = sent.duration_since(admitted.body_read);
@@ -83,6 +84,7 @@ pub(super) async fn forward(
     let response = match tokio::time::timeout(config.server.first_byte_timeout, send).await {
         Ok(Ok(response)) => response,
         Ok(Err(detail)) => {
+            let origin = origin.ascii_serialization();
             tracing::warn!(upstream = %origin, error = %detail, "upstream unreachable");
             let response = ProxyError::UpstreamUnreachable {
                 upstream: origin,
@@ -92,6 +94,7 @@ pub(super) async fn forward(
             return Err(Box::new(failed(response)));
         }
         Err(_) => {
+            let origin = origin.ascii_serialization();
             tracing::warn!(upstream = %origin, "upstream first-byte timeout");
             let response = ProxyError::UpstreamTimeout {
                 upstream: origin,

@@ -8,8 +8,6 @@
 //! hash of the caller's credential, so one tenant can never read or steer
 //! another's session; sub-agent headers make a child key.
 
-use std::fmt::Write as _;
-
 use http::HeaderMap;
 use sha2::{Digest, Sha256};
 
@@ -78,30 +76,32 @@ fn short_hash(parts: &[&[u8]]) -> String {
         h.update((p.len() as u64).to_le_bytes());
         h.update(p);
     }
-    let mut out = String::with_capacity(16);
-    for b in &h.finalize()[..8] {
-        // Writing to a String cannot fail.
-        let _ = write!(out, "{b:02x}");
-    }
-    out
+    hex::encode(&h.finalize()[..8])
 }
 
 /// Hash of the caller's credential: every credential header and a `key`
-/// query parameter, so two tenants never share a key.
+/// query parameter, so two tenants never share a key. (The same bytes as
+/// [`short_hash`] of the parts `name=value` and `key=…`, fed straight to
+/// the hash: keys stay the same across versions, which replicas sharing
+/// state rely on.)
 pub fn tenant(headers: &HeaderMap, query: Option<&str>) -> String {
-    let mut parts: Vec<Vec<u8>> = Vec::new();
+    let mut h = Sha256::new();
     for name in CREDENTIAL_HEADERS {
         for v in headers.get_all(name) {
-            parts.push([name.as_bytes(), b"=", v.as_bytes()].concat());
+            let len = name.len() + 1 + v.as_bytes().len();
+            h.update((len as u64).to_le_bytes());
+            h.update(name.as_bytes());
+            h.update(b"=");
+            h.update(v.as_bytes());
         }
     }
     if let Some(q) = query {
         for kv in q.split('&').filter(|kv| kv.starts_with("key=")) {
-            parts.push(kv.as_bytes().to_vec());
+            h.update((kv.len() as u64).to_le_bytes());
+            h.update(kv.as_bytes());
         }
     }
-    let refs: Vec<&[u8]> = parts.iter().map(Vec::as_slice).collect();
-    short_hash(&refs)
+    hex::encode(&h.finalize()[..8])
 }
 
 fn header_value<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
@@ -162,17 +162,19 @@ pub fn resolve(
     } else {
         // The first call's id (random per run where the dialect has ids)
         // keeps parallel runs of the same task apart once they made a call.
-        let fp = [
+        let mut fp = String::with_capacity(route.len() + 1 + 64);
+        fp.push_str(route);
+        fp.push('|');
+        for h in [
             summary.system,
             summary.tools,
             summary.first_user,
             summary.first_call,
-        ]
-        .iter()
-        .map(|h| format!("{h:016x}"))
-        .collect::<Vec<_>>()
-        .join("");
-        (KeySource::Fingerprint, format!("{route}|{fp}"))
+        ] {
+            // `{h:016x}`: the big-endian bytes in hex.
+            fp.push_str(&hex::encode(h.to_be_bytes()));
+        }
+        (KeySource::Fingerprint, fp)
     };
     let source_name = match source {
         KeySource::Header => "h",
@@ -234,6 +236,29 @@ mod tests {
             h.insert(*k, HeaderValue::from_static(v));
         }
         h
+    }
+
+    /// Keys are stored by replicas sharing state and outlive a version: the
+    /// tenant hash and a fingerprinted key stay byte for byte what they were.
+    #[test]
+    fn keys_stay_the_same_across_versions() {
+        let mut h = HeaderMap::new();
+        h.append("authorization", HeaderValue::from_static("Bearer sk-1"));
+        h.append("x-api-key", HeaderValue::from_static("a"));
+        h.append("x-api-key", HeaderValue::from_static("b"));
+        let query = Some("x=1&key=q&key=r");
+        assert_eq!(tenant(&h, query), "037809e79cecc09e");
+        assert_eq!(tenant(&HeaderMap::new(), None), "e3b0c44298fc1c14");
+        let s = RequestSummary {
+            system: 0x0123_4567_89ab_cdef,
+            tools: 7,
+            first_user: u64::MAX,
+            messages: 3,
+            compactions: 0,
+            first_call: 0,
+        };
+        let k = resolve(&h, query, "x-loopguard-session", BodyIds::default, "/v1", &s);
+        assert_eq!(k.key, "037809e79cecc09e:f:4177bbcd6ceaedaf");
     }
 
     #[test]
