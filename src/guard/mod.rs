@@ -695,7 +695,11 @@ impl Guard {
         transcript: &crate::transcript::Transcript,
         settings: &Settings,
     ) -> SharedSession {
-        if key.source == key::KeySource::Fingerprint && self.store.get(&key.key).is_none() {
+        if key.source == key::KeySource::Fingerprint {
+            // A known session is found with one lookup (the usual request).
+            if let Some(known) = self.store.get(&key.key) {
+                return known;
+            }
             if let Some(previous) = self.store.by_lane(&key.tenant, lane) {
                 let compacted = {
                     let mut s = previous.lock().unwrap_or_else(PoisonError::into_inner);
