@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# Instructions loopguard executes per request, counted by valgrind's
+# callgrind: the same count for the same binary and inputs whatever else
+# the machine is doing, so small changes to the hot path can be compared
+# where the latency benches (benches/e2e.sh) are too noisy to tell.
+#
+#   benches/instructions.sh                      # builds the release binary
+#   BIN=path/to/loopguard benches/instructions.sh
+#   FLOOR=1 benches/instructions.sh              # examples/floor_proxy.rs: the HTTP stack alone
+#   N=5000 OUT=/tmp/lg.callgrind benches/instructions.sh   # then callgrind_annotate "$OUT".1
+#
+# Requests: N (default 2,000) one-tool-cycle chat completions, each a new
+# conversation (a distinct first user message), 4 at a time, after a
+# warm-up of 300, through loopguard (every detector on but the replay-storm
+# breaker, which distinct bodies never trip anyway) to nginx serving a
+# canned completion. Needs valgrind, `oha` (cargo install oha --locked),
+# python3 and nginx (see benches/nginx.sh).
+#
+# valgrind's CPU has no SHA extensions: SHA-256 (session keys) runs in
+# software there, about 24,000 instructions of a request that it costs far
+# less on a CPU with them. Compare builds, not absolute figures.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+N="${N:-2000}"
+OUT="${OUT:-$(mktemp -u /tmp/loopguard.callgrind.XXXXXX)}"
+OHA="${OHA:-$(command -v oha || echo "$HOME/.cargo/bin/oha")}"
+[ -x "$OHA" ] || { echo "oha not found: cargo install oha --locked" >&2; exit 1; }
+command -v valgrind >/dev/null || { echo "valgrind not found: apt-get install valgrind" >&2; exit 1; }
+
+. benches/common.sh
+. benches/nginx.sh
+bench_setup ''
+nginx_setup
+cat >"$WORK/lg.toml" <<TOML
+[server]
+listen = "127.0.0.1:0"
+admin_listen = "127.0.0.1:0"
+[[routes]]
+prefix = "/v1"
+provider = "openai"
+upstream = "$CANNED"
+[loop_detection.replay_storm]
+enabled = false
+TOML
+
+rm -f "$OUT" "$OUT".*
+if [ -n "${FLOOR:-}" ]; then
+  cargo build --release --locked --quiet --example floor_proxy
+  valgrind --tool=callgrind --callgrind-out-file="$OUT" \
+    "${CARGO_TARGET_DIR:-target}/release/examples/floor_proxy" 127.0.0.1:0 "$CANNED" >"$WORK/lg.out" 2>"$WORK/lg.err" &
+  PROXY_PID=$!
+  address() { sed -n 's/listening on //p' "$WORK/lg.out"; }
+else
+  LOOPGUARD_LOG=warn valgrind --tool=callgrind --callgrind-out-file="$OUT" \
+    "$BIN" serve --config "$WORK/lg.toml" >"$WORK/lg.out" 2>"$WORK/lg.err" &
+  PROXY_PID=$!
+  address() { sed -n 's/.*proxy=\([^ ]*\).*/\1/p' "$WORK/lg.out"; }
+fi
+for _ in $(seq 1 120); do [ -n "$(address)" ] && break; sleep 0.5; done
+[ -n "$(address)" ] || { echo "the proxy did not start under valgrind:" >&2; cat "$WORK/lg.err" >&2; exit 1; }
+URL="http://$(address)/v1/chat/completions"
+
+python3 - "$WORK/bodies.txt" <<'PY'
+import json, sys
+with open(sys.argv[1], "w") as out:
+    for n in range(20000):
+        messages = [{"role": "system", "content": "You are a coding agent."},
+                    {"role": "user", "content": f"Task {n}: tidy the parser module."},
+                    {"role": "assistant", "content": None, "tool_calls": [{"id": f"c{n}_0", "type": "function",
+                     "function": {"name": "read_file", "arguments": json.dumps({"path": "src/f0.rs"})}}]},
+                    {"role": "tool", "tool_call_id": f"c{n}_0", "content": "a.txt\nb.txt"}]
+        out.write(json.dumps({"model": "m", "messages": messages}, separators=(",", ":")) + "\n")
+PY
+load() { "$OHA" -n "$1" -c 4 --no-tui -m POST -H 'content-type: application/json' -Z "$WORK/bodies.txt" \
+  --output-format json "$URL" >"$WORK/oha.json"; }
+load 300
+callgrind_control -z "$PROXY_PID" >/dev/null
+load "$N"
+callgrind_control -d "$PROXY_PID" >/dev/null
+sleep 1
+ok=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['statusCodeDistribution'].get('200', 0))" "$WORK/oha.json")
+kill "$PROXY_PID"; wait "$PROXY_PID" 2>/dev/null || true
+total=$(awk '/^(summary|totals):/ {print $2; exit}' "$OUT".1)
+echo "requests: $N (HTTP 200: $ok)"
+echo "instructions per request: $((total / N))"
+echo "profile of the counted requests: callgrind_annotate --inclusive=yes $OUT.1"
