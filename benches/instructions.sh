@@ -32,17 +32,9 @@ command -v valgrind >/dev/null || { echo "valgrind not found: apt-get install va
 . benches/nginx.sh
 bench_setup ''
 nginx_setup
-cat >"$WORK/lg.toml" <<TOML
-[server]
-listen = "127.0.0.1:0"
-admin_listen = "127.0.0.1:0"
-[[routes]]
-prefix = "/v1"
-provider = "openai"
-upstream = "$CANNED"
-[loop_detection.replay_storm]
-enabled = false
-TOML
+# bench_setup's config, its route sent to nginx's canned answer instead.
+sed -i "s#upstream = \"$MOCK\"#upstream = \"$CANNED\"#" "$WORK/lg.toml"
+printf '[loop_detection.replay_storm]\nenabled = false\n' >>"$WORK/lg.toml"
 
 rm -f "$OUT" "$OUT".*
 if [ -n "${FLOOR:-}" ]; then
