@@ -19,6 +19,7 @@ test: $(VENV)/.installed agents
 lint:
 	cargo fmt --all -- --check
 	cargo clippy --locked --all-targets -- -D warnings
+	RUSTDOCFLAGS="-D warnings" cargo doc --locked --no-deps --lib
 
 # The proxy on the default config (config/loopguard.toml).
 run:

@@ -5,7 +5,7 @@
 //! configured; the read-only ones are open. Session keys are hashes; no
 //! credential or body text is ever shown (tool-call arguments are shown
 //! truncated and redacted). Everything but the probes and `/metrics`
-//! answers only for an allowed `Host` ([`host`]).
+//! answers only for an allowed `Host` (`host`).
 
 mod host;
 pub mod ui;

@@ -38,8 +38,8 @@ pub enum Command {
     /// a last .sse file (or response-shaped .json) is the response to the last request.
     /// With --summary each file is replayed as a session of its own and summarised instead.
     Replay {
-        /// Config file whose [loop_detection] and [[agents]] to use (default: the built-in
-        /// defaults); it needs no [[routes]].
+        /// Config file whose `[loop_detection]` and `[[agents]]` to use (default: the built-in
+        /// defaults); it needs no `[[routes]]`.
         #[arg(long)]
         config: Option<PathBuf>,
         /// Per file (each its own session): requests, verdicts per level, first warning /
@@ -69,7 +69,7 @@ pub enum Command {
         /// The base config (default: the built-in defaults); --set changes it.
         #[arg(long)]
         base: Option<PathBuf>,
-        /// DETECTOR.KEY=V1,V2,… under [loop_detection] (repeatable: every combination is a setting).
+        /// DETECTOR.KEY=V1,V2,… under `[loop_detection]` (repeatable: every combination is a setting).
         #[arg(long = "set")]
         sets: Vec<String>,
         /// A whole config file as a setting (repeatable).

@@ -1,7 +1,7 @@
 //! The raw configuration: serde structs that mirror the TOML file exactly.
 //!
 //! Every struct rejects unknown keys, so a typo is an error naming the key.
-//! Defaults live in `default_*` functions; [`super::load`] turns this into the
+//! Defaults live in `default_*` functions; [`super::load_str`] turns this into the
 //! validated [`super::Config`].
 
 use serde::Deserialize;

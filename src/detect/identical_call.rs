@@ -1,7 +1,7 @@
 //! `identical_call`: the same tool-call signature N times in a row.
 //!
 //! Idea: Cline's soft/hard mistake limits and Gemini CLI's five identical
-//! calls. "The same" is the call's identity ([`super::step::Cycle::signature`]):
+//! calls. "The same" is the call's identity (`super::step::Cycle::signature`):
 //! the tool and its arguments without the ones that do not identify it
 //! (`call_identity`, issue #12 point 5a) and after neutral rewrites
 //! (whitespace, comments, quoting, flag order or bundling, a trailing slash,
@@ -11,7 +11,7 @@
 //! a streak of twice that whose results all differ is only logged (action
 //! `observe`, whatever is configured: it is progress, never told to the
 //! agent); critical at 5 when the streak's no-progress run (see
-//! [`super::view::no_progress_run`]) is 5 long, i.e. the results are
+//! `super::view::no_progress_run`) is 5 long, i.e. the results are
 //! identical too. Does not flag: poll tools and calls that wait (judged by
 //! `poll_no_progress`), the same call returning a different result every
 //! time, calls separated by an assistant text turn or by the person speaking.

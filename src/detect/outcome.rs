@@ -6,11 +6,11 @@
 //! `request_id`, `requestId`, `RequestID` — and every id-like key: `id`,
 //! `…_id`, `…Id`, `uuid`, `pid`), configured regex masks removed from text
 //! (string values of JSON results included), then volatile values masked in
-//! text ([`mask_volatile`]: UUIDs, long hex, short random tokens, timestamps,
+//! text (`mask_volatile`: UUIDs, long hex, short random tokens, timestamps,
 //! clock times, durations, pids), whitespace trimmed. Text that is itself a
 //! JSON object or array is parsed so volatile keys apply. SHA-256 runs once
 //! per result and the session keeps the outcome with the step, so an item is
-//! normalised once, when it is new (see [`super::step::extract`]).
+//! normalised once, when it is new (see `super::step::extract`).
 //!
 //! Results are read in every shape an agent writes them: the text of a JSON
 //! result is the text nested under `output`, `result`, `stdout`, `stderr`,

@@ -12,7 +12,7 @@
 //! text hash for texts). A request sent twice, or retried, therefore adds
 //! nothing; a compacted request whose kept tail matches is aligned by search;
 //! a stale retry of an older request adds nothing. Only the items from the
-//! alignment point on get their outcomes computed (see [`extract`](super::step::extract)), so a
+//! alignment point on get their outcomes computed (see `extract`), so a
 //! request costs what is new in it. Memory is O(history_size):
 //! the steps (each with a 120-character argument preview), a few keys, and a
 //! bounded set of 64-bit hashes of user texts. The merging is in `absorb`.
@@ -168,7 +168,7 @@ impl SessionState {
     /// Judges a batch of complete, not yet executed calls the model is
     /// streaming: "would these calls continue a streak?" Each call is judged
     /// as if appended after the history and the calls before it in the batch,
-    /// looking back at most the history's length plus [`pending_lookback`]
+    /// looking back at most the history's length plus `pending_lookback`
     /// steps: a batch of n calls costs O(n) detector runs over a bounded
     /// view (an answer may carry 80k parallel calls). A batch of up to
     /// `pending_lookback` calls is judged over the whole history and batch;

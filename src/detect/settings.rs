@@ -263,7 +263,7 @@ pub struct Settings {
     /// User texts that are the agent's canned messages, not the person.
     pub canned_patterns: Vec<Regex>,
     /// `[loop_detection.call_identity]`: per tool (`*` = every tool), the
-    /// arguments that do not identify a call (see [`super::identity`]).
+    /// arguments that do not identify a call (see `super::identity`).
     pub call_identity: Vec<(String, Vec<String>)>,
     /// User texts the agent injects (skill bodies, caveats): not the person.
     pub injected_patterns: Vec<Regex>,

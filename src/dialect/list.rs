@@ -82,7 +82,7 @@ impl Dialect {
     }
 
     /// Splits a request body into its envelope and raw history items, for
-    /// the incremental parse (see [`split`]); `None` for a dialect without
+    /// the incremental parse (see [`split`](super::split)); `None` for a dialect without
     /// a split (every dialect has one today), whose requests would always get
     /// [`Dialect::parse_request`].
     ///

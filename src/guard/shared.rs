@@ -118,7 +118,7 @@ impl Guard {
     /// this replica are judged one after another.
     ///
     /// No read is made when the store's last answer found this replica's
-    /// copy current ([`Session::confirmed`]: one replica serves the
+    /// copy current ([`Session::confirmed`](crate::session::Session::confirmed): one replica serves the
     /// conversation, a sidecar or a sticky balancer) and the request chains
     /// no response: the returned value is then [`Begun::speculative`], and
     /// the write of the state detection leaves, made before the verdict
@@ -326,7 +326,7 @@ impl Guard {
     }
 
     /// The store keys for a request, `None` when detection does not run
-    /// for it (disabled, bypassed). Mirrors [`Guard::locate`]'s key choice
+    /// for it (disabled, bypassed). Mirrors `Guard::locate`'s key choice
     /// before a chained response is resolved (the load script does that).
     /// Synchronous (run it where the request's parse ran: it hashes the
     /// system text and tool set). `None` without a shared store.

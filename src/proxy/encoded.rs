@@ -9,7 +9,7 @@
 //! compressed stream can expand a thousandfold: past the cap detection
 //! stops for that response, counted as `response_too_large`, while its
 //! bytes keep going to the client), and a chunk of more than
-//! [`OFFLOAD_ABOVE`] compressed bytes is decoded and judged off the async
+//! `OFFLOAD_ABOVE` compressed bytes is decoded and judged off the async
 //! worker ([`super::offload::blocking_now`]).
 
 use std::io::Write;

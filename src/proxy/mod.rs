@@ -1,11 +1,11 @@
 //! Forwarding: one request from the agent to the upstream and the answer
 //! back, streamed, with a side tap that parses what passes.
 //!
-//! Stages, in order, one file each: [`admit`] (path checks, route match,
+//! Stages, in order, one file each: `admit` (path checks, route match,
 //! misroute check, capped body, dialect parse of a side copy, fail open) →
-//! [`decide`] (request-time detection, carried out as [`crate::plan`]
-//! says) → [`forward`] (the upstream request, first-byte timeout) →
-//! [`reply`] (response headers, the body through the holder, see
+//! `decide` (request-time detection, carried out as [`crate::plan`]
+//! says) → `forward` (the upstream request, first-byte timeout) →
+//! `reply` (response headers, the body through the holder, see
 //! [`respond`] and [`stream`]). A large body's parse and judgement run off
 //! the async workers ([`offload`]).
 

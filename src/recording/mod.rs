@@ -6,7 +6,7 @@
 //! is dropped and counted in `loopguard_recording_dropped_total`); a writer
 //! thread ([`writer`]) does the rest — splitting bodies, finding what each
 //! request adds, redacting, writing, evicting. One file per session lane;
-//! its format is in [`format`].
+//! its format is in [`mod@format`].
 
 pub mod format;
 pub mod mask;

@@ -81,7 +81,7 @@ fn short_hash(parts: &[&[u8]]) -> String {
 
 /// Hash of the caller's credential: every credential header and a `key`
 /// query parameter, so two tenants never share a key. (The same bytes as
-/// [`short_hash`] of the parts `name=value` and `key=…`, fed straight to
+/// `short_hash` of the parts `name=value` and `key=…`, fed straight to
 /// the hash: keys stay the same across versions, which replicas sharing
 /// state rely on.)
 pub fn tenant(headers: &HeaderMap, query: Option<&str>) -> String {

@@ -1,5 +1,5 @@
 //! The `openai-chat` dialect, whole: request parsing and splitting and stream
-//! parsing ([`parse`]), what loopguard writes in it ([`write`]: warning
+//! parsing ([`parse`]), what loopguard writes in it ([`mod@write`]: warning
 //! injection, block answers, abort bodies, in-stream errors) and how it ends
 //! a response it withholds part of (`ending`); a sample
 //! conversation for the demo ([`sample`]).
