@@ -359,9 +359,8 @@ mod tests {
         SayClose,
     }
 
-    /// A real HTTP/1.1 upstream on a loopback port that answers every
-    /// request with `hello` and counts the connections it accepted.
-    async fn upstream(after: After) -> (String, Arc<AtomicUsize>) {
+    /// A listener on a loopback ephemeral port, and its `host:port`.
+    async fn listener() -> (TcpListener, String) {
         let listener = TcpListener::bind("127.0.0.1:0")
             .await
             .unwrap_or_else(|e| panic!("bind: {e}"));
@@ -369,6 +368,13 @@ mod tests {
             .local_addr()
             .unwrap_or_else(|e| panic!("addr: {e}"))
             .to_string();
+        (listener, authority)
+    }
+
+    /// A real HTTP/1.1 upstream on a loopback port that answers every
+    /// request with `hello` and counts the connections it accepted.
+    async fn upstream(after: After) -> (String, Arc<AtomicUsize>) {
+        let (listener, authority) = listener().await;
         let accepted = Arc::new(AtomicUsize::new(0));
         let count = Arc::clone(&accepted);
         crate::task::spawn(async move {
@@ -477,13 +483,7 @@ mod tests {
     #[tokio::test]
     async fn an_upstream_that_is_not_listening_says_so() {
         // A port bound then released: nothing listens there.
-        let listener = TcpListener::bind("127.0.0.1:0")
-            .await
-            .unwrap_or_else(|e| panic!("bind: {e}"));
-        let authority = listener
-            .local_addr()
-            .unwrap_or_else(|e| panic!("addr: {e}"))
-            .to_string();
+        let (listener, authority) = listener().await;
         drop(listener);
         let pool = Pool::new(Duration::from_secs(2));
         let error = pool
