@@ -8,9 +8,18 @@
 //! object belongs), a key given twice, or a payload that is not an object
 //! fails the typed read, and the parser reads that payload as a
 //! [`serde_json::Value`] instead, with the lenient rules it always had. So
-//! both reads give the same events (a test holds them to it), and the
-//! usual payload costs no map of every field (issue #14: building the
-//! `Value` of each answer was half of its parse).
+//! wherever the `Value` read succeeds both reads give the same events (a
+//! test holds them to it), and the usual payload costs no map of every
+//! field (issue #14: building the `Value` of each answer was half of its
+//! parse).
+//!
+//! One difference, on purpose: a field loopguard does not read is checked
+//! for its JSON syntax only. A value there that a `Value` cannot hold — a
+//! lone surrogate escape (servers that split an emoji across `logprobs`
+//! tokens send them), a number out of `f64`'s range, nesting past
+//! serde_json's 128 levels — no longer makes the whole payload unreadable:
+//! its text and tool calls are still seen. (Skipping keeps no stack of its
+//! own beyond one byte per level, within the payload's size.)
 
 use std::borrow::Cow;
 use std::fmt;

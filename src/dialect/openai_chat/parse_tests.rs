@@ -858,3 +858,39 @@ fn the_typed_read_agrees_with_the_value_read_on_odd_shapes() {
     assert!(super::super::chunk::read(r#"["choices"]"#).is_none());
     assert!(super::super::chunk::read(odd[13]).is_none());
 }
+
+/// A value the `Value` read cannot hold, in a field loopguard does not
+/// read (a lone surrogate in a `logprobs` token, a number out of range,
+/// nesting past 128 levels), leaves the rest of the payload readable: the
+/// `Value` read refuses the whole payload, the typed read still sees its
+/// text, calls and identity.
+#[test]
+fn an_unreadable_value_in_a_field_loopguard_skips_hides_nothing_else() {
+    let deep = format!("{}{}", "[".repeat(200), "]".repeat(200));
+    let payloads = [
+        r#"{"id":"c","choices":[{"index":0,"delta":{"content":"hi"},"logprobs":{"content":[{"token":"\ud83d","logprob":-0.5}]}}]}"#.to_owned(),
+        r#"{"id":"c","choices":[{"index":0,"delta":{"content":"hi"}}],"x":1e400}"#.to_owned(),
+        format!(r#"{{"id":"c","x":{deep},"choices":[{{"index":0,"delta":{{"content":"hi"}}}}]}}"#),
+    ];
+    for payload in &payloads {
+        let mut lenient = ResponseParser::default();
+        assert!(lenient.lenient(payload, &mut Vec::new()).is_err(), "{payload}");
+        let mut typed = ResponseParser::default();
+        let mut out = Vec::new();
+        typed.payload(payload, &mut out).unwrap();
+        assert_eq!(
+            out,
+            vec![StreamEvent::TextDelta {
+                choice: 0,
+                text: "hi".to_owned()
+            }],
+            "{payload}"
+        );
+        assert_eq!(typed.meta().and_then(|m| m.id.as_deref()), Some("c"));
+    }
+    // A whole answer with a lone surrogate in its logprobs: its call is seen.
+    let whole = r#"{"id":"c","model":"m","choices":[{"index":0,"message":{"tool_calls":[{"id":"t","type":"function","function":{"name":"ls","arguments":"{}"}}]},"finish_reason":"tool_calls","logprobs":{"content":[{"token":"\udc00"}]}}]}"#;
+    let mut out = Vec::new();
+    ResponseParser::default().payload(whole, &mut out).unwrap();
+    assert_eq!(completed(&out).len(), 1);
+}
