@@ -36,13 +36,18 @@ impl Meta {
             None | Some(Value::Null) => None,
             Some(v) => Some(v.as_u64()?),
         };
-        let meta = Self {
+        Self {
             id: text(payload, "id").ok()?,
             model: text(payload, "model").ok()?,
             created,
             model_version: text(payload, "modelVersion").ok()?,
-        };
-        (meta != Self::default()).then_some(meta)
+        }
+        .any()
+    }
+
+    /// `None` when no field is set: a payload without identity has none.
+    pub fn any(self) -> Option<Self> {
+        (self != Self::default()).then_some(self)
     }
 }
 

@@ -466,7 +466,7 @@ impl Guard {
             mut key,
         } = match (request.resolved, &chained) {
             (Some(resolved), None) => resolved.clone(),
-            _ => Resolved::of(request, &transcript, session_header, settings),
+            _ => Resolved::of(request, &transcript, tenant.clone(), session_header, settings),
         };
         if let Some(link) = &chained {
             key = key::SessionKey {

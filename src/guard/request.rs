@@ -52,19 +52,21 @@ pub struct Resolved {
 }
 
 impl Resolved {
-    /// Computes them for `request`, whose history is `transcript`.
+    /// Computes them for `request`, whose history is `transcript` and whose
+    /// credential hash is `tenant` ([`key::tenant`]).
     pub fn of(
         request: &RequestView<'_>,
         transcript: &Transcript,
+        tenant: String,
         session_header: &str,
         settings: &Settings,
     ) -> Self {
         let summary = RequestSummary::of(transcript, settings);
         let lane = super::lane_id(&request.route.prefix, &summary);
         let ids = || -> key::BodyIds { request.parsed.ids.clone() };
-        let mut key = key::resolve(
+        let mut key = key::resolve_for(
+            tenant,
             request.headers,
-            request.query,
             session_header,
             ids,
             &request.route.prefix,

@@ -337,6 +337,7 @@ impl Guard {
             resolved: Resolved::of(
                 request,
                 &request.parsed.transcript,
+                crate::session::key::tenant(request.headers, request.query),
                 config.sessions.header.as_str(),
                 settings,
             ),

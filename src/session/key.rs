@@ -73,32 +73,35 @@ pub use crate::dialect::BodyIds;
 fn short_hash(parts: &[&[u8]]) -> String {
     let mut h = Sha256::new();
     for p in parts {
-        h.update((p.len() as u64).to_le_bytes());
-        h.update(p);
+        feed(&mut h, &[p]);
     }
     hex::encode(&h.finalize()[..8])
 }
 
-/// Hash of the caller's credential: every credential header and a `key`
-/// query parameter, so two tenants never share a key. (The same bytes as
-/// `short_hash` of the parts `name=value` and `key=…`, fed straight to
-/// the hash: keys stay the same across versions, which replicas sharing
-/// state rely on.)
+/// Feeds one part to the hash: its length, then its bytes, given in pieces
+/// (so a part made of several pieces needs no copy to join them).
+fn feed(h: &mut Sha256, pieces: &[&[u8]]) {
+    let len: usize = pieces.iter().map(|p| p.len()).sum();
+    h.update((len as u64).to_le_bytes());
+    for p in pieces {
+        h.update(p);
+    }
+}
+
+/// Hash of the caller's credential: every credential header (each part
+/// `name=value`) and a `key` query parameter, so two tenants never share a
+/// key. Keys stay the same across versions, which replicas sharing state
+/// rely on.
 pub fn tenant(headers: &HeaderMap, query: Option<&str>) -> String {
     let mut h = Sha256::new();
     for name in CREDENTIAL_HEADERS {
         for v in headers.get_all(name) {
-            let len = name.len() + 1 + v.as_bytes().len();
-            h.update((len as u64).to_le_bytes());
-            h.update(name.as_bytes());
-            h.update(b"=");
-            h.update(v.as_bytes());
+            feed(&mut h, &[name.as_bytes(), b"=", v.as_bytes()]);
         }
     }
     if let Some(q) = query {
         for kv in q.split('&').filter(|kv| kv.starts_with("key=")) {
-            h.update((kv.len() as u64).to_le_bytes());
-            h.update(kv.as_bytes());
+            feed(&mut h, &[kv.as_bytes()]);
         }
     }
     hex::encode(&h.finalize()[..8])
@@ -148,7 +151,18 @@ pub fn resolve(
     route: &str,
     summary: &RequestSummary,
 ) -> SessionKey {
-    let tenant = tenant(headers, query);
+    resolve_for(tenant(headers, query), headers, configured, ids, route, summary)
+}
+
+/// [`resolve`] for a caller whose credential hash ([`tenant`]) is known already.
+pub fn resolve_for(
+    tenant: String,
+    headers: &HeaderMap,
+    configured: &str,
+    ids: impl FnOnce() -> BodyIds,
+    route: &str,
+    summary: &RequestSummary,
+) -> SessionKey {
     let user_agent = header_value(headers, "user-agent").unwrap_or_default();
     let (source, value) = if let Some(v) = header_value(headers, configured) {
         (KeySource::Header, v.to_owned())

@@ -457,13 +457,13 @@ impl ResponseParser {
     /// the lenient read of [`Self::payload`], on fields read once.
     fn typed(&mut self, chunk: super::chunk::Chunk<'_>, out: &mut Vec<StreamEvent>) {
         if self.meta.is_none() {
-            let meta = crate::dialect::Meta {
+            self.meta = crate::dialect::Meta {
                 id: chunk.id.map(|s| s.0.into_owned()),
                 model: chunk.model.map(|s| s.0.into_owned()),
                 created: chunk.created,
                 model_version: chunk.model_version.map(|s| s.0.into_owned()),
-            };
-            self.meta = (meta != crate::dialect::Meta::default()).then_some(meta);
+            }
+            .any();
         }
         if let Some(error) = chunk.error {
             out.push(StreamEvent::Error {
@@ -486,23 +486,15 @@ impl ResponseParser {
             });
             push_text(&texts, index, out);
             let (calls, legacy) = part.map_or((None, None), |p| (p.tool_calls, p.function_call));
-            let calls = calls.into_iter().flatten().map(|c| {
-                let call = c.0;
-                let function = call.function.map(|f| f.0);
-                let (name, arguments) = function.map_or((None, None), |f| (f.name, f.arguments));
-                Fragment {
+            let calls = calls
+                .into_iter()
+                .flatten()
+                .map(|super::chunk::Object(call)| Fragment {
                     wire_index: call.index,
                     id: call.id.map(|s| s.0).filter(|s| !s.is_empty()),
-                    name: name.map(|s| s.0),
-                    arguments: Piece::of_owned(arguments),
-                }
-            });
-            let legacy = legacy.map(|f| Fragment {
-                wire_index: None,
-                id: None,
-                name: f.0.name.map(|s| s.0),
-                arguments: Piece::of_owned(f.0.arguments),
-            });
+                    ..Fragment::of_typed_function(call.function.map(|f| f.0))
+                });
+            let legacy = legacy.map(|f| Fragment::of_typed_function(Some(f.0)));
             let finish = choice.finish_reason.map(|s| s.0);
             self.apply_choice(index, whole, calls.chain(legacy), finish.as_deref(), out);
         }
@@ -549,11 +541,7 @@ impl ResponseParser {
             .map(Fragment::of_value);
         let legacy = field("function_call")
             .filter(|f| f.is_object())
-            .map(|function| Fragment {
-                wire_index: None,
-                id: None,
-                ..Fragment::of_function(Some(function))
-            });
+            .map(|function| Fragment::of_function(Some(function)));
         let finish = choice.get("finish_reason").and_then(Value::as_str);
         self.apply_choice(index, whole, calls.chain(legacy), finish, out);
     }
@@ -720,6 +708,18 @@ impl<'p> Fragment<'p> {
                 .and_then(Value::as_str)
                 .map(Cow::Borrowed),
             arguments: Piece::of_value(function.and_then(|f| f.get("arguments"))),
+        }
+    }
+
+    /// The name and arguments of a `function` in the typed read; like
+    /// [`Fragment::of_function`], no index or id.
+    fn of_typed_function(function: Option<super::chunk::Function<'p>>) -> Self {
+        let (name, arguments) = function.map_or((None, None), |f| (f.name, f.arguments));
+        Self {
+            wire_index: None,
+            id: None,
+            name: name.map(|s| s.0),
+            arguments: Piece::of_owned(arguments),
         }
     }
 }
