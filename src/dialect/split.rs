@@ -61,6 +61,15 @@ impl HistoryItem {
 /// item before them, in order (one output per input).
 pub type ItemParser = fn(before: &[HistoryItem], items: &[Value]) -> Vec<HistoryItem>;
 
+/// A dialect's reader of items still raw in the body: the same items as
+/// its [`ItemParser`] gives for their `Value`s, without building them where
+/// it can (see `openai_chat::item`).
+///
+/// # Errors
+/// [`DialectError::Json`] as [`SplitRequest::parse_items`].
+pub type RawItemParser =
+    fn(before: &[HistoryItem], items: &[&RawValue]) -> Result<Vec<HistoryItem>, DialectError>;
+
 /// A dialect's envelope reader: everything but the history (flags, model,
 /// declared tools, system text), with `transcript.messages` empty.
 pub type HeadParser = fn(&Map<String, Value>) -> ParsedRequest;
@@ -270,6 +279,7 @@ pub struct SplitRequest<'a> {
     /// can be resumed there, [`resume_with`]).
     pub history_end: Option<usize>,
     parse: ItemParser,
+    raw: Option<RawItemParser>,
 }
 
 impl<'a> SplitRequest<'a> {
@@ -280,7 +290,16 @@ impl<'a> SplitRequest<'a> {
             items,
             history_end: None,
             parse,
+            raw: None,
         }
+    }
+
+    /// Reads the body's items with `raw` instead of through their `Value`s
+    /// ([`SplitRequest::parse_values`] still takes `Value`s).
+    #[must_use]
+    pub fn reading_raw(mut self, raw: RawItemParser) -> Self {
+        self.raw = Some(raw);
+        self
     }
 
     /// Parses `items[from..]`, given the parses of `items[..from]` (`before`,
@@ -304,10 +323,11 @@ impl<'a> SplitRequest<'a> {
         before: &[HistoryItem],
         range: std::ops::Range<usize>,
     ) -> Result<Vec<HistoryItem>, DialectError> {
-        let values = self
-            .items
-            .get(range)
-            .unwrap_or_default()
+        let items = self.items.get(range).unwrap_or_default();
+        if let Some(raw) = self.raw {
+            return raw(before, items);
+        }
+        let values = items
             .iter()
             .map(|raw| serde_json::from_str::<Value>(raw.get()))
             .collect::<Result<Vec<_>, _>>()?;

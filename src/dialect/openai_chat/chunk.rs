@@ -139,7 +139,9 @@ impl<'de, T: Deserialize<'de>> Deserialize<'de> for Object<T> {
 
 /// `Some` for a field that is present, `null` included (serde's `Option`
 /// alone reads `null` as absent).
-fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(deserializer: D) -> Result<Option<T>, D::Error> {
+pub(super) fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(
+    deserializer: D,
+) -> Result<Option<T>, D::Error> {
     T::deserialize(deserializer).map(Some)
 }
 

@@ -6,6 +6,7 @@
 
 mod chunk;
 pub(crate) mod ending;
+mod item;
 pub mod model;
 pub mod parse;
 pub mod sample;

@@ -9,6 +9,7 @@
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use crate::dialect::split::{HistoryItem, Resume, SplitRequest, parse_whole, resume_with, split_with};
@@ -36,7 +37,7 @@ pub fn parse_request(body: &[u8]) -> Result<ParsedRequest, DialectError> {
 /// # Errors
 /// As [`crate::dialect::split::split_object`]: the caller falls back to [`parse_request`].
 pub fn split_request(body: &[u8]) -> Result<SplitRequest<'_>, DialectError> {
-    split_with(body, "messages", head, parse_items)
+    split_with(body, "messages", head, parse_items).map(|split| split.reading_raw(parse_raw))
 }
 
 /// [`split_request`] taken up again after items an earlier body had (see
@@ -45,7 +46,7 @@ pub fn split_request(body: &[u8]) -> Result<SplitRequest<'_>, DialectError> {
 /// # Errors
 /// As [`crate::dialect::split::resume_with`]: the caller splits in full.
 pub fn resume_request(body: &[u8], from: Resume) -> Result<SplitRequest<'_>, DialectError> {
-    resume_with(body, "messages", head, parse_items, from)
+    resume_with(body, "messages", head, parse_items, from).map(|split| split.reading_raw(parse_raw))
 }
 
 /// Everything but the history: flags, model, declared tools.
@@ -72,56 +73,185 @@ fn head(root: &Map<String, Value>) -> ParsedRequest {
 /// whether a non-system message came already, and the ids of earlier calls
 /// (read from `before` only when a `tool` message needs them).
 fn parse_items(before: &[HistoryItem], messages: &[Value]) -> Vec<HistoryItem> {
-    let mut any_message = before.iter().any(|i| !matches!(i, HistoryItem::System(_)));
-    // Call id → tool name: of the calls in `before` (built on first need) and
-    // of the calls in `messages` (later calls win, as in a map filled in order).
-    let mut before_names: Option<HashMap<&str, &str>> = None;
-    let mut names: HashMap<String, String> = HashMap::new();
-    let mut out = Vec::with_capacity(messages.len());
+    let mut history = History::new(before, messages.len());
     for message in messages {
+        history.push(Entry::of_value(message));
+    }
+    history.out
+}
+
+/// [`parse_items`] of items still raw in the body: each read in the typed
+/// form ([`super::item`]), or as a `Value` when that read refuses it, then
+/// parsed by the same rules.
+///
+/// # Errors
+/// [`DialectError::Json`] when an item the typed read refuses cannot be
+/// read as a `Value` either (nesting past serde_json's limit).
+fn parse_raw(before: &[HistoryItem], items: &[&RawValue]) -> Result<Vec<HistoryItem>, DialectError> {
+    let mut history = History::new(before, items.len());
+    for raw in items {
+        if let Some(item) = super::item::read(raw.get()) {
+            history.push(Entry::of_typed(item));
+        } else {
+            let value: Value = serde_json::from_str(raw.get())?;
+            history.push(Entry::of_value(&value));
+        }
+    }
+    Ok(history.out)
+}
+
+/// One `messages[]` item as the history parse uses it: its role (`""`
+/// when absent or not a string), its text, its calls (an assistant's only)
+/// and the fields a tool result names its call by.
+struct Entry<'m> {
+    role: Cow<'m, str>,
+    text: String,
+    calls: Vec<ToolCall>,
+    tool_call_id: Option<Cow<'m, str>>,
+    name: Option<Cow<'m, str>>,
+}
+
+impl<'m> Entry<'m> {
+    /// The lenient read: a field of another type counts as absent.
+    fn of_value(message: &'m Value) -> Self {
         let role = message.get("role").and_then(Value::as_str).unwrap_or_default();
-        let text = content_text(message.get("content"));
-        let parsed = match role {
-            "system" | "developer" if !any_message => {
-                out.push(HistoryItem::System(text));
-                continue;
+        let str_field = |key| message.get(key).and_then(Value::as_str).map(Cow::Borrowed);
+        Self {
+            role: Cow::Borrowed(role),
+            text: content_text(message.get("content")),
+            calls: if role == "assistant" {
+                value_calls(message)
+            } else {
+                Vec::new()
+            },
+            tool_call_id: str_field("tool_call_id"),
+            name: str_field("name"),
+        }
+    }
+
+    /// The typed read's item, read by the same rules.
+    fn of_typed(item: super::item::Item<'m>) -> Self {
+        use super::item::Content;
+        let role = item.role.map_or(Cow::Borrowed(""), |r| r.0);
+        let text = match item.content {
+            None => String::new(),
+            Some(Content::Text(text)) => text.0.into_owned(),
+            Some(Content::Parts(texts)) => texts.iter().map(|t| t.0.as_ref()).collect::<Vec<_>>().join("\n"),
+        };
+        let mut calls = Vec::new();
+        if role == "assistant" {
+            for super::chunk::Object(call) in item.tool_calls.into_iter().flatten() {
+                // An entry without `function` is skipped; `function: null` is an unnamed call.
+                let Some(function) = call.function else {
+                    continue;
+                };
+                let id = call.id.map(|id| id.0).filter(|id| !id.is_empty());
+                let function = function.map(|f| f.0);
+                let name = function
+                    .as_ref()
+                    .and_then(|f| f.name.as_ref())
+                    .map(|n| n.0.as_ref());
+                let arguments = arguments_of(function.as_ref().and_then(|f| f.arguments.as_ref()));
+                calls.push(ToolCall::new(
+                    id.map(Cow::into_owned),
+                    name.unwrap_or_default(),
+                    arguments,
+                ));
+            }
+            if let Some(super::chunk::Object(function)) = item.function_call {
+                let name = function.name.as_ref().map(|n| n.0.as_ref()).unwrap_or_default();
+                calls.push(ToolCall::new(
+                    None,
+                    name,
+                    arguments_of(function.arguments.as_ref()),
+                ));
+            }
+        }
+        Self {
+            role,
+            text,
+            calls,
+            tool_call_id: item.tool_call_id.map(|s| s.0),
+            name: item.name.map(|s| s.0),
+        }
+    }
+}
+
+/// The running parse of a history: whether a non-system message came
+/// already, the call id → tool name of the calls parsed so far, and the
+/// items.
+struct History<'b> {
+    before: &'b [HistoryItem],
+    any_message: bool,
+    /// Call id → tool name of the calls in `before` (built on first need).
+    before_names: Option<HashMap<&'b str, &'b str>>,
+    /// Call id → tool name of the calls pushed (later calls win, as in a
+    /// map filled in order).
+    names: HashMap<String, String>,
+    out: Vec<HistoryItem>,
+}
+
+impl<'b> History<'b> {
+    fn new(before: &'b [HistoryItem], capacity: usize) -> Self {
+        Self {
+            before,
+            any_message: before.iter().any(|i| !matches!(i, HistoryItem::System(_))),
+            before_names: None,
+            names: HashMap::new(),
+            out: Vec::with_capacity(capacity),
+        }
+    }
+
+    fn push(&mut self, entry: Entry<'_>) {
+        let Entry {
+            role,
+            text,
+            calls,
+            tool_call_id,
+            name,
+        } = entry;
+        let parsed = match role.as_ref() {
+            "system" | "developer" if !self.any_message => {
+                self.out.push(HistoryItem::System(text));
+                return;
             }
             "user" => Message::text(Role::User, text),
             "assistant" => {
-                let parsed = assistant_message(message, text);
-                for call in &parsed.tool_calls {
+                for call in &calls {
                     if let Some(id) = &call.id {
-                        names.insert(id.clone(), call.name.clone());
+                        self.names.insert(id.clone(), call.name.clone());
                     }
                 }
-                parsed
+                let mut message = Message::text(Role::Assistant, text);
+                message.tool_calls = calls;
+                message
             }
             "tool" => {
-                let call_id = message
-                    .get("tool_call_id")
-                    .and_then(Value::as_str)
-                    .map(str::to_owned);
-                let name = call_id
-                    .as_deref()
-                    .and_then(|id| {
-                        names.get(id).cloned().or_else(|| {
-                            let name = recent_call_name(before, id).or_else(|| {
-                                let before_names = before_names.get_or_insert_with(|| call_names(before));
-                                before_names.get(id).copied()
-                            });
-                            name.map(str::to_owned)
-                        })
-                    })
-                    .or_else(|| str_field(message, "name"));
-                tool_message(call_id, name, text)
+                let resolved = tool_call_id.as_deref().and_then(|id| self.call_name(id));
+                let call_id = tool_call_id.map(Cow::into_owned);
+                tool_message(call_id, resolved.or_else(|| name.map(Cow::into_owned)), text)
             }
-            "function" => tool_message(None, str_field(message, "name"), text),
+            "function" => tool_message(None, name.map(Cow::into_owned), text),
             _ => Message::text(Role::System, text),
         };
-        any_message = true;
-        out.push(HistoryItem::Message(parsed));
+        self.any_message = true;
+        self.out.push(HistoryItem::Message(parsed));
     }
-    out
+
+    /// The tool name of the call with id `id`: among the calls pushed, else
+    /// among the last of `before`, else among all of `before`.
+    fn call_name(&mut self, id: &str) -> Option<String> {
+        if let Some(name) = self.names.get(id) {
+            return Some(name.clone());
+        }
+        let before = self.before;
+        recent_call_name(before, id)
+            .or_else(|| {
+                let names = self.before_names.get_or_insert_with(|| call_names(before));
+                names.get(id).copied()
+            })
+            .map(str::to_owned)
+    }
 }
 
 /// Items and calls looked at from the end of `before` for a tool message's
@@ -173,9 +303,9 @@ fn declared_tools(root: &Map<String, Value>) -> Vec<String> {
     tools.chain(functions).map(str::to_owned).collect()
 }
 
-/// An assistant turn: its text, `tool_calls[]` and legacy `function_call`.
-fn assistant_message(message: &Value, text: String) -> Message {
-    let mut out = Message::text(Role::Assistant, text);
+/// An assistant item's calls: its `tool_calls[]` and legacy `function_call`.
+fn value_calls(message: &Value) -> Vec<ToolCall> {
+    let mut out = Vec::new();
     let calls = message
         .get("tool_calls")
         .and_then(Value::as_array)
@@ -187,7 +317,7 @@ fn assistant_message(message: &Value, text: String) -> Message {
         };
         let id = call.get("id").and_then(Value::as_str).filter(|s| !s.is_empty());
         let name = function.get("name").and_then(Value::as_str).unwrap_or_default();
-        out.tool_calls.push(ToolCall::new(
+        out.push(ToolCall::new(
             id.map(str::to_owned),
             name,
             arguments_of(function.get("arguments")),
@@ -195,8 +325,7 @@ fn assistant_message(message: &Value, text: String) -> Message {
     }
     if let Some(function) = message.get("function_call").filter(|f| f.is_object()) {
         let name = function.get("name").and_then(Value::as_str).unwrap_or_default();
-        out.tool_calls
-            .push(ToolCall::new(None, name, arguments_of(function.get("arguments"))));
+        out.push(ToolCall::new(None, name, arguments_of(function.get("arguments"))));
     }
     out
 }
@@ -244,10 +373,6 @@ fn content_text(content: Option<&Value>) -> String {
         }
         _ => String::new(),
     }
-}
-
-fn str_field(value: &Value, key: &str) -> Option<String> {
-    value.get(key).and_then(Value::as_str).map(str::to_owned)
 }
 
 /// Incremental response parser for one `chat/completions` response, streamed
@@ -778,3 +903,8 @@ fn position_u32(position: usize) -> u32 {
 #[expect(clippy::unwrap_used, reason = "test")]
 #[path = "parse_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[expect(clippy::unwrap_used, reason = "test")]
+#[path = "item_tests.rs"]
+mod item_tests;

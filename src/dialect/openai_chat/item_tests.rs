@@ -1,0 +1,236 @@
+//! The typed read of request history items (`super::super::item`) against
+//! the `Value` read it stands in for.
+
+use serde_json::value::RawValue;
+
+use super::*;
+
+/// `items` parsed the way a split body is (typed where it can), and their
+/// `Value`s parsed alone; `None` for a read that failed.
+fn both_reads(
+    before: &[HistoryItem],
+    items: &[&RawValue],
+) -> (Option<Vec<HistoryItem>>, Option<Vec<HistoryItem>>) {
+    let typed = parse_raw(before, items).ok();
+    let values: Option<Vec<Value>> = items
+        .iter()
+        .map(|raw| serde_json::from_str(raw.get()).ok())
+        .collect();
+    (typed, values.map(|values| parse_items(before, &values)))
+}
+
+fn raw(json: &str) -> Box<RawValue> {
+    RawValue::from_string(json.to_owned()).unwrap_or_else(|e| panic!("{json}: {e}"))
+}
+
+/// Every request of every recorded trajectory: each history item is read
+/// in the typed form (none needs the `Value` read), and the history is the
+/// one the `Value` read gives, whole and taken up again after each item.
+#[test]
+fn the_typed_item_read_agrees_with_the_value_read_on_recorded_trajectories() {
+    let dir = std::env::var_os("LOOPGUARD_TRAJECTORIES")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| {
+            std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/trajectories")
+        });
+    let (mut files, mut items) = (0, 0);
+    let entries = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e} (set LOOPGUARD_TRAJECTORIES)", dir.display()));
+    for entry in entries {
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|e| e != "jsonl") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        // The last request carries the whole history.
+        let Some(body) = text.lines().rfind(|l| !l.trim().is_empty()) else {
+            continue;
+        };
+        let split = split_request(body.as_bytes()).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        for item in &split.items {
+            assert!(
+                super::super::item::read(item.get()).is_some(),
+                "{}: {}",
+                path.display(),
+                item.get()
+            );
+        }
+        let (typed, lenient) = both_reads(&[], &split.items);
+        assert!(
+            typed.as_ref().is_some_and(|t| !t.is_empty()),
+            "{}",
+            path.display()
+        );
+        assert_eq!(typed, lenient, "{}", path.display());
+        // Piece by piece, each piece given the parses before it.
+        let whole = typed.unwrap_or_default();
+        for at in 1..split.items.len() {
+            let (typed, lenient) = both_reads(&whole[..at], &split.items[at..]);
+            assert_eq!(typed, lenient, "{} from item {at}", path.display());
+            assert_eq!(
+                typed.as_deref(),
+                Some(&whole[at..]),
+                "{} from item {at}",
+                path.display()
+            );
+        }
+        assert_eq!(
+            assemble_request(body),
+            parse_request(body.as_bytes()).ok(),
+            "{}",
+            path.display()
+        );
+        files += 1;
+        items += split.items.len();
+    }
+    assert!(
+        files >= 40 && items > 1000,
+        "{files} trajectories, {items} items in {}",
+        dir.display()
+    );
+}
+
+/// `body` split and its items read as the proxy reads them.
+fn assemble_request(body: &str) -> Option<ParsedRequest> {
+    let split = split_request(body.as_bytes()).ok()?;
+    let items = split.parse_items(&[], 0).ok()?;
+    Some(crate::dialect::split::assemble(split.head, items))
+}
+
+/// Shapes the typed read refuses or reads differently from the usual
+/// (wrong types, `null`s, non-objects, keys given twice, escapes, every
+/// content and call form): the same items as the `Value` read, alone and
+/// after an assistant item whose calls a tool item can name.
+#[test]
+fn the_typed_item_read_agrees_with_the_value_read_on_odd_shapes() {
+    let odd = [
+        r#"{"role":"user","content":"plain"}"#,
+        r#"{"role":"user","content":"a\"b\u00e9\n"}"#,
+        r#"{"role":"user","content":null}"#,
+        r#"{"role":"user"}"#,
+        r#"{"role":"user","content":7}"#,
+        r#"{"role":"user","content":{"text":"obj"}}"#,
+        r#"{"role":"user","content":[]}"#,
+        r#"{"role":"user","content":["a","b\u0021"]}"#,
+        r#"{"role":"user","content":[{"type":"text","text":"a"},{"type":"input_text","text":"b"},{"text":"c"}]}"#,
+        r#"{"role":"user","content":[{"type":"image_url","image_url":{"url":"x"},"text":"hidden"},{"type":"text"}]}"#,
+        r#"{"role":"user","content":[{"type":5,"text":"a"}]}"#,
+        r#"{"role":"user","content":[{"type":"text","text":5}]}"#,
+        r#"{"role":"user","content":[{"type":"text","text":"a","text":"b"}]}"#,
+        r#"{"role":"user","content":[3,null,["x"],"y"]}"#,
+        r#"{"role":"user","content":"a","content":"b"}"#,
+        r#"{"role":"user","role":"assistant","content":"twice"}"#,
+        r#"{"role":7,"content":"number"}"#,
+        r#"{"role":null,"content":"null role"}"#,
+        r#"{"content":"no role"}"#,
+        r#"{"role":"system","content":"late system"}"#,
+        r#"{"role":"developer","content":[{"type":"text","text":"dev"}]}"#,
+        r#"{"role":"critic","content":"unknown role"}"#,
+        r#"{"role":"assistant","content":null,"tool_calls":[{"id":"c2","type":"function","function":{"name":"ls","arguments":"{\"d\":\".\"}"}}]}"#,
+        r#"{"role":"assistant","content":"t","tool_calls":[{"id":"","function":{"name":"ls","arguments":""}},{"function":{"name":"cat","arguments":"not json"}}]}"#,
+        r#"{"role":"assistant","tool_calls":[{"id":"c3","function":{"name":"f","arguments":{"b":1,"a":[2]}}}]}"#,
+        r#"{"role":"assistant","tool_calls":[{"id":"c3","function":{"name":"f","arguments":12}}]}"#,
+        r#"{"role":"assistant","tool_calls":[{"id":"c3","function":{"name":"f","arguments":null}}]}"#,
+        r#"{"role":"assistant","tool_calls":[{"id":"c3","function":{"name":"f"}}]}"#,
+        r#"{"role":"assistant","tool_calls":[{"id":"c3","function":null}]}"#,
+        r#"{"role":"assistant","tool_calls":[{"id":"c3","function":"f"}]}"#,
+        r#"{"role":"assistant","tool_calls":[{"id":"c3"}]}"#,
+        r#"{"role":"assistant","tool_calls":[{"id":5,"function":{"name":"f"}}]}"#,
+        r#"{"role":"assistant","tool_calls":[{"id":"c3","function":{"name":7}}]}"#,
+        r#"{"role":"assistant","tool_calls":["c3",{"id":"c4","function":{"name":"f"}}]}"#,
+        r#"{"role":"assistant","tool_calls":{"id":"c3"}}"#,
+        r#"{"role":"assistant","tool_calls":null,"function_call":null}"#,
+        r#"{"role":"assistant","function_call":{"name":"legacy","arguments":"{}"}}"#,
+        r#"{"role":"assistant","function_call":"legacy"}"#,
+        r#"{"role":"assistant","function_call":["legacy"]}"#,
+        r#"{"role":"assistant","tool_calls":[{"id":"c1","function":{"name":"renamed"}}]}"#,
+        r#"{"role":"user","tool_calls":[{"id":"u1","function":{"name":"ignored"}}]}"#,
+        r#"{"role":"tool","tool_call_id":"c1","content":"result"}"#,
+        r#"{"role":"tool","tool_call_id":"c1","name":"own","content":"result"}"#,
+        r#"{"role":"tool","tool_call_id":"unknown","name":"own","content":"result"}"#,
+        r#"{"role":"tool","tool_call_id":"unknown","content":"result"}"#,
+        r#"{"role":"tool","tool_call_id":7,"name":"own","content":"result"}"#,
+        r#"{"role":"tool","name":"own","content":[{"type":"text","text":"r"}]}"#,
+        r#"{"role":"tool","tool_call_id":"c\u0031","content":"escaped id"}"#,
+        r#"{"role":"function","name":"legacy","content":"r"}"#,
+        r#"{"role":"function","content":"r"}"#,
+        r#"{"role":"user","content":"x","extra":{"nested":[1,{"a":null}]},"name":"someone"}"#,
+        r#"["user","positional"]"#,
+        r#""a string""#,
+        "null",
+        "12",
+    ];
+    let assistant = raw(
+        r#"{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"read_file","arguments":"{\"path\":\"a\"}"}}]}"#,
+    );
+    let system = raw(r#"{"role":"system","content":"sys"}"#);
+    let mut typed_reads = 0;
+    for item in odd {
+        let item = raw(item);
+        typed_reads += usize::from(super::super::item::read(item.get()).is_some());
+        // Alone; after a system item; after the assistant item in the same
+        // batch; and after it parsed earlier (given as `before`).
+        for items in [
+            vec![&*item],
+            vec![&*system, &*item],
+            vec![&*system, &*assistant, &*item],
+        ] {
+            let (typed, lenient) = both_reads(&[], &items);
+            assert!(lenient.is_some(), "{}", item.get());
+            assert_eq!(typed, lenient, "{} after {} items", item.get(), items.len() - 1);
+        }
+        let before = parse_items(
+            &[],
+            &[
+                serde_json::from_str(system.get()).unwrap(),
+                serde_json::from_str(assistant.get()).unwrap(),
+            ],
+        );
+        let (typed, lenient) = both_reads(&before, &[&*item]);
+        assert_eq!(typed, lenient, "{} after items parsed earlier", item.get());
+    }
+    // The usual shapes are read typed; the refused ones fall back (and the
+    // test above would pass without the typed read at all otherwise).
+    assert!(typed_reads >= 30, "{typed_reads} of {} read typed", odd.len());
+    for refused in [
+        odd[4],
+        odd[14],
+        odd[16],
+        odd[29],
+        odd[34],
+        r#"["user","positional"]"#,
+    ] {
+        assert!(super::super::item::read(refused).is_none(), "{refused}");
+    }
+}
+
+/// A value the `Value` read cannot hold, in a field loopguard does not
+/// read, leaves the item readable: the `Value` read refuses it (and with it
+/// the request), the typed read still sees its text and calls.
+#[test]
+fn an_unreadable_value_in_an_unread_item_field_hides_nothing_else() {
+    let deep = format!("{}{}", "[".repeat(200), "]".repeat(200));
+    let items = [
+        r#"{"role":"assistant","content":"hi","tool_calls":[{"id":"c","function":{"name":"ls","arguments":"{}"}}],"x":"\ud83d"}"#.to_owned(),
+        r#"{"role":"assistant","content":"hi","tool_calls":[{"id":"c","function":{"name":"ls","arguments":"{}"}}],"x":1e400}"#.to_owned(),
+        format!(r#"{{"role":"assistant","x":{deep},"content":"hi","tool_calls":[{{"id":"c","function":{{"name":"ls","arguments":"{{}}"}}}}]}}"#),
+    ];
+    for item in &items {
+        let item = raw(item);
+        assert!(
+            serde_json::from_str::<Value>(item.get()).is_err(),
+            "{}",
+            item.get()
+        );
+        let parsed = parse_raw(&[], &[&*item]).unwrap_or_else(|e| panic!("{}: {e}", item.get()));
+        let [HistoryItem::Message(message)] = parsed.as_slice() else {
+            panic!("{}: {parsed:?}", item.get());
+        };
+        assert_eq!(message.text, "hi");
+        assert_eq!(message.tool_calls.len(), 1);
+        assert_eq!(message.tool_calls[0].name, "ls");
+    }
+    // The same value in a field loopguard reads still fails the item.
+    let read_field = raw(r#"{"role":"user","content":"\ud83d"}"#);
+    assert!(parse_raw(&[], &[&*read_field]).is_err());
+}
