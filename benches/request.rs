@@ -170,6 +170,7 @@ fn guard_path(c: &mut Criterion) {
                 path: "/v1/chat/completions",
                 query: None,
                 headers,
+                tenant: &loopguard::session::key::tenant(headers, None),
                 decoded: body,
                 parsed: &parsed,
                 budget: None,
@@ -251,6 +252,7 @@ fn small_request(c: &mut Criterion) {
         route: &route.prefix,
         headers: &headers,
         query: None,
+        tenant: &loopguard::session::key::tenant(&headers, None),
     };
     let mut next = 0usize;
     let mut group = c.benchmark_group("small_request");
@@ -268,6 +270,7 @@ fn small_request(c: &mut Criterion) {
                 path: "/v1/chat/completions",
                 query: None,
                 headers: &headers,
+                tenant: &loopguard::session::key::tenant(&headers, None),
                 decoded: body,
                 parsed: &parsed,
                 budget: Some(&budget),
@@ -354,6 +357,7 @@ fn calls_scale(c: &mut Criterion) {
                 path: "/v1/chat/completions",
                 query: None,
                 headers: &headers,
+                tenant: &loopguard::session::key::tenant(&headers, None),
                 decoded: body,
                 parsed: &parsed,
                 budget: None,

@@ -116,6 +116,24 @@ pub fn classify(
     )
 }
 
+/// Whether a user message of `transcript` starts with a known summary
+/// prefix (`compaction.summary_prefixes`, on its own text): without one,
+/// [`classify_summarized`] never gives [`Evidence::SummaryPrefix`].
+pub fn carries_summary_marker(transcript: &Transcript, settings: &Settings) -> bool {
+    transcript
+        .messages
+        .iter()
+        .filter(|m| m.role == Role::User)
+        .any(|m| {
+            let own = own_text(&m.text);
+            settings
+                .compaction
+                .summary_prefixes
+                .iter()
+                .any(|r| r.is_match(&own))
+        })
+}
+
 /// [`classify`] for a caller that already holds the request's
 /// [`RequestSummary`] (`now`), so it is not computed twice per request.
 pub fn classify_summarized(
@@ -133,18 +151,7 @@ pub fn classify_summarized(
     if now.compactions > prev.compactions {
         return Classification::Compacted(Evidence::CompactionItem);
     }
-    let marker = transcript
-        .messages
-        .iter()
-        .filter(|m| m.role == Role::User)
-        .any(|m| {
-            let own = own_text(&m.text);
-            settings
-                .compaction
-                .summary_prefixes
-                .iter()
-                .any(|r| r.is_match(&own))
-        });
+    let marker = carries_summary_marker(transcript, settings);
     let shorter = now.messages < prev.messages;
     if marker && (shorter || now.first_user != prev.first_user) {
         return Classification::Compacted(Evidence::SummaryPrefix);

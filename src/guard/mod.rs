@@ -81,6 +81,9 @@ pub struct BodyOf<'a> {
     pub headers: &'a HeaderMap,
     /// Query string.
     pub query: Option<&'a str>,
+    /// The caller's credential hash, [`key::tenant`] of `headers` and
+    /// `query` (computed once per request by its caller).
+    pub tenant: &'a str,
 }
 
 /// Who a request is judged as: the session header, the agent's settings.
@@ -250,12 +253,7 @@ impl Guard {
         body: &[u8],
         budget: &Reservation,
     ) -> Result<Parsed, crate::dialect::DialectError> {
-        let scope = [
-            key::tenant(of.headers, of.query).as_bytes(),
-            b"\0",
-            of.route.as_bytes(),
-        ]
-        .concat();
+        let scope = [of.tenant.as_bytes(), b"\0", of.route.as_bytes()].concat();
         let pairs = of
             .headers
             .iter()
@@ -449,7 +447,7 @@ impl Guard {
         let stateful = responses.is_some_and(|r| r.stateful);
         let tenant = match request.resolved {
             Some(r) => r.key.tenant.clone(),
-            None => key::tenant(request.headers, request.query),
+            None => request.tenant.to_owned(),
         };
         // A request chaining to an earlier response carries only the items
         // new since: the calls it answers come from that response.
@@ -700,7 +698,10 @@ impl Guard {
             if let Some(known) = self.store.get(&key.key) {
                 return known;
             }
-            if let Some(previous) = self.store.by_lane(&key.tenant, lane) {
+            // Without a summary prefix no compaction is recognised below:
+            // the lane's session is not looked up (nor locked).
+            let marked = crate::detect::compaction::carries_summary_marker(transcript, settings);
+            if let Some(previous) = marked.then(|| self.store.by_lane(&key.tenant, lane)).flatten() {
                 let compacted = {
                     let mut s = previous.lock().unwrap_or_else(PoisonError::into_inner);
                     let prev = s.lane(lane).prev;

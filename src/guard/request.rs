@@ -25,6 +25,9 @@ pub struct RequestView<'a> {
     pub query: Option<&'a str>,
     /// Request headers.
     pub headers: &'a HeaderMap,
+    /// The caller's credential hash, [`key::tenant`] of `headers` and
+    /// `query` (computed once per request by its caller).
+    pub tenant: &'a str,
     /// The body decoded for parsing.
     pub decoded: &'a Bytes,
     /// The parsed body.

@@ -337,7 +337,7 @@ impl Guard {
             resolved: Resolved::of(
                 request,
                 &request.parsed.transcript,
-                crate::session::key::tenant(request.headers, request.query),
+                request.tenant.to_owned(),
                 config.sessions.header.as_str(),
                 settings,
             ),

@@ -41,6 +41,9 @@ pub(super) struct Admitted<'c> {
     pub(super) body: Bytes,
     /// When the body was read: loopguard's own time on the request starts here.
     pub(super) body_read: Instant,
+    /// The caller's credential hash ([`crate::session::key::tenant`]), when
+    /// detection applies; empty otherwise.
+    pub(super) tenant: String,
     /// The body decoded for parsing and its parse, when detection applies.
     pub(super) side: Option<(Bytes, ParsedRequest)>,
     /// What the parse holds of the parse-memory budget, until the request is done.
@@ -126,6 +129,10 @@ pub(super) async fn admit<'c>(
     let heavy = body.len() > config.server.offload_body_bytes
         || (body::is_encoded(&parts.headers) && body.len() > ENCODED_OFFLOAD_ABOVE);
     let budget = guard.reserve_parse(config);
+    let tenant = matched
+        .dialect
+        .map(|_| crate::session::key::tenant(&parts.headers, query.as_deref()))
+        .unwrap_or_default();
     let side = offload
         .run(heavy, || {
             matched.dialect.and_then(|d| {
@@ -137,6 +144,7 @@ pub(super) async fn admit<'c>(
                         route: matched.route.prefix.as_str(),
                         headers: &parts.headers,
                         query: query.as_deref(),
+                        tenant: &tenant,
                     },
                     budget: &budget,
                 };
@@ -152,6 +160,7 @@ pub(super) async fn admit<'c>(
         provider,
         body,
         body_read,
+        tenant,
         side,
         parse_budget: budget,
         _body_budget: body_budget,

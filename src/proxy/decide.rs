@@ -82,6 +82,7 @@ fn view_of<'a>(admitted: &'a Admitted<'_>) -> Option<RequestView<'a>> {
         path: &admitted.path,
         query: admitted.query.as_deref(),
         headers: &admitted.parts.headers,
+        tenant: &admitted.tenant,
         decoded,
         parsed,
         budget: Some(&admitted.parse_budget),
