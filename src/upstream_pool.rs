@@ -100,7 +100,7 @@ pub struct Pool {
 }
 
 struct Idle {
-    link: Link,
+    link: Box<Link>,
     since: Instant,
 }
 
@@ -114,7 +114,7 @@ impl std::fmt::Debug for Idle {
 /// to the pool once the body has ended.
 pub struct PooledBody {
     body: Incoming,
-    link: Option<SyncWrapper<Link>>,
+    link: Option<SyncWrapper<Box<Link>>>,
     pool: Weak<Pool>,
     authority: String,
 }
@@ -144,7 +144,10 @@ impl Pool {
         loop {
             let (link, reused) = match self.checkout(authority) {
                 Some(link) => (link, true),
-                None => (self.connect(authority).await?, false),
+                // Boxed: a new connection is the rare case, and its
+                // future (connect and handshake) would make every
+                // request's future larger.
+                None => (Box::pin(self.connect(authority)).await?, false),
             };
             match exchange(link, request).await {
                 Ok((response, link)) => {
@@ -171,7 +174,7 @@ impl Pool {
     }
 
     /// The most recently used idle connection to `authority` that is still open.
-    fn checkout(&self, authority: &str) -> Option<Link> {
+    fn checkout(&self, authority: &str) -> Option<Box<Link>> {
         let mut idle = self.idle.lock().ok()?;
         let list = idle.get_mut(authority)?;
         let mut cx = Context::from_waker(Waker::noop());
@@ -188,7 +191,7 @@ impl Pool {
         None
     }
 
-    fn give_back(&self, authority: &str, link: Link) {
+    fn give_back(&self, authority: &str, link: Box<Link>) {
         if link.done || link.sender.is_closed() {
             return;
         }
@@ -204,7 +207,7 @@ impl Pool {
         }
     }
 
-    async fn connect(&self, authority: &str) -> Result<Link, PoolError> {
+    async fn connect(&self, authority: &str) -> Result<Box<Link>, PoolError> {
         let stream = match tokio::time::timeout(self.connect_timeout, TcpStream::connect(authority)).await {
             Ok(Ok(stream)) => stream,
             Ok(Err(source)) => {
@@ -223,15 +226,18 @@ impl Pool {
         // Small writes (a request head, an SSE event) go out at once.
         let _ = stream.set_nodelay(true);
         let (sender, connection) = http1::Builder::new().handshake(TokioIo::new(stream)).await?;
-        Ok(Link {
+        // Boxed: a request's future moves its connection through several
+        // stages, a pointer rather than the connection's buffers and state.
+        Ok(Box::new(Link {
             sender,
             connection,
             done: false,
-        })
+        }))
     }
 }
 
-type Exchanged = Result<(http::Response<Incoming>, Link), (PoolError, Option<http::Request<Full<Bytes>>>)>;
+type Exchanged =
+    Result<(http::Response<Incoming>, Box<Link>), (PoolError, Option<http::Request<Full<Bytes>>>)>;
 type Answer = Pin<
     Box<
         dyn Future<
@@ -246,7 +252,7 @@ type Answer = Pin<
 /// Writes `request` on `link` and reads the response head, polling the
 /// connection in this task. On failure, the request comes back when it was
 /// never written.
-async fn exchange(mut link: Link, request: http::Request<Full<Bytes>>) -> Exchanged {
+async fn exchange(mut link: Box<Link>, request: http::Request<Full<Bytes>>) -> Exchanged {
     let mut request = Some(request);
     let mut answer: Option<Answer> = None;
     let result = std::future::poll_fn(|cx| {

@@ -60,7 +60,7 @@ impl Settle<'_> {
     pub(super) async fn run(self) {
         let Some(mut p) = self.pending else { return };
         let Some(view) = view_of(p.admitted) else { return };
-        while p.guard.shared_commit(&mut p.begun, p.key.as_deref()).await == Commit::Again {
+        while Box::pin(p.guard.shared_commit(&mut p.begun, p.key.as_deref())).await == Commit::Again {
             let outbox = Some(Arc::clone(p.begun.outbox()));
             p.key = p
                 .offload
@@ -117,7 +117,12 @@ pub(super) async fn decide<'a>(
     // Decided on the decoded body: a small compressed body may decode large.
     let heavy = view.decoded.len() > config.server.offload_body_bytes;
     let probe = offload.run(heavy, || guard.shared_probe(config, &view)).await;
-    let mut begun = guard.shared_begin(probe).await;
+    // The shared store's futures are boxed, here and below: they are large,
+    // and a request without a store should not carry room for them.
+    let mut begun = match probe {
+        Some(probe) => Box::pin(guard.shared_begin(Some(probe))).await,
+        None => None,
+    };
     let outbox = begun.as_ref().map(|b| Arc::clone(b.outbox()));
     decided.outbox.clone_from(&outbox);
     let resolved = begun.as_ref().map(|b| b.resolved().clone());
@@ -132,7 +137,7 @@ pub(super) async fn decide<'a>(
                     guard.on_request_deferred(config, &probed, outbox.clone())
                 })
                 .await;
-            match guard.shared_speculate(speculating, key.as_deref()).await {
+            match Box::pin(guard.shared_speculate(speculating, key.as_deref())).await {
                 Speculated::Stands => {
                     echoes.tell();
                     (decision, key)
@@ -186,9 +191,9 @@ pub(super) async fn decide<'a>(
         } => {
             // The `request` event is written by the handler, as for every answer of loopguard's own.
             let route = &admitted.matched.route.prefix;
-            settle.run().await;
+            Box::pin(settle.run()).await;
             if let Some(outbox) = &decided.outbox {
-                outbox.flush().await;
+                Box::pin(outbox.flush()).await;
             }
             return Err(Box::new(counted(
                 route,

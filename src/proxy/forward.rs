@@ -137,7 +137,9 @@ async fn send(
     }
     // The `Url` itself, not its text: reqwest would parse the text again.
     let request = clients.client.request(method, url).headers(headers).body(body);
-    request.send().await.map_err(|e| reqwest_error(&e))
+    // Boxed: reqwest's future is large, and the usual plain-HTTP request
+    // above should not carry room for it in its own.
+    Box::pin(request.send()).await.map_err(|e| reqwest_error(&e))
 }
 
 /// Where a request for [`Pool::send`] goes, and what it says of it: the

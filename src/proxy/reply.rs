@@ -79,9 +79,13 @@ pub(super) async fn reply(
         tap.record_into(copy);
     }
     let include_usage = admitted.parsed().is_some_and(|p| p.include_usage);
-    let holder = Holder::new(tap, dialect, mode, include_usage, config.server.max_held_bytes)
-        .with_max_frame(config.server.max_response_bytes)
-        .with_offload_above(config.server.offload_body_bytes);
+    // Boxed: every stage it passes through would otherwise keep a copy of
+    // it (about a kilobyte) in the request's future.
+    let holder = Box::new(
+        Holder::new(tap, dialect, mode, include_usage, config.server.max_held_bytes)
+            .with_max_frame(config.server.max_response_bytes)
+            .with_offload_above(config.server.offload_body_bytes),
+    );
     let reply = Reply {
         status,
         headers: out_headers,
@@ -91,8 +95,9 @@ pub(super) async fn reply(
     if mode == Mode::Whole {
         let out = whole(config, admitted, response, holder, decided.judge, reply).await;
         if let Some(outbox) = outbox {
-            // Written before any byte of the answer goes out.
-            outbox.flush().await;
+            // Written before any byte of the answer goes out (boxed, as
+            // every shared-store future on the request's path).
+            Box::pin(outbox.flush()).await;
         }
         out
     } else {
@@ -113,7 +118,7 @@ async fn whole(
     config: &Config,
     admitted: &Admitted<'_>,
     response: reqwest::Response,
-    holder: Holder,
+    holder: Box<Holder>,
     judge: Box<dyn StreamJudge>,
     reply: Reply,
 ) -> Response {
@@ -158,7 +163,7 @@ async fn whole(
 async fn streamed(
     config: &Config,
     response: reqwest::Response,
-    holder: Holder,
+    holder: Box<Holder>,
     judge: Box<dyn StreamJudge>,
     reply: Reply,
     outbox: Option<std::sync::Arc<crate::state::Outbox>>,

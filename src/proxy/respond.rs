@@ -54,7 +54,7 @@ pub type BodyItem = Result<Bytes, std::io::Error>;
 /// and forwards what the holder gives out.
 pub async fn drive(
     upstream: reqwest::Response,
-    holder: Holder,
+    holder: Box<Holder>,
     judge: Box<dyn StreamJudge>,
     head_tx: oneshot::Sender<Head>,
     body_tx: mpsc::Sender<BodyItem>,
@@ -101,7 +101,7 @@ pub async fn drive(
 
 /// What [`drive`] keeps across its turns.
 struct Driver {
-    holder: Holder,
+    holder: Box<Holder>,
     judge: Box<dyn StreamJudge>,
     /// `None` once the head was sent.
     head_tx: Option<oneshot::Sender<Head>>,
@@ -123,7 +123,7 @@ struct Driver {
 
 impl Driver {
     fn new(
-        holder: Holder,
+        holder: Box<Holder>,
         judge: Box<dyn StreamJudge>,
         head_tx: oneshot::Sender<Head>,
         body_tx: mpsc::Sender<BodyItem>,
@@ -373,7 +373,7 @@ impl std::fmt::Debug for Whole {
 /// needed; a client that goes away drops this future and the upstream with it.
 pub async fn whole(
     upstream: reqwest::Response,
-    mut holder: Holder,
+    mut holder: Box<Holder>,
     mut judge: Box<dyn StreamJudge>,
     idle: Duration,
     log: RequestLog,
