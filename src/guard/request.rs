@@ -82,6 +82,11 @@ impl Resolved {
     }
 }
 
+/// Codex's per-turn metadata header (JSON, with a `request_kind`).
+const CODEX_TURN_METADATA: http::HeaderName = http::HeaderName::from_static("x-codex-turn-metadata");
+/// Claude Code's header on its compaction requests.
+const CLAUDE_CODE_COMPACTION: http::HeaderName = http::HeaderName::from_static("x-claude-code-compaction");
+
 impl RequestView<'_> {
     /// How the client asked for the answer.
     pub fn mode(&self) -> Mode {
@@ -108,14 +113,14 @@ impl RequestView<'_> {
     pub(super) fn explicit_summarizer(&self) -> bool {
         let codex_compaction = self
             .headers
-            .get("x-codex-turn-metadata")
+            .get(&CODEX_TURN_METADATA)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| serde_json::from_str::<serde_json::Value>(v).ok())
             .is_some_and(|m| m["request_kind"] == "compaction");
         self.parsed.summarizer
             || codex_compaction
             || self.path.trim_end_matches('/').ends_with("/responses/compact")
-            || self.headers.contains_key("x-claude-code-compaction")
+            || self.headers.contains_key(&CLAUDE_CODE_COMPACTION)
     }
 
     /// The Responses `previous_response_id` the request chains to, if any.

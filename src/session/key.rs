@@ -9,37 +9,42 @@
 //! another's session; sub-agent headers make a child key.
 
 use http::HeaderMap;
+use http::header::{AsHeaderName, HeaderName};
 use sha2::{Digest, Sha256};
 
 use crate::detect::compaction::RequestSummary;
 
-/// Agent headers that carry a conversation id, in priority order.
-const AGENT_HEADERS: [&str; 9] = [
-    "x-claude-code-session-id",
-    "session_id",
-    "session-id",
-    "conversation_id",
-    "thread-id",
-    "x-session-affinity",
-    "x-opencode-session",
-    "x-session-id",
-    "x-task-id",
+/// Agent headers that carry a conversation id, in priority order. (Header
+/// names are constants, not text: a lookup by text parses the name first.)
+const AGENT_HEADERS: [HeaderName; 9] = [
+    HeaderName::from_static("x-claude-code-session-id"),
+    HeaderName::from_static("session_id"),
+    HeaderName::from_static("session-id"),
+    HeaderName::from_static("conversation_id"),
+    HeaderName::from_static("thread-id"),
+    HeaderName::from_static("x-session-affinity"),
+    HeaderName::from_static("x-opencode-session"),
+    HeaderName::from_static("x-session-id"),
+    HeaderName::from_static("x-task-id"),
 ];
 
+/// Codex's window header: `<conversation>:<window>`.
+const CODEX_WINDOW_HEADER: HeaderName = HeaderName::from_static("x-codex-window-id");
+
 /// Headers naming a sub-agent within a session.
-const SUBAGENT_HEADERS: [&str; 3] = [
-    "x-claude-code-agent-id",
-    "x-openai-subagent",
-    "x-parent-session-id",
+const SUBAGENT_HEADERS: [HeaderName; 3] = [
+    HeaderName::from_static("x-claude-code-agent-id"),
+    HeaderName::from_static("x-openai-subagent"),
+    HeaderName::from_static("x-parent-session-id"),
 ];
 
 /// Headers and query parameters that carry a credential.
-const CREDENTIAL_HEADERS: [&str; 5] = [
-    "authorization",
-    "x-api-key",
-    "api-key",
-    "x-goog-api-key",
-    "proxy-authorization",
+const CREDENTIAL_HEADERS: [HeaderName; 5] = [
+    HeaderName::from_static("authorization"),
+    HeaderName::from_static("x-api-key"),
+    HeaderName::from_static("api-key"),
+    HeaderName::from_static("x-goog-api-key"),
+    HeaderName::from_static("proxy-authorization"),
 ];
 
 /// Where a session key came from.
@@ -94,9 +99,9 @@ fn feed(h: &mut Sha256, pieces: &[&[u8]]) {
 /// rely on.
 pub fn tenant(headers: &HeaderMap, query: Option<&str>) -> String {
     let mut h = Sha256::new();
-    for name in CREDENTIAL_HEADERS {
+    for name in &CREDENTIAL_HEADERS {
         for v in headers.get_all(name) {
-            feed(&mut h, &[name.as_bytes(), b"=", v.as_bytes()]);
+            feed(&mut h, &[name.as_str().as_bytes(), b"=", v.as_bytes()]);
         }
     }
     if let Some(q) = query {
@@ -107,7 +112,7 @@ pub fn tenant(headers: &HeaderMap, query: Option<&str>) -> String {
     hex::encode(&h.finalize()[..8])
 }
 
-fn header_value<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+fn header_value<'a>(headers: &'a HeaderMap, name: impl AsHeaderName) -> Option<&'a str> {
     headers
         .get(name)
         .and_then(|v| v.to_str().ok())
@@ -163,12 +168,12 @@ pub fn resolve_for(
     route: &str,
     summary: &RequestSummary,
 ) -> SessionKey {
-    let user_agent = header_value(headers, "user-agent").unwrap_or_default();
+    let user_agent = header_value(headers, http::header::USER_AGENT).unwrap_or_default();
     let (source, value) = if let Some(v) = header_value(headers, configured) {
         (KeySource::Header, v.to_owned())
     } else if let Some(v) = AGENT_HEADERS.iter().find_map(|h| header_value(headers, h)) {
         (KeySource::AgentHeader, v.to_owned())
-    } else if let Some(v) = header_value(headers, "x-codex-window-id") {
+    } else if let Some(v) = header_value(headers, &CODEX_WINDOW_HEADER) {
         let conversation = v.split(':').next().unwrap_or(v);
         (KeySource::AgentHeader, conversation.to_owned())
     } else if let Some(v) = body_session_id(&ids(), user_agent) {
