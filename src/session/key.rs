@@ -112,7 +112,7 @@ pub fn tenant(headers: &HeaderMap, query: Option<&str>) -> String {
     hex::encode(&h.finalize()[..8])
 }
 
-fn header_value<'a>(headers: &'a HeaderMap, name: impl AsHeaderName) -> Option<&'a str> {
+fn header_value(headers: &HeaderMap, name: impl AsHeaderName) -> Option<&str> {
     headers
         .get(name)
         .and_then(|v| v.to_str().ok())
