@@ -693,15 +693,16 @@ impl Guard {
         transcript: &crate::transcript::Transcript,
         settings: &Settings,
     ) -> SharedSession {
-        // Without a summary prefix no compaction is recognised below: the
-        // session is found or made with one lookup (the usual request).
-        if key.source == key::KeySource::Fingerprint
-            && crate::detect::compaction::carries_summary_marker(transcript, settings)
-        {
+        if key.source == key::KeySource::Fingerprint {
+            // A known session is found with one lookup (the usual request).
             if let Some(known) = self.store.get(&key.key) {
                 return known;
             }
-            if let Some(previous) = self.store.by_lane(&key.tenant, lane) {
+            // Without a summary prefix no compaction is recognised below:
+            // the lane's session is not looked up (nor locked, nor kept
+            // from going idle by a conversation that is not its own).
+            let marked = crate::detect::compaction::carries_summary_marker(transcript, settings);
+            if let Some(previous) = marked.then(|| self.store.by_lane(&key.tenant, lane)).flatten() {
                 let compacted = {
                     let mut s = previous.lock().unwrap_or_else(PoisonError::into_inner);
                     let prev = s.lane(lane).prev;

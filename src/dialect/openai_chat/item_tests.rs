@@ -164,16 +164,18 @@ fn the_typed_item_read_agrees_with_the_value_read_on_odd_shapes() {
         r#"{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"read_file","arguments":"{\"path\":\"a\"}"}}]}"#,
     );
     let system = raw(r#"{"role":"system","content":"sys"}"#);
-    let mut typed_reads = 0;
+    let tool = raw(r#"{"role":"tool","tool_call_id":"c1","content":"result"}"#);
     for item in odd {
         let item = raw(item);
-        typed_reads += usize::from(super::super::item::read(item.get()).is_some());
         // Alone; after a system item; after the assistant item in the same
-        // batch; and after it parsed earlier (given as `before`).
+        // batch; followed by a tool result naming the assistant's call (an
+        // item that names that call again renames it: later calls win); and
+        // after them parsed earlier (given as `before`).
         for items in [
             vec![&*item],
             vec![&*system, &*item],
             vec![&*system, &*assistant, &*item],
+            vec![&*system, &*assistant, &*item, &*tool],
         ] {
             let (typed, lenient) = both_reads(&[], &items);
             assert!(lenient.is_some(), "{}", item.get());
@@ -189,19 +191,40 @@ fn the_typed_item_read_agrees_with_the_value_read_on_odd_shapes() {
         let (typed, lenient) = both_reads(&before, &[&*item]);
         assert_eq!(typed, lenient, "{} after items parsed earlier", item.get());
     }
-    // The usual shapes are read typed; the refused ones fall back (and the
-    // test above would pass without the typed read at all otherwise).
-    assert!(typed_reads >= 30, "{typed_reads} of {} read typed", odd.len());
-    for refused in [
-        odd[4],
-        odd[14],
-        odd[16],
-        odd[29],
-        odd[34],
+    // Which shapes take which read, each pinned (the comparisons above
+    // would pass without the typed read at all): wrong types, keys given
+    // twice and non-objects fall back, every other shape is read typed.
+    let refused = [
+        r#"{"role":"user","content":7}"#,
+        r#"{"role":"user","content":{"text":"obj"}}"#,
+        r#"{"role":"user","content":[{"type":5,"text":"a"}]}"#,
+        r#"{"role":"user","content":[{"type":"text","text":5}]}"#,
+        r#"{"role":"user","content":[{"type":"text","text":"a","text":"b"}]}"#,
+        r#"{"role":"user","content":[3,null,["x"],"y"]}"#,
+        r#"{"role":"user","content":"a","content":"b"}"#,
+        r#"{"role":"user","role":"assistant","content":"twice"}"#,
+        r#"{"role":7,"content":"number"}"#,
+        r#"{"role":"assistant","tool_calls":[{"id":"c3","function":"f"}]}"#,
+        r#"{"role":"assistant","tool_calls":[{"id":5,"function":{"name":"f"}}]}"#,
+        r#"{"role":"assistant","tool_calls":[{"id":"c3","function":{"name":7}}]}"#,
+        r#"{"role":"assistant","tool_calls":["c3",{"id":"c4","function":{"name":"f"}}]}"#,
+        r#"{"role":"assistant","tool_calls":{"id":"c3"}}"#,
+        r#"{"role":"assistant","function_call":"legacy"}"#,
+        r#"{"role":"assistant","function_call":["legacy"]}"#,
+        r#"{"role":"tool","tool_call_id":7,"name":"own","content":"result"}"#,
         r#"["user","positional"]"#,
-    ] {
-        assert!(super::super::item::read(refused).is_none(), "{refused}");
+        r#""a string""#,
+        "null",
+        "12",
+    ];
+    for shape in odd {
+        assert_eq!(
+            super::super::item::read(shape).is_none(),
+            refused.contains(&shape),
+            "{shape}: refused by the typed read?"
+        );
     }
+    assert!(refused.iter().all(|r| odd.contains(r)));
 }
 
 /// A value the `Value` read cannot hold, in a field loopguard does not
@@ -233,4 +256,31 @@ fn an_unreadable_value_in_an_unread_item_field_hides_nothing_else() {
     // The same value in a field loopguard reads still fails the item.
     let read_field = raw(r#"{"role":"user","content":"\ud83d"}"#);
     assert!(parse_raw(&[], &[&*read_field]).is_err());
+}
+
+/// A tool result whose call is further back than the recent items looked
+/// at first is named from the index of every earlier call, in both reads.
+#[test]
+fn a_tool_result_names_a_call_far_back_in_both_reads() {
+    let call = |n: usize| {
+        format!(
+            r#"{{"role":"assistant","tool_calls":[{{"id":"c{n}","function":{{"name":"tool{n}","arguments":"{{}}"}}}}]}}"#
+        )
+    };
+    let result = |n: usize| format!(r#"{{"role":"tool","tool_call_id":"c{n}","content":"r{n}"}}"#);
+    let earlier: Vec<Value> = (0..100)
+        .flat_map(|n| [call(n), result(n)])
+        .map(|item| serde_json::from_str(&item).unwrap())
+        .collect();
+    let before = parse_items(&[], &earlier);
+    let late = raw(&result(0));
+    let (typed, lenient) = both_reads(&before, &[&*late]);
+    assert_eq!(typed, lenient);
+    let named = typed
+        .as_deref()
+        .and_then(|items| items.first())
+        .and_then(|item| item.messages().first())
+        .and_then(|m| m.tool_results.first())
+        .and_then(|r| r.name.clone());
+    assert_eq!(named.as_deref(), Some("tool0"));
 }
