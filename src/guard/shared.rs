@@ -113,7 +113,8 @@ impl Guard {
     /// store holds for `probe` (one round trip; see [`Shared::load`] for
     /// the rare second) and installs it in the process copy, unless this
     /// replica's copy is that version or newer. `None` without a shared
-    /// store or when detection does not run for the request. The session's process lock is held until
+    /// store (a request detection does not run for has no probe to begin
+    /// with, see [`Guard::shared_probe`]). The session's process lock is held until
     /// the returned value is dropped, so that requests of one session on
     /// this replica are judged one after another.
     ///
@@ -123,9 +124,8 @@ impl Guard {
     /// no response: the returned value is then [`Begun::speculative`], and
     /// the write of the state detection leaves, made before the verdict
     /// goes out, is the request's one round trip ([`Guard::shared_speculate`]).
-    pub async fn shared_begin(&self, probe: Option<Probe>) -> Option<Begun<'_>> {
+    pub async fn shared_begin(&self, probe: Probe) -> Option<Begun<'_>> {
         let shared = self.shared.as_ref()?;
-        let probe = probe?;
         let outbox = Outbox::new(Arc::clone(shared), Arc::clone(&self.store));
         if probe.response_id.is_none()
             && let Some(session) = self.store.get(probe.key())

@@ -120,7 +120,7 @@ pub(super) async fn decide<'a>(
     // The shared store's futures are boxed, here and below: they are large,
     // and a request without a store should not carry room for them.
     let mut begun = match probe {
-        Some(probe) => Box::pin(guard.shared_begin(Some(probe))).await,
+        Some(probe) => Box::pin(guard.shared_begin(probe)).await,
         None => None,
     };
     let outbox = begun.as_ref().map(|b| Arc::clone(b.outbox()));
