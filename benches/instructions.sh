@@ -8,12 +8,16 @@
 #   BIN=path/to/loopguard benches/instructions.sh
 #   FLOOR=1 benches/instructions.sh              # examples/floor_proxy.rs: the HTTP stack alone
 #   N=5000 OUT=/tmp/lg.callgrind benches/instructions.sh   # then callgrind_annotate "$OUT".1
+#   HISTORY=500000 N=300 benches/instructions.sh  # large histories (see below; WARMUP=300 requests first)
 #
 # Requests: N (default 2,000) one-tool-cycle chat completions, each a new
 # conversation (a distinct first user message), 4 at a time, after a
 # warm-up of 300, through loopguard (every detector on but the replay-storm
 # breaker, which distinct bodies never trip anyway) to nginx serving a
-# canned completion. Needs valgrind, `oha` (cargo install oha --locked),
+# canned completion. With HISTORY (bytes), the bodies are instead 40
+# histories of about that size, as in benches/e2e.sh's history loads, each
+# resent in turn (40 conversations whose chains are kept: parse_cache_mib =
+# 512, as there). Needs valgrind, `oha` (cargo install oha --locked),
 # python3 and nginx (see benches/nginx.sh).
 #
 # valgrind's CPU has no SHA extensions: SHA-256 (session keys) runs in
@@ -30,11 +34,12 @@ command -v valgrind >/dev/null || { echo "valgrind not found: apt-get install va
 
 . benches/common.sh
 . benches/nginx.sh
-bench_setup ''
+bench_setup "${HISTORY:+max_request_bytes = 67108864}"
 nginx_setup
 # bench_setup's config, its route sent to nginx's canned answer instead.
 sed -i "s#upstream = \"$MOCK\"#upstream = \"$CANNED\"#" "$WORK/lg.toml"
 printf '[loop_detection.replay_storm]\nenabled = false\n' >>"$WORK/lg.toml"
+if [ -n "${HISTORY:-}" ]; then printf '[sessions]\nparse_cache_mib = 512\n' >>"$WORK/lg.toml"; fi
 
 rm -f "$OUT" "$OUT".*
 if [ -n "${FLOOR:-}" ]; then
@@ -53,20 +58,28 @@ for _ in $(seq 1 120); do [ -n "$(address)" ] && break; sleep 0.5; done
 [ -n "$(address)" ] || { echo "the proxy did not start under valgrind:" >&2; cat "$WORK/lg.err" >&2; exit 1; }
 URL="http://$(address)/v1/chat/completions"
 
-python3 - "$WORK/bodies.txt" <<'PY'
+python3 - "$WORK/bodies.txt" "${HISTORY:-0}" <<'PY'
 import json, sys
-with open(sys.argv[1], "w") as out:
-    for n in range(20000):
+path, size = sys.argv[1], int(sys.argv[2])
+with open(path, "w") as out:
+    for n in range(40 if size else 20000):
         messages = [{"role": "system", "content": "You are a coding agent."},
-                    {"role": "user", "content": f"Task {n}: tidy the parser module."},
-                    {"role": "assistant", "content": None, "tool_calls": [{"id": f"c{n}_0", "type": "function",
-                     "function": {"name": "read_file", "arguments": json.dumps({"path": "src/f0.rs"})}}]},
-                    {"role": "tool", "tool_call_id": f"c{n}_0", "content": "a.txt\nb.txt"}]
+                    {"role": "user", "content": f"Task {n}: tidy the parser module."}]
+        i = total = 0
+        while True:
+            result = (f"// file {i} of task {n}\n" + ("fn f() { let x = \"a\\nb\"; }\n" * 30)[:760]) if size else "a.txt\nb.txt"
+            messages += [{"role": "assistant", "content": None, "tool_calls": [{"id": f"c{n}_{i}", "type": "function",
+                          "function": {"name": "read_file", "arguments": json.dumps({"path": f"src/f{i}.rs"})}}]},
+                         {"role": "tool", "tool_call_id": f"c{n}_{i}", "content": result}]
+            total += len(result) + 200
+            i += 1
+            if total >= size:
+                break
         out.write(json.dumps({"model": "m", "messages": messages}, separators=(",", ":")) + "\n")
 PY
 load() { "$OHA" -n "$1" -c 4 --no-tui -m POST -H 'content-type: application/json' -Z "$WORK/bodies.txt" \
   --output-format json "$URL" >"$WORK/oha.json"; }
-load 300
+load "${WARMUP:-300}"
 callgrind_control -z "$PROXY_PID" >/dev/null
 load "$N"
 callgrind_control -d "$PROXY_PID" >/dev/null

@@ -177,21 +177,34 @@ type ByHash<V> = HashMap<u128, V, foldhash::fast::FixedState>;
 /// and a binary search, never a walk over the chains (issue #14: at a
 /// gateway of 1,024 conversations sharing one system prompt, comparing a new
 /// conversation with every kept chain was a tenth of the proxy's CPU).
+///
+/// A chain keeps its id, and its hashes stay indexed, while the request
+/// that repeats or extends it has it out ([`Inner::take`]): putting it back
+/// indexes only the hashes that request added ([`Inner::restore`]). Taking a
+/// 500 KB history out and putting it back used to remove and re-add each of
+/// its hashes, a tenth of such a request's CPU (issue #14).
 #[derive(Debug)]
 struct Inner {
-    /// By id. Ids grow with every push, so the first is the least recently
-    /// used.
-    chains: BTreeMap<u64, Chain>,
-    next_id: u64,
-    /// Sum of the chains' kept weights (items and turns).
+    /// By id: the kept chains, and the hashes of those out with a request.
+    chains: ById<Slot>,
+    /// Ids by recency (a tick from [`Inner::next`]): the first is the least
+    /// recently used.
+    order: BTreeMap<u64, u64>,
+    /// The next id or tick: both only grow.
+    next: u64,
+    /// Sum of the kept chains' weights (items and turns); a chain out with
+    /// a request weighs nothing here until it is back.
     bytes: usize,
-    /// The newest kept chain ending with each hash (its last one): a
-    /// request that repeats or extends a kept chain finds it here.
+    /// Chains out with a request.
+    out: usize,
+    /// The newest chain ending with each hash (its last one): a request
+    /// that repeats or extends a kept chain finds it here.
     ends: ByHash<u64>,
-    /// Every hash of every kept chain: how many chains hold it, and the
-    /// newest that does. A prefix of a kept chain is found by a binary
-    /// search of the request's hashes here (hash `i` covers items `0..=i`,
-    /// so a hash held means every earlier one is held too).
+    /// Every hash of every chain in [`Inner::chains`]: how many chains hold
+    /// it, and the one that indexed it last. A prefix of a kept chain is
+    /// found by a binary search of the request's hashes here (hash `i`
+    /// covers items `0..=i`, so a hash held means every earlier one is held
+    /// too).
     prefixes: ByHash<Holders>,
     /// How often each conversation was seen lately (the admission test).
     frequency: Frequency,
@@ -199,22 +212,38 @@ struct Inner {
     by_bytes: ByHash<Vec<u64>>,
 }
 
+/// A hash map keyed by chain ids (small counters: a fast hash is enough).
+type ById<V> = HashMap<u64, V, foldhash::fast::FixedState>;
+
+/// One chain of [`Inner::chains`].
+#[derive(Debug)]
+struct Slot {
+    /// Its place in [`Inner::order`].
+    tick: u64,
+    /// The chain; while it is out, only its hashes (still indexed).
+    chain: Chain,
+    /// Out with the request that repeats or extends it.
+    out: bool,
+}
+
 /// Who holds one hash (see [`Inner::prefixes`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Holders {
     count: u32,
-    /// The newest chain holding the hash; `None` once that chain left the
-    /// store while older ones still hold it (they are then found by a walk,
-    /// see [`Inner::holder`]).
-    newest: Option<u64>,
+    /// The chain that indexed the hash last; `None` once that chain left
+    /// the store while others still hold it (they are then found by a
+    /// walk, see [`Inner::holder`]).
+    last: Option<u64>,
 }
 
 impl Inner {
     fn new(max_chains: usize) -> Self {
         Self {
-            chains: BTreeMap::new(),
-            next_id: 0,
+            chains: ById::default(),
+            order: BTreeMap::new(),
+            next: 0,
             bytes: 0,
+            out: 0,
             ends: ByHash::default(),
             prefixes: ByHash::default(),
             frequency: Frequency::new(max_chains),
@@ -222,13 +251,83 @@ impl Inner {
         }
     }
 
-    /// Removes chain `id` for a request that repeats or extends it.
+    /// The next id or tick.
+    fn next(&mut self) -> u64 {
+        self.next += 1;
+        self.next
+    }
+
+    /// How many chains are kept (not out with a request).
+    fn kept(&self) -> usize {
+        self.chains.len() - self.out
+    }
+
+    /// Takes kept chain `id` out for a request that repeats or extends it:
+    /// its hashes stay indexed (a copy stays in its slot) and it becomes the
+    /// most recently used. `None` when it is out already (another request
+    /// of the same conversation, at the same time).
     fn take(&mut self, id: u64) -> Option<Chain> {
-        let mut chain = self.remove(id)?;
-        chain.taken = true;
+        let tick = self.next();
+        let slot = self.chains.get_mut(&id).filter(|slot| !slot.out)?;
+        let hollow = Chain {
+            hashes: slot.chain.hashes.clone(),
+            // Out since now: idle only past the idle TTL from here.
+            last_used: Some(Instant::now()),
+            ..Chain::default()
+        };
+        let mut chain = std::mem::replace(&mut slot.chain, hollow);
+        slot.out = true;
+        self.order.remove(&slot.tick);
+        slot.tick = tick;
+        self.order.insert(tick, id);
+        self.out += 1;
+        self.bytes -= chain.kept_weight();
+        if let Some(prefix) = chain.bytes.take() {
+            self.unindex_bytes(prefix.group, id);
+        }
         // Its prefix is this request's to record again, once parsed.
-        chain.bytes = None;
+        chain.id = Some(id);
         Some(chain)
+    }
+
+    /// Puts `chain` back into the slot it was taken from, when that slot is
+    /// still there and the chain extends the hashes it kept: only the added
+    /// hashes are indexed. Otherwise gives the chain back.
+    fn restore(&mut self, id: u64, chain: Chain) -> Option<Chain> {
+        let tick = self.next();
+        let Some(slot) = self
+            .chains
+            .get_mut(&id)
+            .filter(|slot| slot.out && chain.hashes.starts_with(&slot.chain.hashes))
+        else {
+            return Some(chain);
+        };
+        let kept = slot.chain.hashes.len();
+        let old_end = slot.chain.hashes.last().copied();
+        slot.chain = chain;
+        slot.out = false;
+        self.out -= 1;
+        self.order.remove(&slot.tick);
+        slot.tick = tick;
+        self.order.insert(tick, id);
+        let chain = &slot.chain;
+        self.bytes += chain.kept_weight();
+        if let Some(end) = old_end
+            && chain.hashes.last() != Some(&end)
+            && self.ends.get(&end) == Some(&id)
+        {
+            self.ends.remove(&end);
+        }
+        if let Some(end) = chain.hashes.last() {
+            self.ends.insert(*end, id);
+        }
+        for hash in &chain.hashes[kept..] {
+            Self::index(&mut self.prefixes, *hash, id);
+        }
+        if let Some(prefix) = &chain.bytes {
+            self.by_bytes.entry(prefix.group).or_default().push(id);
+        }
+        None
     }
 
     /// Whether `chain`, new to the store, may push out the least recently
@@ -240,52 +339,80 @@ impl Inner {
             return true;
         };
         let mut bytes = self.bytes + chain.kept_weight();
-        let mut count = self.chains.len() + 1;
-        for victim in self.chains.values() {
+        let mut count = self.kept() + 1;
+        let victims = self
+            .order
+            .values()
+            .filter_map(|id| self.chains.get(id))
+            .filter(|slot| !slot.out);
+        for victim in victims {
             if bytes <= budget && count <= max_chains {
                 break;
             }
-            let seen = conversation(&victim.hashes).map_or(0, |c| self.frequency.estimate(c));
+            let seen = conversation(&victim.chain.hashes).map_or(0, |c| self.frequency.estimate(c));
             if seen >= candidate {
                 return false;
             }
-            bytes -= victim.kept_weight();
+            bytes -= victim.chain.kept_weight();
             count -= 1;
         }
         true
     }
 
-    fn push(&mut self, chain: Chain) {
-        let id = self.next_id;
-        self.next_id += 1;
+    /// Counts `id` as a holder of `hash`, the last to index it.
+    fn index(prefixes: &mut ByHash<Holders>, hash: u128, id: u64) {
+        let holders = prefixes.entry(hash).or_insert(Holders { count: 0, last: None });
+        holders.count += 1;
+        holders.last = Some(id);
+    }
+
+    /// Keeps `chain`, new to the store, as the most recently used.
+    fn push(&mut self, mut chain: Chain) {
+        let id = self.next();
+        chain.id = None;
         if let Some(end) = chain.hashes.last() {
             self.ends.insert(*end, id);
         }
         for hash in &chain.hashes {
-            let holders = self.prefixes.entry(*hash).or_insert(Holders {
-                count: 0,
-                newest: None,
-            });
-            holders.count += 1;
-            holders.newest = Some(id);
+            Self::index(&mut self.prefixes, *hash, id);
         }
         if let Some(prefix) = &chain.bytes {
             self.by_bytes.entry(prefix.group).or_default().push(id);
         }
         self.bytes += chain.kept_weight();
-        self.chains.insert(id, chain);
+        let tick = self.next();
+        self.order.insert(tick, id);
+        self.chains.insert(
+            id,
+            Slot {
+                tick,
+                chain,
+                out: false,
+            },
+        );
     }
 
-    fn remove(&mut self, id: u64) -> Option<Chain> {
-        let chain = self.chains.remove(&id)?;
-        self.bytes -= chain.kept_weight();
-        if let Some(prefix) = &chain.bytes
-            && let hash_map::Entry::Occupied(mut entry) = self.by_bytes.entry(prefix.group)
-        {
+    fn unindex_bytes(&mut self, group: u128, id: u64) {
+        if let hash_map::Entry::Occupied(mut entry) = self.by_bytes.entry(group) {
             entry.get_mut().retain(|&held| held != id);
             if entry.get().is_empty() {
                 entry.remove();
             }
+        }
+    }
+
+    /// Drops chain `id` (kept or out) and every index entry of it.
+    fn remove(&mut self, id: u64) -> Option<Chain> {
+        let slot = self.chains.remove(&id)?;
+        self.order.remove(&slot.tick);
+        let chain = slot.chain;
+        if slot.out {
+            self.out -= 1;
+        } else {
+            self.bytes -= chain.kept_weight();
+        }
+        if let Some(prefix) = &chain.bytes {
+            self.unindex_bytes(prefix.group, id);
         }
         if let Some(end) = chain.hashes.last()
             && self.ends.get(end) == Some(&id)
@@ -298,8 +425,8 @@ impl Inner {
                 holders.count -= 1;
                 if holders.count == 0 {
                     entry.remove();
-                } else if holders.newest == Some(id) {
-                    holders.newest = None;
+                } else if holders.last == Some(id) {
+                    holders.last = None;
                 }
             }
         }
@@ -308,7 +435,15 @@ impl Inner {
 
     /// The least recently used chain's id.
     fn oldest(&self) -> Option<u64> {
-        self.chains.keys().next().copied()
+        self.order.values().next().copied()
+    }
+
+    /// The kept chain `id`, unless it is out.
+    fn kept_chain(&self, id: u64) -> Option<&Chain> {
+        self.chains
+            .get(&id)
+            .filter(|slot| !slot.out)
+            .map(|slot| &slot.chain)
     }
 
     /// The most recently used chain that the request with `hashes` repeats
@@ -321,8 +456,8 @@ impl Inner {
             .find_map(|end| self.ends.get(end).copied())
     }
 
-    /// How many of `hashes` some kept chain shares (its longest common
-    /// prefix with them).
+    /// How many of `hashes` some chain shares (its longest common prefix
+    /// with them).
     fn longest_shared(&self, hashes: &[u128]) -> usize {
         // hashes[..low] are held; the answer is in low..=high.
         let (mut low, mut high) = (0, hashes.len());
@@ -337,19 +472,19 @@ impl Inner {
         low
     }
 
-    /// The newest kept chain holding `hash` as its hash `at`.
+    /// A kept chain (not out) holding `hash` as its hash `at`: the one that
+    /// indexed it last, else the most recently used.
     fn holder(&self, at: usize, hash: u128) -> Option<u64> {
-        match self.prefixes.get(&hash)?.newest {
-            Some(id) => Some(id),
-            // Its newest holder left (taken by its own conversation's
-            // request, or dropped): the newest of the others, by a walk.
-            None => self
-                .chains
-                .iter()
-                .rev()
-                .find(|(_, c)| c.hashes.get(at) == Some(&hash))
-                .map(|(id, _)| *id),
+        let last = self.prefixes.get(&hash)?.last;
+        if let Some(id) = last.filter(|id| self.kept_chain(*id).is_some()) {
+            return Some(id);
         }
+        // That chain left (dropped, or out with its own conversation's
+        // request): the most recent of the others, by a walk.
+        self.order.values().rev().copied().find(|id| {
+            self.kept_chain(*id)
+                .is_some_and(|chain| chain.hashes.get(at) == Some(&hash))
+        })
     }
 }
 
@@ -380,9 +515,9 @@ struct Chain {
     /// chains count them in the store's budget.
     turns_bytes: usize,
     last_used: Option<Instant>,
-    /// Taken out of the store by the request now extending it (put back
-    /// without the admission test).
-    taken: bool,
+    /// The slot it was taken from by the request now extending it
+    /// ([`Inner::take`]): put back there, without the admission test.
+    id: Option<u64>,
     /// Where the body of the request that left it here ended its history,
     /// for the next request that repeats those bytes ([`ChainStore::resume`]).
     bytes: Option<BytePrefix>,
@@ -545,7 +680,7 @@ impl ChainStore {
             .flat_map(|(whole, ids)| ids.iter().rev().map(move |id| (whole, *id)))
             .take(BYTE_CANDIDATES)
             .find_map(|(whole, id)| {
-                let prefix = inner.chains.get(&id)?.bytes?;
+                let prefix = inner.kept_chain(id)?.bytes?;
                 (prefix.len <= body.len() && self.byte_tail(body, whole, prefix.len) == prefix.tail)
                     .then_some((id, prefix))
             })?;
@@ -714,6 +849,7 @@ impl ChainStore {
                 self.put_back(chain);
                 parsed
             } else {
+                self.forget(&chain);
                 let Chain {
                     mut items,
                     turns,
@@ -780,29 +916,53 @@ impl ChainStore {
     #[cfg(test)]
     fn assert_indexed(&self) {
         let inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
-        let mut ends: HashMap<u128, u64> = HashMap::new();
-        let mut prefixes: HashMap<u128, Holders> = HashMap::new();
-        for (id, chain) in &inner.chains {
-            if let Some(end) = chain.hashes.last() {
-                ends.insert(*end, *id);
-            }
-            for hash in &chain.hashes {
-                let holders = prefixes.entry(*hash).or_insert(Holders {
-                    count: 0,
-                    newest: None,
-                });
-                holders.count += 1;
-                holders.newest = Some(*id);
+        assert_eq!(
+            inner.order.len(),
+            inner.chains.len(),
+            "every chain has a place in the order"
+        );
+        // The chains from the least recently used.
+        let slots: Vec<(u64, &Slot)> = inner
+            .order
+            .iter()
+            .map(|(tick, id)| {
+                let slot = &inner.chains[id];
+                assert_eq!(slot.tick, *tick, "a chain's tick is its place in the order");
+                (*id, slot)
+            })
+            .collect();
+        let out = slots.iter().filter(|(_, slot)| slot.out).count();
+        assert_eq!(out, inner.out, "chains out counted");
+        let weight: usize = slots
+            .iter()
+            .filter(|(_, slot)| !slot.out)
+            .map(|(_, slot)| slot.chain.kept_weight())
+            .sum();
+        assert_eq!(weight, inner.bytes, "kept chains weighed");
+        let mut prefixes: HashMap<u128, u32> = HashMap::new();
+        for (_, slot) in &slots {
+            for hash in &slot.chain.hashes {
+                *prefixes.entry(*hash).or_default() += 1;
             }
         }
-        // An end whose newest chain left is forgotten, not pointed elsewhere.
+        // An end names a chain ending there (one whose chain left is
+        // forgotten, not pointed elsewhere).
         for (end, id) in &inner.ends {
-            assert_eq!(ends.get(end), Some(id), "an end names its newest chain");
+            let last = inner.chains.get(id).map(|slot| slot.chain.hashes.last());
+            assert_eq!(last, Some(Some(end)), "an end names a chain ending there");
         }
         assert_eq!(prefixes.len(), inner.prefixes.len(), "every held hash is indexed");
+        for (hash, holders) in &inner.prefixes {
+            assert_eq!(prefixes.get(hash), Some(&holders.count), "holders counted");
+            if let Some(id) = holders.last {
+                let holds = inner.chains.get(&id).map(|slot| slot.chain.hashes.contains(hash));
+                assert_eq!(holds, Some(true), "the last holder is there and holds the hash");
+            }
+        }
         let mut by_bytes: HashMap<u128, Vec<u64>> = HashMap::new();
-        for (id, chain) in &inner.chains {
-            if let Some(prefix) = &chain.bytes {
+        for (id, slot) in &slots {
+            if let Some(prefix) = &slot.chain.bytes {
+                assert!(!slot.out, "a chain out has no byte prefix");
                 by_bytes.entry(prefix.group).or_default().push(*id);
             }
         }
@@ -812,17 +972,6 @@ impl ChainStore {
             .map(|(group, ids)| (*group, ids.clone()))
             .collect();
         assert_eq!(by_bytes, indexed, "every byte prefix is indexed, oldest first");
-        for (hash, holders) in &inner.prefixes {
-            let counted = prefixes.get(hash).copied();
-            assert_eq!(counted.map(|h| h.count), Some(holders.count), "holders counted");
-            if holders.newest.is_some() {
-                assert_eq!(
-                    counted.and_then(|h| h.newest),
-                    holders.newest,
-                    "the newest holder"
-                );
-            }
-        }
     }
 
     /// How many requests were split after a kept chain's bytes (the rest
@@ -831,10 +980,20 @@ impl ChainStore {
         self.resumed.load(Ordering::Relaxed)
     }
 
+    /// Chains kept or out with a request (tests).
+    #[cfg(test)]
+    fn slots(&self) -> usize {
+        self.inner
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .chains
+            .len()
+    }
+
     /// Chains kept and their total weight in bytes.
     pub fn usage(&self) -> (usize, usize) {
         let inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
-        (inner.chains.len(), inner.bytes)
+        (inner.kept(), inner.bytes)
     }
 
     /// The kept chain sharing the longest prefix with `hashes` (the most
@@ -846,13 +1005,15 @@ impl ChainStore {
         if let Some(conversation) = conversation(hashes) {
             inner.frequency.note(conversation);
         }
-        if let Some(id) = inner.ending_in(hashes) {
-            return inner.take(id);
+        // (A chain out with another request of this conversation is not
+        // taken: the prefix is looked for among the kept ones.)
+        if let Some(chain) = inner.ending_in(hashes).and_then(|id| inner.take(id)) {
+            return Some(chain);
         }
         let shared = inner.longest_shared(hashes);
         let at = shared.checked_sub(1)?;
         let id = inner.holder(at, hashes[at])?;
-        let chain = inner.chains.get(&id)?;
+        let chain = inner.kept_chain(id)?;
         if shared < chain.hashes.len() {
             // A fork: another conversation sharing a prefix (the same system
             // prompt and tools, the usual case at a shared gateway), or this
@@ -865,13 +1026,26 @@ impl ChainStore {
         inner.take(id)
     }
 
+    /// Drops what the store still holds of `chain` when it was taken out of
+    /// it and will not be put back (a history grown past what is kept).
+    fn forget(&self, chain: &Chain) {
+        if let Some(id) = chain.id {
+            let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+            if inner.chains.get(&id).is_some_and(|slot| slot.out) {
+                inner.remove(id);
+            }
+        }
+    }
+
     /// Keeps a chain as the most recently used, then drops chains past the
-    /// limits or idle for too long. A chain new to the store (not one taken
-    /// out of it) that would push others out is kept only when its
-    /// conversation was seen more often lately than each of theirs
+    /// limits or idle for too long. A chain taken out of the store goes
+    /// back into its slot, indexing only the hashes its request added; a
+    /// chain new to the store that would push others out is kept only when
+    /// its conversation was seen more often lately than each of theirs
     /// ([`Inner::admits`]).
     fn put_back(&self, mut chain: Chain) {
         if chain.items.is_empty() || chain.kept_weight() > self.budget {
+            self.forget(&chain);
             return;
         }
         let now = Instant::now();
@@ -880,6 +1054,7 @@ impl ChainStore {
         while let Some(id) = inner.oldest() {
             let idle = inner.chains.get(&id).is_none_or(|oldest| {
                 oldest
+                    .chain
                     .last_used
                     .is_none_or(|at| now.duration_since(at) > self.idle_ttl)
             });
@@ -888,13 +1063,22 @@ impl ChainStore {
             }
             inner.remove(id);
         }
-        if !chain.taken && !inner.admits(&chain, self.budget, self.max_chains) {
-            metrics::counter!("loopguard_parse_cache_rejected_total").increment(1);
-            return;
+        let chain = match chain.id {
+            Some(id) => inner.restore(id, chain).inspect(|_| {
+                // Its slot went while it was out (idle): kept as new, as it
+                // was kept before.
+                inner.remove(id);
+            }),
+            None if !inner.admits(&chain, self.budget, self.max_chains) => {
+                metrics::counter!("loopguard_parse_cache_rejected_total").increment(1);
+                return;
+            }
+            None => Some(chain),
+        };
+        if let Some(chain) = chain {
+            inner.push(chain);
         }
-        chain.taken = false;
-        inner.push(chain);
-        while inner.bytes > self.budget || inner.chains.len() > self.max_chains {
+        while inner.bytes > self.budget || inner.kept() > self.max_chains {
             let Some(id) = inner.oldest() else { break };
             inner.remove(id);
         }

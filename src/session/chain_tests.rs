@@ -300,6 +300,7 @@ fn a_fork_finds_an_older_chain_when_the_newest_holder_left() {
     ];
     assert_eq!(check(&s, Dialect::OpenaiChat, &with(&huge)), 4);
     assert_eq!(s.usage().0, 1, "only A is kept");
+    assert_eq!(s.slots(), 1, "nothing is left of B, not even its hashes");
     // C forks from the same prefix: A still holds it.
     assert_eq!(check(&s, Dialect::OpenaiChat, &with(&[result("c1", "c")])), 3);
     // A itself continues with its whole chain.
@@ -310,6 +311,100 @@ fn a_fork_finds_an_older_chain_when_the_newest_holder_left() {
         call("c3", "ls"),
     ]);
     assert_eq!(check(&s, Dialect::OpenaiChat, &a_next), 6);
+}
+
+/// The hashes of `body`'s history as the store chains them (the request's
+/// own lookup, for tests that take a chain out by hand).
+fn hashes_of(s: &ChainStore, body: &[u8]) -> Vec<u128> {
+    let start = xxh3_128_with_seed(&[SCOPE, Dialect::OpenaiChat.name().as_bytes()].concat(), s.seed);
+    let split = Dialect::OpenaiChat.split_request(body).unwrap().unwrap();
+    chain_hashes(s.seed, start, &split.items)
+}
+
+/// A conversation's chain keeps its slot from turn to turn: its hashes stay
+/// indexed while a request has it out, and putting it back indexes only the
+/// hashes that request added.
+#[test]
+fn a_chain_keeps_its_slot_from_turn_to_turn() {
+    let s = store();
+    let mut history = vec![json!({"role": "user", "content": "go"})];
+    check(&s, Dialect::OpenaiChat, &openai(&history));
+    let ids = |s: &ChainStore| s.inner.lock().unwrap().chains.keys().copied().collect::<Vec<_>>();
+    let first = ids(&s);
+    let last_holder = |s: &ChainStore, hash: u128| s.inner.lock().unwrap().prefixes[&hash].last;
+    let go = hashes_of(&s, &openai(&history))[0];
+    for i in 0..5 {
+        history.push(call(&format!("c{i}"), "ls"));
+        history.push(result(&format!("c{i}"), "out"));
+        assert_eq!(
+            check(&s, Dialect::OpenaiChat, &openai(&history)),
+            history.len() - 2
+        );
+        assert_eq!(ids(&s), first, "turn {i}: the same slot");
+        assert_eq!(last_holder(&s, go), Some(first[0]), "turn {i}");
+    }
+    // Out with a request: still indexed, not kept.
+    let taken = s.take_longest(&hashes_of(&s, &openai(&history))).unwrap();
+    assert_eq!(taken.id, Some(first[0]));
+    assert_eq!((s.usage().0, s.slots()), (0, 1));
+    s.assert_indexed();
+    s.put_back(taken);
+    assert_eq!((s.usage().0, s.slots()), (1, 1));
+    s.assert_indexed();
+    assert_eq!(check(&s, Dialect::OpenaiChat, &openai(&history)), history.len());
+}
+
+/// A second request of a conversation while the first has its chain out
+/// (an agent's retry racing its original) parses in full, and both chains
+/// go back; the conversation's next request reuses its whole history.
+#[test]
+fn a_request_racing_its_conversations_chain_parses_in_full() {
+    let s = store();
+    let history = vec![
+        json!({"role": "system", "content": "sys"}),
+        json!({"role": "user", "content": "go"}),
+        call("c1", "ls"),
+        result("c1", "out"),
+    ];
+    let body = openai(&history);
+    check(&s, Dialect::OpenaiChat, &body);
+    let taken = s.take_longest(&hashes_of(&s, &body)).unwrap();
+    // The store has only the chain out: nothing to reuse, even the system
+    // prompt's item.
+    assert_eq!(check(&s, Dialect::OpenaiChat, &body), 0);
+    assert_eq!((s.usage().0, s.slots()), (1, 2));
+    s.put_back(taken);
+    s.assert_indexed();
+    assert_eq!((s.usage().0, s.slots()), (2, 2), "both kept");
+    let mut next = history.clone();
+    next.push(call("c2", "ls"));
+    assert_eq!(check(&s, Dialect::OpenaiChat, &openai(&next)), 4);
+}
+
+/// A chain whose slot went while a request had it out (idle past the
+/// sessions' idle TTL) is kept as new when that request puts it back.
+#[test]
+fn a_chain_whose_slot_went_while_out_is_kept_as_new() {
+    let s = ChainStore::with_limits(BUDGET_BYTES, 1, Duration::ZERO);
+    let a = openai(&[json!({"role": "user", "content": "a"})]);
+    check(&s, Dialect::OpenaiChat, &a);
+    let taken = s.take_longest(&hashes_of(&s, &a)).unwrap();
+    std::thread::sleep(Duration::from_millis(2));
+    check(
+        &s,
+        Dialect::OpenaiChat,
+        &openai(&[json!({"role": "user", "content": "b"})]),
+    );
+    assert_eq!((s.usage().0, s.slots()), (1, 1), "the chain out went idle");
+    std::thread::sleep(Duration::from_millis(2));
+    s.put_back(taken);
+    s.assert_indexed();
+    assert_eq!(
+        (s.usage().0, s.slots()),
+        (1, 1),
+        "the idle ones went, the chain put back is kept"
+    );
+    assert_eq!(check(&s, Dialect::OpenaiChat, &a), 1);
 }
 
 /// An edited earlier message, a truncated history (compaction, a rerun of
