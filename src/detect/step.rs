@@ -265,23 +265,36 @@ struct Results<'a> {
 }
 
 impl<'a> Results<'a> {
-    fn new(results: Vec<&'a ToolResult>) -> Self {
-        let mut by_id: HashMap<&str, VecDeque<usize>> = HashMap::new();
-        let mut by_name: HashMap<&str, VecDeque<usize>> = HashMap::new();
-        let indexed = results.len() > SCAN_RESULTS;
-        for (i, r) in results.iter().enumerate().filter(|_| indexed) {
+    fn new() -> Self {
+        Self {
+            results: Vec::new(),
+            used: Vec::new(),
+            by_id: HashMap::new(),
+            by_name: HashMap::new(),
+            indexed: false,
+        }
+    }
+
+    /// Starts over with `results` (one turn's), keeping the room of the
+    /// previous turn's: a request's turns are paired one after the other
+    /// with the same buffers, not two new ones each.
+    fn refill(&mut self, results: impl IntoIterator<Item = &'a ToolResult>) {
+        self.results.clear();
+        self.results.extend(results);
+        self.used.clear();
+        self.used.resize(self.results.len(), false);
+        self.by_id.clear();
+        self.by_name.clear();
+        self.indexed = self.results.len() > SCAN_RESULTS;
+        if !self.indexed {
+            return;
+        }
+        for (i, r) in self.results.iter().enumerate() {
             match (r.call_id.as_deref(), r.name.as_deref()) {
-                (Some(id), _) => by_id.entry(id).or_default().push_back(i),
-                (None, Some(name)) => by_name.entry(name).or_default().push_back(i),
+                (Some(id), _) => self.by_id.entry(id).or_default().push_back(i),
+                (None, Some(name)) => self.by_name.entry(name).or_default().push_back(i),
                 (None, None) => {}
             }
-        }
-        Self {
-            used: vec![false; results.len()],
-            results,
-            by_id,
-            by_name,
-            indexed,
         }
     }
 
@@ -340,6 +353,8 @@ impl<'a> Results<'a> {
 struct Found<'t> {
     key: u64,
     ident: Option<u64>,
+    /// The call's shape ([`shape_of`] its name).
+    shape: u64,
     call: &'t ToolCall,
     result: &'t ToolResult,
     /// Computed already when the key needed it (a call without an id).
@@ -371,7 +386,7 @@ impl Draft<'_> {
     fn shape(&self) -> u64 {
         match self {
             Self::Item(item) => item.shape(),
-            Self::Cycle(found) => shape_of(&found.call.name),
+            Self::Cycle(found) => found.shape,
         }
     }
 }
@@ -407,7 +422,7 @@ pub(crate) fn extract(
             Draft::Cycle(found) => Item::Cycle {
                 key: found.key,
                 ident: found.ident,
-                shape: shape_of(&found.call.name),
+                shape: found.shape,
                 cycle: (i >= start).then(|| {
                     let outcome = found
                         .outcome
@@ -424,6 +439,7 @@ pub(crate) fn extract(
 fn drafts<'t>(transcript: &'t Transcript, s: &Settings) -> Vec<Draft<'t>> {
     let messages = &transcript.messages;
     let mut items = Vec::with_capacity(messages.len());
+    let mut results = Results::new();
     for (i, message) in messages.iter().enumerate() {
         match message.role {
             Role::Assistant if message.tool_calls.is_empty() => {
@@ -434,7 +450,7 @@ fn drafts<'t>(transcript: &'t Transcript, s: &Settings) -> Vec<Draft<'t>> {
                     }));
                 }
             }
-            Role::Assistant => push_cycles(message, &messages[i + 1..], s, &mut items),
+            Role::Assistant => push_cycles(message, &messages[i + 1..], s, &mut results, &mut items),
             Role::User => {
                 if message.text.trim().is_empty() {
                     continue;
@@ -451,19 +467,21 @@ fn drafts<'t>(transcript: &'t Transcript, s: &Settings) -> Vec<Draft<'t>> {
     items
 }
 
-fn push_cycles<'t>(message: &'t Message, rest: &'t [Message], s: &Settings, items: &mut Vec<Draft<'t>>) {
+fn push_cycles<'t>(
+    message: &'t Message,
+    rest: &'t [Message],
+    s: &Settings,
+    results: &mut Results<'t>,
+    items: &mut Vec<Draft<'t>>,
+) {
     // A server-side call's result is in its own turn; a client call's in the
     // turns after it.
-    let mut results = Results::new(
-        message
-            .tool_results
-            .iter()
-            .chain(
-                rest.iter()
-                    .take_while(|m| m.role != Role::Assistant)
-                    .flat_map(|m| m.tool_results.iter()),
-            )
-            .collect(),
+    results.refill(
+        message.tool_results.iter().chain(
+            rest.iter()
+                .take_while(|m| m.role != Role::Assistant)
+                .flat_map(|m| m.tool_results.iter()),
+        ),
     );
     let mut turn_start = true;
     for (position, call) in message.tool_calls.iter().enumerate() {
@@ -478,6 +496,7 @@ fn push_cycles<'t>(message: &'t Message, rest: &'t [Message], s: &Settings, item
         items.push(Draft::Cycle(Found {
             key,
             ident,
+            shape: shape_of(&call.name),
             call,
             result,
             outcome,

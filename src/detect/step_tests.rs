@@ -69,7 +69,13 @@ proptest! {
             .collect();
         let refs: Vec<&ToolResult> = results.iter().collect();
         let mut used = vec![false; refs.len()];
-        let mut indexed = Results::new(refs.clone());
+        // Buffers left by another turn's pairing first: a refill starts over.
+        let mut indexed = Results::new();
+        indexed.refill(refs.iter().rev().copied());
+        for (position, c) in calls.iter().enumerate() {
+            indexed.take(c, position);
+        }
+        indexed.refill(refs.iter().copied());
         for (position, c) in calls.iter().enumerate() {
             let old = find_result_by_scan(c, position, &refs, &mut used).map(|i| refs[i] as *const ToolResult);
             let new = indexed.take(c, position).map(|r| r as *const ToolResult);
