@@ -16,7 +16,7 @@ use regex::Regex;
 use super::outcome::{Outcome, hash64, hash64_parts, outcome_for};
 use super::settings::Settings;
 use crate::transcript::{
-    Arguments, Message, Role, Signature, ToolCall, ToolResult, Transcript, canonical_json_prefix,
+    Arguments, CallHashes, Message, Role, Signature, ToolCall, ToolResult, Transcript, canonical_json_prefix,
 };
 
 /// Longest argument preview kept per cycle, in characters.
@@ -232,11 +232,24 @@ pub(crate) fn preview(arguments: &Arguments) -> String {
     }
 }
 
+/// What detection hashes of `call` alone, computed once per call (see
+/// [`CallHashes`]).
+fn hashes(call: &ToolCall) -> &CallHashes {
+    call.hashes.get_or_init(|| CallHashes {
+        merge: call
+            .id
+            .as_ref()
+            .map(|id| hash64_parts(&[b"id:", id.as_bytes(), &call.signature.0])),
+        ident: call.id.as_ref().map(|id| hash64(id.as_bytes())),
+        shape: shape_of(&call.name),
+    })
+}
+
 /// The merge key of a cycle: call id + signature, else signature + outcome
 /// (computed only then: a call with an id needs no outcome to be aligned).
 fn cycle_key(call: &ToolCall, outcome: impl FnOnce() -> Outcome) -> (u64, Option<Outcome>) {
-    match &call.id {
-        Some(id) => (hash64_parts(&[b"id:", id.as_bytes(), &call.signature.0]), None),
+    match hashes(call).merge {
+        Some(key) => (key, None),
         None => {
             let outcome = outcome();
             let key = hash64_parts(&[&call.signature.0, &outcome.hash.to_le_bytes()]);
@@ -492,11 +505,10 @@ fn push_cycles<'t>(
             continue;
         }
         let (key, outcome) = cycle_key(call, || outcome_for(result, Some(call), s));
-        let ident = call.id.as_ref().map(|id| hash64(id.as_bytes()));
         items.push(Draft::Cycle(Found {
             key,
-            ident,
-            shape: shape_of(&call.name),
+            ident: hashes(call).ident,
+            shape: hashes(call).shape,
             call,
             result,
             outcome,

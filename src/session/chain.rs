@@ -265,7 +265,11 @@ impl Inner {
     /// Takes kept chain `id` out for a request that repeats or extends it:
     /// its hashes stay indexed (a copy stays in its slot) and it becomes the
     /// most recently used. `None` when it is out already (another request
-    /// of the same conversation, at the same time).
+    /// of the same conversation, at the same time: that one is parsed
+    /// without the chain, even when another kept chain shares a shorter
+    /// prefix with it, since the index finds the longer one out). A chain
+    /// never put back (its request panicked) leaves its hashes until its
+    /// slot goes idle.
     fn take(&mut self, id: u64) -> Option<Chain> {
         let tick = self.next();
         let slot = self.chains.get_mut(&id).filter(|slot| !slot.out)?;
@@ -304,7 +308,7 @@ impl Inner {
         };
         let kept = slot.chain.hashes.len();
         let old_end = slot.chain.hashes.last().copied();
-        slot.chain = chain;
+        slot.chain = Chain { id: None, ..chain };
         slot.out = false;
         self.out -= 1;
         self.order.remove(&slot.tick);

@@ -9,7 +9,7 @@ mod signature;
 
 pub use signature::{Signature, canonical_json, canonical_json_prefix};
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use serde_json::Value;
 
@@ -107,6 +107,53 @@ pub struct ToolCall {
     /// parsed from traffic.
     #[serde(skip)]
     pub digest: Option<std::sync::Arc<Digest>>,
+    /// Detection's hashes of the call, computed on its first judgement and
+    /// kept (see [`CallHashes`]): its id, name and signature must not change
+    /// after that.
+    #[serde(skip)]
+    pub hashes: Memo<CallHashes>,
+}
+
+/// What detection hashes of a call's id, name and signature alone
+/// (`detect::step`): kept with the call, so a history resent on every
+/// request, whose parsed turns the parse cache shares from one request to
+/// the next, has them computed once per call rather than once per request
+/// (issue #14: a byte at a time, they were most of a 500 KB history's
+/// detection).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CallHashes {
+    /// The merge key of the call's cycle when the call has an id (id and
+    /// signature; without an id the key needs the result's outcome).
+    pub merge: Option<u64>,
+    /// The id's hash.
+    pub ident: Option<u64>,
+    /// The tool name's hash (the cycle's shape).
+    pub shape: u64,
+}
+
+/// A value computed on first use and kept. Never part of a comparison or a
+/// serialised form: two calls are equal by what they say, whether either
+/// has its hashes computed yet or not.
+#[derive(Debug, Clone)]
+pub struct Memo<T>(OnceLock<T>);
+
+impl<T> Default for Memo<T> {
+    fn default() -> Self {
+        Self(OnceLock::new())
+    }
+}
+
+impl<T> Memo<T> {
+    /// The value, computed by `init` the first time.
+    pub fn get_or_init(&self, init: impl FnOnce() -> T) -> &T {
+        self.0.get_or_init(init)
+    }
+}
+
+impl<T> PartialEq for Memo<T> {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
 }
 
 /// What detection derives from a call's full arguments, kept when only a
@@ -133,6 +180,7 @@ impl ToolCall {
             signature,
             server: false,
             digest: None,
+            hashes: Memo::default(),
         }
     }
 
