@@ -232,17 +232,21 @@ pub(crate) fn preview(arguments: &Arguments) -> String {
     }
 }
 
-/// What detection hashes of `call` alone, computed once per call (see
-/// [`CallHashes`]).
+/// What detection hashes of `call` alone, computed once per call and kept
+/// with it (see [`CallHashes`]); debug builds (the tests) check the kept
+/// hashes against the call as it is now.
 fn hashes(call: &ToolCall) -> &CallHashes {
-    call.hashes.get_or_init(|| CallHashes {
+    let of = |call: &ToolCall| CallHashes {
         merge: call
             .id
             .as_ref()
             .map(|id| hash64_parts(&[b"id:", id.as_bytes(), &call.signature.0])),
         ident: call.id.as_ref().map(|id| hash64(id.as_bytes())),
         shape: shape_of(&call.name),
-    })
+    };
+    let kept = call.hashes.get_or_init(|| of(call));
+    debug_assert_eq!(*kept, of(call), "a call changed after detection kept its hashes");
+    kept
 }
 
 /// The merge key of a cycle: call id + signature, else signature + outcome
