@@ -151,9 +151,10 @@ pub fn classify_summarized(
     if now.compactions > prev.compactions {
         return Classification::Compacted(Evidence::CompactionItem);
     }
-    let marker = carries_summary_marker(transcript, settings);
     let shorter = now.messages < prev.messages;
-    if marker && (shorter || now.first_user != prev.first_user) {
+    // The marker scan reads every user message: only when it could matter
+    // (a continuation, the usual request, never pays it).
+    if (shorter || now.first_user != prev.first_user) && carries_summary_marker(transcript, settings) {
         return Classification::Compacted(Evidence::SummaryPrefix);
     }
     let same_lane = now.system == prev.system && now.tools == prev.tools;

@@ -8,10 +8,7 @@
 //! cycles (their outcome is unknown); exempt tools produce nothing at all.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::LazyLock;
 use std::time::Duration;
-
-use regex::Regex;
 
 use super::outcome::{Outcome, hash64, hash64_parts, outcome_for};
 use super::settings::Settings;
@@ -168,21 +165,67 @@ pub(crate) struct Keys<'a> {
     pub shapes: &'a [u64],
 }
 
-static SYNTHETIC: LazyLock<Option<Regex>> = LazyLock::new(|| {
-    Regex::new(
-        r"(?s)<system-reminder>.*?</system-reminder>|<environment_details>.*?</environment_details>|<session_context>.*?</session_context>|(?m:^\[loopguard\].*$)",
-    )
-    .ok()
-});
+/// The synthetic wrappers an agent puts in a user message (an opener and
+/// the closer that ends it; the first closer after the opener ends it).
+const WRAPPERS: [(&str, &str); 3] = [
+    ("<system-reminder>", "</system-reminder>"),
+    ("<environment_details>", "</environment_details>"),
+    ("<session_context>", "</session_context>"),
+];
 
-/// A user message's text with synthetic wrappers removed, trimmed.
+/// A line starting with this is loopguard's own text: it and all that
+/// follows it are synthetic.
+const OWN_LINE: &str = "[loopguard]";
+
+/// A user message's text with synthetic wrappers removed, trimmed: each
+/// [`WRAPPERS`] element with its content, leftmost first, and everything
+/// from an [`OWN_LINE`] line on. One pass over the text (a wrapper whose
+/// closer is missing is looked for once), with no regex: a text-protocol
+/// agent sends every tool result as a user message, so each request runs
+/// this over its whole history (issue #14: as a regex search it was most of
+/// the CPU of a Cline-shaped 500 KB history's request).
 pub(crate) fn own_text(text: &str) -> String {
-    // Every wrapper starts with `<` or `[`: most texts need no regex search.
-    let may_wrap = memchr::memchr2(b'<', b'[', text.as_bytes()).is_some();
-    match SYNTHETIC.as_ref() {
-        Some(re) if may_wrap => re.replace_all(text, "").trim().to_owned(),
-        _ => text.trim().to_owned(),
+    let bytes = text.as_bytes();
+    let mut own = String::new();
+    // Text before `kept` is decided (copied into `own` or removed).
+    let mut kept = 0;
+    let mut at = 0;
+    // Wrappers whose closer is past all that is left of the text.
+    let mut unclosed = [false; WRAPPERS.len()];
+    while let Some(found) = bytes.get(at..).and_then(|rest| memchr::memchr2(b'<', b'[', rest)) {
+        let start = at + found;
+        let rest = &bytes[start..];
+        let end = if rest.starts_with(OWN_LINE.as_bytes()) && (start == 0 || bytes[start - 1] == b'\n') {
+            Some(bytes.len())
+        } else {
+            WRAPPERS
+                .iter()
+                .zip(&mut unclosed)
+                .find(|((open, _), _)| rest.starts_with(open.as_bytes()))
+                .and_then(|((open, close), unclosed)| {
+                    let after = start + open.len();
+                    let end = (!*unclosed)
+                        .then(|| memchr::memmem::find(&bytes[after..], close.as_bytes()))
+                        .flatten()
+                        .map(|i| after + i + close.len());
+                    *unclosed = end.is_none();
+                    end
+                })
+        };
+        match end {
+            Some(end) => {
+                own.push_str(&text[kept..start]);
+                kept = end;
+                at = end;
+            }
+            None => at = start + 1,
+        }
     }
+    if kept == 0 {
+        return text.trim().to_owned();
+    }
+    own.push_str(&text[kept..]);
+    own.trim().to_owned()
 }
 
 /// Whether a text is one XML-like element as a whole (`<tag …>…</tag>`): a

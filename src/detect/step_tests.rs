@@ -1,7 +1,9 @@
 //! The indexed pairing of calls with results ([`Results`]) against the
 //! linear-scan pairing it replaced, on random turns: the same result for
 //! every call, so no verdict changes. Turns of up to 40 results cover both
-//! the short scan and the index (over `SCAN_RESULTS`).
+//! the short scan and the index (over `SCAN_RESULTS`). And [`own_text`]
+//! against the regex it replaced, on random texts made of the wrappers'
+//! pieces.
 
 use proptest::prelude::*;
 
@@ -55,7 +57,64 @@ fn result(id: Option<u8>, name: Option<u8>, n: usize) -> ToolResult {
     }
 }
 
+/// [`own_text`] as it was: the wrappers removed by one regex.
+#[expect(clippy::unwrap_used, reason = "a constant pattern")]
+fn own_text_by_regex(text: &str) -> String {
+    let synthetic = regex::Regex::new(
+        r"(?s)<system-reminder>.*?</system-reminder>|<environment_details>.*?</environment_details>|<session_context>.*?</session_context>|(?m:^\[loopguard\].*$)",
+    )
+    .unwrap();
+    synthetic.replace_all(text, "").trim().to_owned()
+}
+
+/// Texts made of the wrappers' openers and closers (whole and cut short),
+/// line breaks, the marker of loopguard's own lines, and plain text.
+fn wrapped_text() -> impl Strategy<Value = String> {
+    let pieces = prop::sample::select(vec![
+        "<system-reminder>",
+        "</system-reminder>",
+        "<environment_details>",
+        "</environment_details>",
+        "<session_context>",
+        "</session_context>",
+        "<system-rem",
+        "</environment",
+        "[loopguard]",
+        "[loopguard",
+        "\n",
+        "\r\n",
+        " ",
+        "<",
+        "[",
+        "a < b",
+        "text",
+        "é",
+    ]);
+    prop::collection::vec(pieces, 0..24).prop_map(|pieces| pieces.concat())
+}
+
+#[test]
+fn own_text_removes_what_the_regex_did() {
+    for text in [
+        "",
+        "  plain  ",
+        "go <system-reminder>x</system-reminder> on",
+        "<environment_details>a</environment_details>\n<environment_details>b",
+        "line\n[loopguard] warned\nmore\n",
+        "not at a line start [loopguard] x",
+        "<session_context>\nunclosed",
+        "a < b and g::<T>() <environment_details>\n# files\n</environment_details>\nrest",
+    ] {
+        assert_eq!(own_text(text), own_text_by_regex(text), "{text:?}");
+    }
+}
+
 proptest! {
+    #[test]
+    fn own_text_is_the_regex_removal(text in wrapped_text()) {
+        prop_assert_eq!(own_text(&text), own_text_by_regex(&text), "{:?}", text);
+    }
+
     #[test]
     fn indexed_pairing_matches_the_scan(
         calls in prop::collection::vec((prop::option::of(0u8..6), 0u8..3), 0..40),
