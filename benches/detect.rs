@@ -20,6 +20,7 @@ fn transcript(cycles: usize) -> Transcript {
             text: String::new(),
             tool_calls: vec![ToolCall::new(Some(id.clone()), "read_file", args)],
             tool_results: Vec::new(),
+            read: Default::default(),
         });
         messages.push(Message {
             role: Role::Tool,
@@ -33,6 +34,7 @@ fn transcript(cycles: usize) -> Transcript {
                 ),
                 is_error: false,
             }],
+            read: Default::default(),
         });
     }
     Transcript {

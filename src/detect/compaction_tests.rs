@@ -54,7 +54,7 @@ fn compaction_fresh_start_and_pruning_are_told_apart() {
         Classification::Compacted(Evidence::SummaryPrefix)
     );
     let mut replaced = Builder::new(Dialect::OpenAi, &["read"]).request();
-    replaced.messages_mut()[0].text = "Earlier we read files 0..9; continue with the fix.".into();
+    replaced.messages_mut()[0].set_text("Earlier we read files 0..9; continue with the fix.");
     assert_eq!(
         classify(Some(&prev), &replaced, &s),
         Classification::Compacted(Evidence::ReplacedHistory)

@@ -107,7 +107,7 @@ fn rewrite(t: &Transcript, ops: &[u8], drops: bool) -> Transcript {
                     _ => "[pruned]".to_owned(),
                 };
                 if !m.text.is_empty() {
-                    m.text = placeholder(&m.text);
+                    m.set_text(placeholder(&m.text));
                 }
                 for r in &mut m.tool_results {
                     let text = match &r.content {
@@ -186,7 +186,7 @@ fn a_reminder_clipped_from_the_next_request_on_still_counts_each_time() {
         let newest = c.messages.len() - 1;
         for m in &mut c.messages_mut()[..newest] {
             if m.text == WHOLE {
-                m.text = CLIPPED.to_owned();
+                m.set_text(CLIPPED);
             }
         }
         let now = std::time::Duration::from_secs(10 * i);

@@ -237,8 +237,8 @@ fn post_compaction_loop_and_compaction_storm_break() {
     let ids = r.b.next_id;
     r.b = super::testkit::Builder::new(Dialect::OpenAi, TOOLS);
     r.b.next_id = ids;
-    r.b.t.messages_mut()[0].text =
-        "This session is being continued from a previous conversation. Summary: reading a.rs".into();
+    r.b.t.messages_mut()[0]
+        .set_text("This session is being continued from a previous conversation. Summary: reading a.rs");
     let mut v = Vec::new();
     for i in 1..=3 {
         v = r.call("read_file", json!({"path": "a.rs"}), "x", false);

@@ -13,7 +13,8 @@ use std::time::Duration;
 use super::outcome::{Outcome, hash64, hash64_parts, outcome_for};
 use super::settings::Settings;
 use crate::transcript::{
-    Arguments, CallHashes, Message, Role, Signature, ToolCall, ToolResult, Transcript, canonical_json_prefix,
+    Arguments, CallHashes, Message, Role, Signature, ToolCall, ToolResult, Transcript, UserRead,
+    canonical_json_prefix,
 };
 
 /// Longest argument preview kept per cycle, in characters.
@@ -96,16 +97,7 @@ impl Step {
     }
 }
 
-/// What a user text is, before the session's memory of earlier texts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum UserText {
-    /// Only synthetic wrappers, loopguard's own text or a compaction summary.
-    Synthetic,
-    /// Matches a `canned_patterns` entry.
-    Canned,
-    /// Text of its own (the person, unless the session saw it before).
-    Own,
-}
+pub(crate) use crate::transcript::UserText;
 
 /// One element of a request's history, in order.
 #[derive(Debug, Clone, PartialEq)]
@@ -261,6 +253,48 @@ pub(crate) fn classify_user(text: &str, s: &Settings) -> (UserText, String) {
         return (UserText::Canned, own);
     }
     (UserText::Own, own)
+}
+
+/// A fingerprint of the patterns a user text is read under
+/// ([`classify_user`]): the [`UserRead`] kept with a message holds while
+/// they are the same.
+fn user_patterns(s: &Settings) -> u64 {
+    let mut hasher = xxhash_rust::xxh3::Xxh3::new();
+    for list in [
+        &s.injected_patterns,
+        &s.compaction.summary_prefixes,
+        &s.canned_patterns,
+    ] {
+        for pattern in list {
+            hasher.update(pattern.as_str().as_bytes());
+            hasher.update(&[0]);
+        }
+        hasher.update(&[1]);
+    }
+    hasher.digest()
+}
+
+/// How detection reads user message `message` under the patterns
+/// fingerprinted `patterns`: kept with the message on its first judgement
+/// and reused while the patterns are the same; debug builds (the tests)
+/// check the kept read against the message as it is now.
+fn user_read(message: &Message, s: &Settings, patterns: u64) -> UserRead {
+    let read = || {
+        let (text, own) = classify_user(&message.text, s);
+        UserRead {
+            patterns,
+            text,
+            key: hash64(own.as_bytes()),
+        }
+    };
+    let kept = *message.read.get_or_init(read);
+    let now = if kept.patterns == patterns { kept } else { read() };
+    debug_assert_eq!(
+        now,
+        read(),
+        "a user message changed after detection kept its read"
+    );
+    now
 }
 
 /// Canonical arguments, credentials redacted, truncated for reading: what
@@ -500,6 +534,7 @@ fn drafts<'t>(transcript: &'t Transcript, s: &Settings) -> Vec<Draft<'t>> {
     let messages = &transcript.messages;
     let mut items = Vec::with_capacity(messages.len());
     let mut results = Results::new();
+    let patterns = user_patterns(s);
     for (i, message) in messages.iter().enumerate() {
         match message.role {
             Role::Assistant if message.tool_calls.is_empty() => {
@@ -515,10 +550,10 @@ fn drafts<'t>(transcript: &'t Transcript, s: &Settings) -> Vec<Draft<'t>> {
                 if message.text.trim().is_empty() {
                     continue;
                 }
-                let (text, own) = classify_user(&message.text, s);
+                let read = user_read(message, s, patterns);
                 items.push(Draft::Item(Item::User {
-                    key: hash64(own.as_bytes()),
-                    text,
+                    key: read.key,
+                    text: read.text,
                 }));
             }
             Role::Tool | Role::System => {}

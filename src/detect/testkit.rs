@@ -83,6 +83,7 @@ impl Builder {
             text: String::new(),
             tool_calls,
             tool_results: Vec::new(),
+            read: Default::default(),
         });
         let role = if self.dialect == Dialect::OpenAi {
             Role::Tool
@@ -94,6 +95,7 @@ impl Builder {
             text: String::new(),
             tool_calls: Vec::new(),
             tool_results: results,
+            read: Default::default(),
         });
         self
     }
@@ -111,6 +113,7 @@ impl Builder {
                 Arguments::from_json_str(raw),
             )],
             tool_results: Vec::new(),
+            read: Default::default(),
         });
         self.t.messages_mut().push(Message {
             role: Role::Tool,
@@ -122,6 +125,7 @@ impl Builder {
                 content: ResultContent::Text(result.to_owned()),
                 is_error: false,
             }],
+            read: Default::default(),
         });
         self
     }

@@ -408,6 +408,8 @@ pub fn push_turns(messages: &mut Vec<Message>, item: HistoryItem) {
 /// Appends `part` to the turn `last` of the same role: its text on a new
 /// line, its calls and results after `last`'s.
 pub fn append_turn(last: &mut Message, part: Message) {
+    // Its text changes: detection reads it again.
+    last.read = crate::transcript::Memo::default();
     if !last.text.is_empty() && !part.text.is_empty() {
         last.text.push('\n');
     }

@@ -36,6 +36,7 @@ fn message(m: &Message, settings: &Settings) -> Message {
         },
         tool_calls: m.tool_calls.iter().map(|c| call(c, settings)).collect(),
         tool_results: m.tool_results.iter().map(result).collect(),
+        read: crate::transcript::Memo::default(),
     }
 }
 

@@ -69,9 +69,50 @@ pub struct Message {
     /// Tool results carried by this turn (in an assistant turn: the results
     /// of its server-side calls).
     pub tool_results: Vec<ToolResult>,
+    /// How detection read the text of a user message, computed on its first
+    /// judgement and kept (see [`UserRead`]): change the text with
+    /// [`Message::set_text`], which drops it (appending a part to a turn,
+    /// [`crate::dialect::split::append_turn`], drops it too).
+    #[serde(skip)]
+    pub read: Memo<UserRead>,
+}
+
+/// What a user message's text is to detection, before the session's memory
+/// of earlier texts (`detect::step::classify_user`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UserText {
+    /// Only synthetic wrappers, loopguard's own text or a compaction summary.
+    Synthetic,
+    /// Matches a `canned_patterns` entry.
+    Canned,
+    /// Text of its own (the person, unless the session saw it before).
+    Own,
+}
+
+/// How detection read a user message (its own text without the wrappers
+/// agents inject, classified), kept with the message: a text-protocol
+/// agent sends every tool result as a user message, and a resent history's
+/// messages, shared from one request to the next by the parse cache, are
+/// then read once, not on every request (issue #14).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UserRead {
+    /// A fingerprint of the user-text patterns it was read under: the read
+    /// holds only while the same ones are in force.
+    pub patterns: u64,
+    /// What the text is.
+    pub text: UserText,
+    /// The hash of its own text (the step's merge key).
+    pub key: u64,
 }
 
 impl Message {
+    /// Replaces the message's text, dropping what detection kept of the old
+    /// one ([`Message::read`]).
+    pub fn set_text(&mut self, text: impl Into<String>) {
+        self.text = text.into();
+        self.read = Memo::default();
+    }
+
     /// A message with only text.
     pub fn text(role: Role, text: impl Into<String>) -> Self {
         Self {
@@ -79,6 +120,7 @@ impl Message {
             text: text.into(),
             tool_calls: Vec::new(),
             tool_results: Vec::new(),
+            read: Memo::default(),
         }
     }
 }
