@@ -259,19 +259,20 @@ pub(crate) fn classify_user(text: &str, s: &Settings) -> (UserText, String) {
 /// ([`classify_user`]): the [`UserRead`] kept with a message holds while
 /// they are the same.
 fn user_patterns(s: &Settings) -> u64 {
-    let mut hasher = xxhash_rust::xxh3::Xxh3::new();
-    for list in [
+    use xxhash_rust::xxh3::xxh3_64_with_seed;
+    // Each pattern's hash seeds the next one's; each list ends with its
+    // number (a pattern moved to another list is another reading).
+    let lists = [
         &s.injected_patterns,
         &s.compaction.summary_prefixes,
         &s.canned_patterns,
-    ] {
-        for pattern in list {
-            hasher.update(pattern.as_str().as_bytes());
-            hasher.update(&[0]);
-        }
-        hasher.update(&[1]);
-    }
-    hasher.digest()
+    ];
+    lists.iter().zip(0_u8..).fold(0, |seed, (list, n)| {
+        let seed = list.iter().fold(seed, |seed, pattern| {
+            xxh3_64_with_seed(pattern.as_str().as_bytes(), seed)
+        });
+        xxh3_64_with_seed(&[n], seed)
+    })
 }
 
 /// How detection reads user message `message` under the patterns
