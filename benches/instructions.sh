@@ -9,6 +9,7 @@
 #   FLOOR=1 benches/instructions.sh              # examples/floor_proxy.rs: the HTTP stack alone
 #   N=5000 OUT=/tmp/lg.callgrind benches/instructions.sh   # then callgrind_annotate "$OUT".1
 #   HISTORY=500000 N=300 benches/instructions.sh  # large histories (see below; WARMUP=300 requests first)
+#   HISTORY=500000 SHAPE=text N=100 benches/instructions.sh  # the same, shaped as a text-protocol agent's
 #
 # Requests: N (default 2,000) one-tool-cycle chat completions, each a new
 # conversation (a distinct first user message), 4 at a time, after a
@@ -17,7 +18,9 @@
 # canned completion. With HISTORY (bytes), the bodies are instead 40
 # histories of about that size, as in benches/e2e.sh's history loads, each
 # resent in turn (40 conversations whose chains are kept: parse_cache_mib =
-# 512, as there). Needs valgrind, `oha` (cargo install oha --locked),
+# 512, as there); with SHAPE=text, each tool cycle is shaped as a
+# text-protocol agent's (Cline's): the call in the assistant's text, its
+# result a user message in the agent's wrappers. Needs valgrind, `oha` (cargo install oha --locked),
 # python3 and nginx (see benches/nginx.sh).
 #
 # valgrind's CPU has no SHA extensions: SHA-256 (session keys) runs in
@@ -58,19 +61,29 @@ for _ in $(seq 1 120); do [ -n "$(address)" ] && break; sleep 0.5; done
 [ -n "$(address)" ] || { echo "the proxy did not start under valgrind:" >&2; cat "$WORK/lg.err" >&2; exit 1; }
 URL="http://$(address)/v1/chat/completions"
 
-python3 - "$WORK/bodies.txt" "${HISTORY:-0}" <<'PY'
+python3 - "$WORK/bodies.txt" "${HISTORY:-0}" "${SHAPE:-calls}" <<'PY'
 import json, sys
-path, size = sys.argv[1], int(sys.argv[2])
+path, size, shape = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+code = "fn f() { let x = \"a\\nb\"; if a < b { g::<T>(x) } }\n" * 14
 with open(path, "w") as out:
     for n in range(40 if size else 20000):
         messages = [{"role": "system", "content": "You are a coding agent."},
                     {"role": "user", "content": f"Task {n}: tidy the parser module."}]
         i = total = 0
         while True:
-            result = (f"// file {i} of task {n}\n" + ("fn f() { let x = \"a\\nb\"; }\n" * 30)[:760]) if size else "a.txt\nb.txt"
-            messages += [{"role": "assistant", "content": None, "tool_calls": [{"id": f"c{n}_{i}", "type": "function",
-                          "function": {"name": "read_file", "arguments": json.dumps({"path": f"src/f{i}.rs"})}}]},
-                         {"role": "tool", "tool_call_id": f"c{n}_{i}", "content": result}]
+            if shape == "text":
+                # A text-protocol agent (Cline): the call in the assistant's
+                # text, its result a user message with the agent's wrappers.
+                result = (f"[read_file for 'src/f{i}.rs'] Result:\n<file_content path=\"src/f{i}.rs\">\n"
+                          f"// file {i} of task {n}\n{code}</file_content>\n\n"
+                          "<environment_details>\n# VSCode Visible Files\nsrc/main.rs\n</environment_details>")
+                messages += [{"role": "assistant", "content": f"Reading it.\n<read_file>\n<path>src/f{i}.rs</path>\n</read_file>"},
+                             {"role": "user", "content": result}]
+            else:
+                result = (f"// file {i} of task {n}\n" + ("fn f() { let x = \"a\\nb\"; }\n" * 30)[:760]) if size else "a.txt\nb.txt"
+                messages += [{"role": "assistant", "content": None, "tool_calls": [{"id": f"c{n}_{i}", "type": "function",
+                              "function": {"name": "read_file", "arguments": json.dumps({"path": f"src/f{i}.rs"})}}]},
+                             {"role": "tool", "tool_call_id": f"c{n}_{i}", "content": result}]
             total += len(result) + 200
             i += 1
             if total >= size:
