@@ -260,18 +260,20 @@ pub(crate) fn classify_user(text: &str, s: &Settings) -> (UserText, String) {
 /// they are the same.
 fn user_patterns(s: &Settings) -> u64 {
     use xxhash_rust::xxh3::xxh3_64_with_seed;
-    // Each pattern's hash seeds the next one's; each list ends with its
-    // number (a pattern moved to another list is another reading).
+    // Each pattern's hash seeds the next one's; each list's end mixes in
+    // its number by another function than a pattern's hash, so no pattern
+    // reads as a list's end (a pattern moved to another list is another
+    // reading).
     let lists = [
         &s.injected_patterns,
         &s.compaction.summary_prefixes,
         &s.canned_patterns,
     ];
-    lists.iter().zip(0_u8..).fold(0, |seed, (list, n)| {
+    lists.iter().zip(1_u64..).fold(0, |seed, (list, n)| {
         let seed = list.iter().fold(seed, |seed, pattern| {
             xxh3_64_with_seed(pattern.as_str().as_bytes(), seed)
         });
-        xxh3_64_with_seed(&[n], seed)
+        seed.rotate_left(29) ^ n.wrapping_mul(0x9e37_79b9_7f4a_7c15)
     })
 }
 

@@ -93,6 +93,46 @@ fn wrapped_text() -> impl Strategy<Value = String> {
     prop::collection::vec(pieces, 0..24).prop_map(|pieces| pieces.concat())
 }
 
+/// Different user-text patterns never share a fingerprint: not patterns
+/// split otherwise, nor one moved to another list (a kept read would
+/// otherwise outlive a reload that changed them).
+#[test]
+#[expect(clippy::unwrap_used, reason = "constant patterns")]
+fn user_pattern_lists_have_their_own_fingerprints() {
+    let with = |injected: &[&str], summary: &[&str], canned: &[&str]| {
+        let compile = |list: &[&str]| list.iter().map(|p| regex::Regex::new(p).unwrap()).collect();
+        let mut s = Settings {
+            injected_patterns: compile(injected),
+            canned_patterns: compile(canned),
+            ..Settings::default()
+        };
+        s.compaction.summary_prefixes = compile(summary);
+        user_patterns(&s)
+    };
+    let fingerprints = [
+        with(&[], &[], &[]),
+        with(&["^a$", "b"], &[], &[]),
+        with(&["^a$\u{0}b"], &[], &[]),
+        with(&["\u{0}"], &[], &[]),
+        with(&[], &["\u{0}"], &[]),
+        with(&[], &[], &["\u{0}"]),
+        with(&["x"], &[], &[]),
+        with(&[], &["x"], &[]),
+        with(&["x", "y"], &[], &[]),
+        with(&["y", "x"], &[], &[]),
+    ];
+    for (i, a) in fingerprints.iter().enumerate() {
+        for b in &fingerprints[i + 1..] {
+            assert_ne!(a, b, "pattern lists {i} and a later one share a fingerprint");
+        }
+    }
+    assert_eq!(
+        with(&["x"], &[], &[]),
+        with(&["x"], &[], &[]),
+        "the same lists, the same fingerprint"
+    );
+}
+
 #[test]
 fn own_text_removes_what_the_regex_did() {
     for text in [
