@@ -1,0 +1,146 @@
+#!/usr/bin/env bash
+# Where a small request's added latency goes: the CPU time each proxy's
+# thread is busy on a request's way in (client request read → upstream
+# request written) and on its way out (upstream answer read → client answer
+# written), timed from the kernel's syscall tracepoints (perf), for
+#
+#   nginx       the plain reverse proxy of benches/e2e.sh
+#   floor       examples/floor_proxy.rs: loopguard's HTTP stack, no parse
+#   passthrough loopguard on a path of no dialect (/v1/other): forwarded
+#               unparsed, no detection
+#   loopguard   loopguard on /v1/chat/completions: the parse and the
+#               request-time judgement run before the upstream request
+#
+# against the same instant upstream (nginx serving a canned completion),
+# one request in flight (oha -c 1) at RATE req/s, each loopguard request a
+# new conversation ending in one tool result (as benches/e2e.sh's
+# one-tool-cycle load), rounds in rotating order, medians over the rounds.
+# Then the same work in a hot loop (criterion's small_request bench), to
+# compare with: what the in-place figure adds is the cost of running with
+# cold caches between requests.
+#
+#   benches/segments.sh
+#   RATE=300 N=1500 ROUNDS=5 BIN=path/to/loopguard benches/segments.sh
+#
+# Needs perf (Debian: linux-perf; installed with apt-get when missing and
+# run as root), `oha` (cargo install oha --locked), python3 and nginx (see
+# benches/nginx.sh), and permission to trace (root, or
+# kernel.perf_event_paranoid <= -1 and a readable tracefs).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+RATE="${RATE:-100}"
+N="${N:-1000}"          # requests per path and round
+ROUNDS="${ROUNDS:-3}"
+OHA="${OHA:-$(command -v oha || echo "$HOME/.cargo/bin/oha")}"
+[ -x "$OHA" ] || { echo "oha not found: cargo install oha --locked" >&2; exit 1; }
+if ! command -v perf >/dev/null; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "installing linux-perf (apt-get)" >&2
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q linux-perf >/dev/null
+  else
+    echo "perf not found: apt-get install linux-perf" >&2; exit 1
+  fi
+fi
+
+. benches/common.sh
+. benches/nginx.sh
+bench_setup ''
+nginx_setup
+sed -i "s#upstream = \"$MOCK\"#upstream = \"$CANNED\"#" "$WORK/lg.toml"
+printf '[loop_detection.replay_storm]\nenabled = false\n' >>"$WORK/lg.toml"
+LOOPGUARD_LOG=warn "$BIN" serve --config "$WORK/lg.toml" >"$WORK/lg.out" 2>"$WORK/lg.err" &
+LG_PID=$!
+cargo build --release --locked --quiet --example floor_proxy
+"${CARGO_TARGET_DIR:-target}/release/examples/floor_proxy" 127.0.0.1:0 "$CANNED" >"$WORK/floor.out" 2>"$WORK/floor.err" &
+FLOOR_PID=$!
+sleep 0.5
+LG="http://$(sed -n 's/.*proxy=\([^ ]*\).*/\1/p' "$WORK/lg.out")"
+FLOOR="http://$(sed -n 's/listening on //p' "$WORK/floor.out")"
+NGINX_WORKERS="$(pgrep -d, -P "$(cat "$WORK/nginx/proxy.pid")")"
+
+# One body per request, each its own conversation (a distinct first user
+# message) ending in one tool result; each round and path its own slice,
+# so every loopguard request starts a conversation.
+python3 - "$((ROUNDS * 4 * N + 300))" "$WORK/bodies.txt" <<'PY'
+import json, sys
+count, path = int(sys.argv[1]), sys.argv[2]
+with open(path, "w") as out:
+    for n in range(count):
+        out.write(json.dumps({"model": "m", "messages": [
+            {"role": "system", "content": "You are a coding agent."},
+            {"role": "user", "content": f"Task {n}: tidy the parser module."},
+            {"role": "assistant", "content": None, "tool_calls": [{"id": f"c{n}_0", "type": "function",
+             "function": {"name": "read_file", "arguments": json.dumps({"path": "src/f0.rs"})}}]},
+            {"role": "tool", "tool_call_id": f"c{n}_0", "content": "a.txt\nb.txt"}]},
+            separators=(",", ":")) + "\n")
+PY
+slice=0
+next_bodies() { # -> file of the next N bodies
+  local file="$WORK/slice-$slice.txt"
+  tail -n "+$((300 + slice * N + 1))" "$WORK/bodies.txt" | head -n "$N" >"$file"
+  slice=$((slice + 1))
+  echo "$file"
+}
+oha_run() { # url bodies_file n
+  "$OHA" -n "$3" -c 1 -q "$RATE" --latency-correction --no-tui -m POST \
+    -H 'content-type: application/json' -Z "$2" "$1" >/dev/null
+}
+# Warm-up: connections open, lazily built state built.
+head -n 300 "$WORK/bodies.txt" >"$WORK/warm.txt"
+for url in "$NGINX_PROXY/v1/chat/completions" "$FLOOR/v1/chat/completions" "$LG/v1/other" "$LG/v1/chat/completions"; do
+  oha_run "$url" "$WORK/warm.txt" 300
+done
+
+PATHS=(
+  "nginx $NGINX_WORKERS $NGINX_PROXY/v1/chat/completions"
+  "floor $FLOOR_PID $FLOOR/v1/chat/completions"
+  "passthrough $LG_PID $LG/v1/other"
+  "loopguard $LG_PID $LG/v1/chat/completions"
+)
+RESULTS="$WORK/results.txt"
+: >"$RESULTS"
+for r in $(seq 1 "$ROUNDS"); do
+  k=$(( (r - 1) % ${#PATHS[@]} ))
+  order=("${PATHS[@]:$k}" "${PATHS[@]:0:$k}")
+  for entry in "${order[@]}"; do
+    set -- $entry
+    file="$(next_bodies)"
+    perf record -q -e raw_syscalls:sys_enter --filter 'id == 20 || id == 232 || id == 281' \
+      -e raw_syscalls:sys_exit --filter 'id == 20 || id == 232 || id == 281' -p "$2" -o "$WORK/trace.data" 2>/dev/null &
+    perf_pid=$!
+    sleep 0.5
+    oha_run "$3" "$file" "$N"
+    kill -INT "$perf_pid"; wait "$perf_pid" || true
+    perf script -i "$WORK/trace.data" 2>/dev/null >"$WORK/trace.txt"
+    read -r req resp busy count < <(python3 benches/segments.py "$WORK/trace.txt")
+    echo "$1 $req $resp $busy $count" >>"$RESULTS"
+    echo "  round $r: $1 request path $req us, response path $resp us, busy $busy us ($count requests)"
+  done
+done
+
+echo "criterion, the same parse, judgement and answer in a hot loop:"
+HOT="$(cargo bench --bench request --quiet -- small_request 2>/dev/null | sed -n 's/.*time: *\[[^ ]* [^ ]* \([^ ]*\) \([^ ]*\) .*/\1 \2/p' | head -1)"
+echo "  $HOT"
+
+python3 - "$RESULTS" "$HOT" <<'PY'
+import collections, statistics as s, sys
+rows = collections.defaultdict(list)
+for line in open(sys.argv[1]):
+    name, req, resp, busy, count = line.split()
+    rows[name].append((float(req), float(resp), float(busy)))
+med = {n: [s.median(x[i] for x in v) for i in range(3)] for n, v in rows.items()}
+print()
+print("| path | request path p50 | response path p50 | busy per request p50 |")
+print("|---|---|---|---|")
+for name in ("nginx", "floor", "passthrough", "loopguard"):
+    if name in med:
+        req, resp, busy = med[name]
+        print(f"| {name} | {req:.0f} µs | {resp:.0f} µs | {busy:.0f} µs |")
+if "loopguard" in med and "passthrough" in med:
+    own = med["loopguard"][0] - med["passthrough"][0]
+    print(f"\nparse and request-time judgement in place (loopguard - passthrough, request path): {own:.0f} µs")
+hot = sys.argv[2].split()
+if len(hot) == 2:
+    print(f"the same work and the answer's judgement in a hot loop (criterion): {hot[0]} {hot[1]}")
+PY
