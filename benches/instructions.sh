@@ -7,6 +7,7 @@
 #   benches/instructions.sh                      # builds the release binary
 #   BIN=path/to/loopguard benches/instructions.sh
 #   FLOOR=1 benches/instructions.sh              # examples/floor_proxy.rs: the HTTP stack alone
+#   URL_PATH=/v1/other benches/instructions.sh   # a path of no dialect: forwarded unparsed, no detection
 #   N=5000 OUT=/tmp/lg.callgrind benches/instructions.sh   # then callgrind_annotate "$OUT".1
 #   HISTORY=500000 N=300 benches/instructions.sh  # large histories (see below; WARMUP=300 requests first)
 #   HISTORY=500000 SHAPE=text N=100 benches/instructions.sh  # the same, shaped as a text-protocol agent's
@@ -59,7 +60,7 @@ else
 fi
 for _ in $(seq 1 120); do [ -n "$(address)" ] && break; sleep 0.5; done
 [ -n "$(address)" ] || { echo "the proxy did not start under valgrind:" >&2; cat "$WORK/lg.err" >&2; exit 1; }
-URL="http://$(address)/v1/chat/completions"
+URL="http://$(address)${URL_PATH:-/v1/chat/completions}"
 
 python3 - "$WORK/bodies.txt" "${HISTORY:-0}" "${SHAPE:-calls}" <<'PY'
 import json, sys

@@ -130,7 +130,7 @@ async fn send(
                 .entry(http::header::ACCEPT)
                 .or_insert(http::HeaderValue::from_static("*/*"));
             return match pool.send(&target.authority, request).await {
-                Ok(response) => Ok(reqwest::Response::from(response.map(reqwest::Body::wrap))),
+                Ok(response) => Ok(as_reqwest(response, url)),
                 Err(e) => Err(error_chain(&e)),
             };
         }
@@ -142,33 +142,55 @@ async fn send(
     Box::pin(request.send()).await.map_err(|e| reqwest_error(&e))
 }
 
+/// A pooled connection's response as reqwest's, which the later stages
+/// read. It carries the request's `url`: without one, reqwest parses a
+/// placeholder URL for every response (a few thousand instructions of a
+/// small request's path, issue #14), and [`reqwest::Response::url`] would
+/// name that placeholder instead of the upstream.
+fn as_reqwest(
+    response: http::Response<crate::upstream_pool::PooledBody>,
+    url: url::Url,
+) -> reqwest::Response {
+    use reqwest::ResponseBuilderExt;
+    let mut response = response.map(reqwest::Body::wrap);
+    if let Ok(carrier) = http::Response::builder().url(url).body(()) {
+        response
+            .extensions_mut()
+            .extend(carrier.into_parts().0.extensions);
+    }
+    reqwest::Response::from(response)
+}
+
 /// Where a request for [`Pool::send`] goes, and what it says of it: the
 /// `host:port` to connect to, the origin-form URI, and `Host` as reqwest
 /// sets it (the port only when it is not the scheme's). The request also
 /// gets reqwest's `Accept: */*` when the agent sent none, so the upstream
 /// sees the same headers on either path.
-struct PlainTarget {
-    authority: String,
+struct PlainTarget<'u> {
+    authority: std::borrow::Cow<'u, str>,
     uri: http::Uri,
     host: http::HeaderValue,
 }
 
-impl PlainTarget {
+impl<'u> PlainTarget<'u> {
     /// `None` for a URL without a host or whose path `http` does not accept
     /// (it then goes through reqwest).
-    fn of(url: &url::Url) -> Option<Self> {
-        let host = url.host_str()?;
-        let port = url.port_or_known_default()?;
-        let host_header = match url.port() {
-            Some(port) => http::HeaderValue::from_str(&format!("{host}:{port}")),
-            None => http::HeaderValue::from_str(host),
+    fn of(url: &'u url::Url) -> Option<Self> {
+        url.host_str()?;
+        // `host[:port]` as the URL writes it, which leaves out the scheme's
+        // own port: `Host` as reqwest sends it, and the authority itself
+        // when the port is written.
+        let written = &url[url::Position::BeforeHost..url::Position::AfterPort];
+        let authority = match url.port() {
+            Some(_) => std::borrow::Cow::Borrowed(written),
+            None => std::borrow::Cow::Owned(format!("{written}:{}", url.port_or_known_default()?)),
         };
         Some(Self {
-            authority: format!("{host}:{port}"),
+            authority,
             uri: url[url::Position::BeforePath..url::Position::AfterQuery]
                 .parse()
                 .ok()?,
-            host: host_header.ok()?,
+            host: http::HeaderValue::from_str(written).ok()?,
         })
     }
 }
@@ -195,4 +217,46 @@ fn error_chain(e: &dyn std::error::Error) -> String {
         source = s.source();
     }
     text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::PlainTarget;
+
+    fn target(url: &str) -> (String, String, String) {
+        let url = url::Url::parse(url).expect("a valid URL");
+        let t = PlainTarget::of(&url).expect("a plain target");
+        let host = t.host.to_str().expect("ASCII").to_owned();
+        (t.authority.into_owned(), host, t.uri.to_string())
+    }
+
+    #[test]
+    fn a_plain_target_connects_to_host_and_port_and_names_the_host_as_reqwest_does() {
+        assert_eq!(
+            target("http://127.0.0.1:8080/v1/chat?x=1"),
+            (
+                "127.0.0.1:8080".into(),
+                "127.0.0.1:8080".into(),
+                "/v1/chat?x=1".into()
+            )
+        );
+        // The scheme's own port: connected to, left out of `Host`.
+        assert_eq!(
+            target("http://example.com/v1"),
+            ("example.com:80".into(), "example.com".into(), "/v1".into())
+        );
+        assert_eq!(
+            target("http://example.com:80/"),
+            ("example.com:80".into(), "example.com".into(), "/".into())
+        );
+        assert_eq!(
+            target("http://[::1]:9/a"),
+            ("[::1]:9".into(), "[::1]:9".into(), "/a".into())
+        );
+        // Credentials in the URL are neither the authority nor `Host`.
+        assert_eq!(
+            target("http://user:pw@upstream:81/p"),
+            ("upstream:81".into(), "upstream:81".into(), "/p".into())
+        );
+    }
 }
