@@ -223,40 +223,39 @@ fn error_chain(e: &dyn std::error::Error) -> String {
 mod tests {
     use super::PlainTarget;
 
-    fn target(url: &str) -> (String, String, String) {
-        let url = url::Url::parse(url).expect("a valid URL");
-        let t = PlainTarget::of(&url).expect("a plain target");
-        let host = t.host.to_str().expect("ASCII").to_owned();
-        (t.authority.into_owned(), host, t.uri.to_string())
+    /// Authority, `Host` and URI of `url`'s plain target (`None` when it
+    /// has none).
+    fn target(url: &str) -> Option<(String, String, String)> {
+        let url = url::Url::parse(url).ok()?;
+        let t = PlainTarget::of(&url)?;
+        let host = t.host.to_str().ok()?.to_owned();
+        Some((t.authority.into_owned(), host, t.uri.to_string()))
+    }
+
+    fn some(authority: &str, host: &str, uri: &str) -> Option<(String, String, String)> {
+        Some((authority.into(), host.into(), uri.into()))
     }
 
     #[test]
     fn a_plain_target_connects_to_host_and_port_and_names_the_host_as_reqwest_does() {
         assert_eq!(
             target("http://127.0.0.1:8080/v1/chat?x=1"),
-            (
-                "127.0.0.1:8080".into(),
-                "127.0.0.1:8080".into(),
-                "/v1/chat?x=1".into()
-            )
+            some("127.0.0.1:8080", "127.0.0.1:8080", "/v1/chat?x=1")
         );
         // The scheme's own port: connected to, left out of `Host`.
         assert_eq!(
             target("http://example.com/v1"),
-            ("example.com:80".into(), "example.com".into(), "/v1".into())
+            some("example.com:80", "example.com", "/v1")
         );
         assert_eq!(
             target("http://example.com:80/"),
-            ("example.com:80".into(), "example.com".into(), "/".into())
+            some("example.com:80", "example.com", "/")
         );
-        assert_eq!(
-            target("http://[::1]:9/a"),
-            ("[::1]:9".into(), "[::1]:9".into(), "/a".into())
-        );
+        assert_eq!(target("http://[::1]:9/a"), some("[::1]:9", "[::1]:9", "/a"));
         // Credentials in the URL are neither the authority nor `Host`.
         assert_eq!(
             target("http://user:pw@upstream:81/p"),
-            ("upstream:81".into(), "upstream:81".into(), "/p".into())
+            some("upstream:81", "upstream:81", "/p")
         );
     }
 }
