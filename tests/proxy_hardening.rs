@@ -136,6 +136,35 @@ async fn loopguards_own_headers_and_expect_are_not_forwarded() {
     );
 }
 
+/// An upstream URL with credentials (`http://user:pw@host:port`): they go
+/// to the upstream as `Authorization: Basic`, as reqwest sends them, while
+/// the host and port are the URL's; the agent's own `Authorization` wins.
+#[tokio::test(flavor = "multi_thread")]
+async fn credentials_in_the_upstream_url_are_sent_as_basic_authorization() {
+    let mock = mock();
+    let with_credentials = mock.url().replacen("http://", "http://user:pw@", 1);
+    let lg = loopguard(&config_for(&with_credentials, ""));
+    let body = r#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#;
+    let url = format!("{}/v1/chat/completions", lg.url());
+    let first = post(url.clone(), &[], body).await;
+    assert_eq!(first.status(), 200);
+    let second = post(url, &[("authorization", "Bearer agent-key")], body).await;
+    assert_eq!(second.status(), 200);
+    let recorded = mock_requests(&mock).await;
+    assert_eq!(recorded.len(), 2, "{recorded:?}");
+    // base64("user:pw")
+    assert_eq!(
+        recorded[0]["headers"]["authorization"], "Basic dXNlcjpwdw==",
+        "{}",
+        recorded[0]
+    );
+    assert_eq!(
+        recorded[1]["headers"]["authorization"], "Bearer agent-key",
+        "{}",
+        recorded[1]
+    );
+}
+
 /// A misbehaving upstream of the test's own: accepts one connection, reads
 /// the request (head and `content-length` body), then writes every chunk the
 /// test sends on the channel, as it comes; dropping the sender closes the

@@ -173,10 +173,14 @@ struct PlainTarget<'u> {
 }
 
 impl<'u> PlainTarget<'u> {
-    /// `None` for a URL without a host or whose path `http` does not accept
-    /// (it then goes through reqwest).
+    /// `None` for a URL without a host, with credentials (reqwest sends them
+    /// as `Authorization: Basic`), or whose path `http` does not accept: it
+    /// then goes through reqwest.
     fn of(url: &'u url::Url) -> Option<Self> {
         url.host_str()?;
+        if !url.username().is_empty() || url.password().is_some() {
+            return None;
+        }
         // `host[:port]` as the URL writes it, which leaves out the scheme's
         // own port: `Host` as reqwest sends it, and the authority itself
         // when the port is written.
@@ -237,7 +241,8 @@ mod tests {
     }
 
     #[test]
-    fn a_plain_target_connects_to_host_and_port_and_names_the_host_as_reqwest_does() {
+    fn a_plain_target_connects_to_host_and_port_names_the_host_as_reqwest_does_and_leaves_credentials_to_reqwest()
+     {
         assert_eq!(
             target("http://127.0.0.1:8080/v1/chat?x=1"),
             some("127.0.0.1:8080", "127.0.0.1:8080", "/v1/chat?x=1")
@@ -252,10 +257,8 @@ mod tests {
             some("example.com:80", "example.com", "/")
         );
         assert_eq!(target("http://[::1]:9/a"), some("[::1]:9", "[::1]:9", "/a"));
-        // Credentials in the URL are neither the authority nor `Host`.
-        assert_eq!(
-            target("http://user:pw@upstream:81/p"),
-            some("upstream:81", "upstream:81", "/p")
-        );
+        // Credentials in the URL: reqwest's path, which sends them.
+        assert_eq!(target("http://user:pw@upstream:81/p"), None);
+        assert_eq!(target("http://user@upstream:81/p"), None);
     }
 }
