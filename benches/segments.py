@@ -10,8 +10,13 @@ in each cluster the first segment that writes (writev) is the request path
 request written), the last one that writes is the response path (the
 upstream's answer read, judged and written to the client).
 
-    python3 benches/segments.py perf-script.txt
+    python3 benches/segments.py perf-script.txt THREAD_PREFIX RATE
     -> "request_p50_us response_p50_us busy_p50_us requests"
+
+Only threads whose name starts with THREAD_PREFIX count (a proxy's serving
+threads: other threads of the process may wait elsewhere than in
+epoll_wait). Clusters are told apart by an idle gap of 2 ms, or half the
+interval between requests at RATE req/s when that is shorter.
 """
 
 import re
@@ -20,13 +25,13 @@ import sys
 
 EPOLL_WAIT = {232, 281}  # epoll_wait, epoll_pwait
 WRITEV = 20
-GAP = 0.002  # seconds of idle that separate two requests' clusters
 
-LINE = re.compile(r"\s(\d+)\s+\[\d+\]\s+([\d.]+):\s+raw_syscalls:sys_(enter|exit):\s+NR (\d+)")
+LINE = re.compile(r"^\s*(.+?)\s+(\d+)\s+\[\d+\]\s+([\d.]+):\s+raw_syscalls:sys_(enter|exit):\s+NR (\d+)")
 
 
-def segments(lines):
-    """(start, end, writes) of every busy segment, in time order."""
+def segments(lines, prefix):
+    """(start, end, writes) of every busy segment of the threads named
+    `prefix`..., in time order."""
     open_at = {}
     writes = {}
     out = []
@@ -34,7 +39,9 @@ def segments(lines):
         m = LINE.search(line)
         if not m:
             continue
-        tid, t, kind, nr = m.group(1), float(m.group(2)), m.group(3), int(m.group(4))
+        if not m.group(1).startswith(prefix):
+            continue
+        tid, t, kind, nr = m.group(2), float(m.group(3)), m.group(4), int(m.group(5))
         if nr in EPOLL_WAIT:
             if kind == "exit":
                 open_at[tid] = t
@@ -47,11 +54,11 @@ def segments(lines):
     return out
 
 
-def clusters(segs):
-    """Segments grouped per request: a new group after GAP of idle."""
+def clusters(segs, gap):
+    """Segments grouped per request: a new group after `gap` seconds idle."""
     group, end = [], None
     for seg in segs:
-        if group and seg[0] - end > GAP:
+        if group and seg[0] - end > gap:
             yield group
             group = []
         group.append(seg)
@@ -60,11 +67,12 @@ def clusters(segs):
         yield group
 
 
-def main(path):
+def main(path, prefix, rate):
+    gap = min(0.002, 0.5 / rate)
     with open(path, encoding="utf-8", errors="replace") as f:
-        segs = segments(f)
+        segs = segments(f, prefix)
     request, response, busy = [], [], []
-    for group in clusters(segs):
+    for group in clusters(segs, gap):
         writing = [s for s in group if s[2]]
         if len(writing) < 2:
             continue  # a cluster cut by the trace's start or end
@@ -81,4 +89,4 @@ def main(path):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1], sys.argv[2], float(sys.argv[3]))

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Where a small request's added latency goes: the CPU time each proxy's
-# thread is busy on a request's way in (client request read → upstream
-# request written) and on its way out (upstream answer read → client answer
-# written), timed from the kernel's syscall tracepoints (perf), for
+# Where a small request's added latency goes: how long each proxy's thread
+# is busy on a request's way in (client request read → upstream request
+# written) and on its way out (upstream answer read → client answer
+# written), timed from the kernel's syscall tracepoints (perf) as the wall
+# time from an epoll_wait's return to the thread's next epoll_wait (the
+# syscalls in between, e.g. the loopback writev, included), for
 #
 #   nginx       the plain reverse proxy of benches/e2e.sh
 #   floor       examples/floor_proxy.rs: loopguard's HTTP stack, no parse
@@ -16,8 +18,8 @@
 # new conversation ending in one tool result (as benches/e2e.sh's
 # one-tool-cycle load), rounds in rotating order, medians over the rounds.
 # Then the same work in a hot loop (criterion's small_request bench), to
-# compare with: what the in-place figure adds is the cost of running with
-# cold caches between requests.
+# compare the in-place figure with. The tracepoints slow every syscall a
+# little, the same for every path: compare paths, not absolute figures.
 #
 #   benches/segments.sh
 #   RATE=300 N=1500 ROUNDS=5 BIN=path/to/loopguard benches/segments.sh
@@ -54,10 +56,15 @@ LG_PID=$!
 cargo build --release --locked --quiet --example floor_proxy
 "${CARGO_TARGET_DIR:-target}/release/examples/floor_proxy" 127.0.0.1:0 "$CANNED" >"$WORK/floor.out" 2>"$WORK/floor.err" &
 FLOOR_PID=$!
-sleep 0.5
+for _ in $(seq 1 100); do
+  grep -q 'proxy=' "$WORK/lg.out" && grep -q 'listening on' "$WORK/floor.out" && break
+  sleep 0.1
+done
 LG="http://$(sed -n 's/.*proxy=\([^ ]*\).*/\1/p' "$WORK/lg.out")"
 FLOOR="http://$(sed -n 's/listening on //p' "$WORK/floor.out")"
-NGINX_WORKERS="$(pgrep -d, -P "$(cat "$WORK/nginx/proxy.pid")")"
+[ "$LG" != "http://" ] && [ "$FLOOR" != "http://" ] || { echo "loopguard or the floor proxy did not start" >&2; exit 1; }
+NGINX_WORKERS="$(pgrep -d, -P "$(cat "$WORK/nginx/proxy.pid")" || true)"
+[ -n "$NGINX_WORKERS" ] || { echo "nginx proxy workers not found" >&2; exit 1; }
 
 # One body per request, each its own conversation (a distinct first user
 # message) ending in one tool result; each round and path its own slice,
@@ -76,11 +83,10 @@ with open(path, "w") as out:
             separators=(",", ":")) + "\n")
 PY
 slice=0
-next_bodies() { # -> file of the next N bodies
-  local file="$WORK/slice-$slice.txt"
-  tail -n "+$((300 + slice * N + 1))" "$WORK/bodies.txt" | head -n "$N" >"$file"
+next_bodies() { # sets BODIES: a file of the next N bodies
+  BODIES="$WORK/slice-$slice.txt"
+  sed -n "$((300 + slice * N + 1)),$((300 + (slice + 1) * N))p" "$WORK/bodies.txt" >"$BODIES"
   slice=$((slice + 1))
-  echo "$file"
 }
 oha_run() { # url bodies_file n
   "$OHA" -n "$3" -c 1 -q "$RATE" --latency-correction --no-tui -m POST \
@@ -92,11 +98,13 @@ for url in "$NGINX_PROXY/v1/chat/completions" "$FLOOR/v1/chat/completions" "$LG/
   oha_run "$url" "$WORK/warm.txt" 300
 done
 
+# name, pids to trace, URL, and the name prefix of the threads that serve
+# the proxy (loopguard's admin and shared runtime run other threads).
 PATHS=(
-  "nginx $NGINX_WORKERS $NGINX_PROXY/v1/chat/completions"
-  "floor $FLOOR_PID $FLOOR/v1/chat/completions"
-  "passthrough $LG_PID $LG/v1/other"
-  "loopguard $LG_PID $LG/v1/chat/completions"
+  "nginx $NGINX_WORKERS $NGINX_PROXY/v1/chat/completions nginx"
+  "floor $FLOOR_PID $FLOOR/v1/chat/completions tokio-runtime-w"
+  "passthrough $LG_PID $LG/v1/other lg-worker-"
+  "loopguard $LG_PID $LG/v1/chat/completions lg-worker-"
 )
 RESULTS="$WORK/results.txt"
 : >"$RESULTS"
@@ -105,42 +113,48 @@ for r in $(seq 1 "$ROUNDS"); do
   order=("${PATHS[@]:$k}" "${PATHS[@]:0:$k}")
   for entry in "${order[@]}"; do
     set -- $entry
-    file="$(next_bodies)"
+    next_bodies
     perf record -q -e raw_syscalls:sys_enter --filter 'id == 20 || id == 232 || id == 281' \
-      -e raw_syscalls:sys_exit --filter 'id == 20 || id == 232 || id == 281' -p "$2" -o "$WORK/trace.data" 2>/dev/null &
+      -e raw_syscalls:sys_exit --filter 'id == 20 || id == 232 || id == 281' -p "$2" -o "$WORK/trace.data" 2>"$WORK/perf.err" &
     perf_pid=$!
     sleep 0.5
-    oha_run "$3" "$file" "$N"
+    kill -0 "$perf_pid" 2>/dev/null || { echo "perf record failed: $(cat "$WORK/perf.err")" >&2; exit 1; }
+    oha_run "$3" "$BODIES" "$N"
     kill -INT "$perf_pid"; wait "$perf_pid" || true
     perf script -i "$WORK/trace.data" 2>/dev/null >"$WORK/trace.txt"
-    read -r req resp busy count < <(python3 benches/segments.py "$WORK/trace.txt")
+    read -r req resp busy count < <(python3 benches/segments.py "$WORK/trace.txt" "$4" "$RATE")
     echo "$1 $req $resp $busy $count" >>"$RESULTS"
     echo "  round $r: $1 request path $req us, response path $resp us, busy $busy us ($count requests)"
   done
 done
 
 echo "criterion, the same parse, judgement and answer in a hot loop:"
-HOT="$(cargo bench --bench request --quiet -- small_request 2>/dev/null | sed -n 's/.*time: *\[[^ ]* [^ ]* \([^ ]*\) \([^ ]*\) .*/\1 \2/p' | head -1)"
+HOT="$( (cargo bench --bench request --quiet -- small_request 2>/dev/null || true) | sed -n 's/.*time: *\[[^ ]* [^ ]* \([^ ]*\) \([^ ]*\) .*/\1 \2/p' | head -1)"
 echo "  $HOT"
 
 python3 - "$RESULTS" "$HOT" <<'PY'
-import collections, statistics as s, sys
+import collections, math, statistics as s, sys
 rows = collections.defaultdict(list)
 for line in open(sys.argv[1]):
     name, req, resp, busy, count = line.split()
-    rows[name].append((float(req), float(resp), float(busy)))
+    if int(count) > 0 and not math.isnan(float(req)):
+        rows[name].append((float(req), float(resp), float(busy)))
 med = {n: [s.median(x[i] for x in v) for i in range(3)] for n, v in rows.items()}
 print()
-print("| path | request path p50 | response path p50 | busy per request p50 |")
+print("| path | way in (request path) p50 | way out (response path) p50 | busy per request p50 |")
 print("|---|---|---|---|")
 for name in ("nginx", "floor", "passthrough", "loopguard"):
     if name in med:
         req, resp, busy = med[name]
         print(f"| {name} | {req:.0f} µs | {resp:.0f} µs | {busy:.0f} µs |")
-if "loopguard" in med and "passthrough" in med:
-    own = med["loopguard"][0] - med["passthrough"][0]
-    print(f"\nparse and request-time judgement in place (loopguard - passthrough, request path): {own:.0f} µs")
+def diff(a, b, label):
+    if a in med and b in med:
+        print(f"{label}: way in {med[a][0] - med[b][0]:+.0f} µs, way out {med[a][1] - med[b][1]:+.0f} µs")
+print()
+diff("loopguard", "passthrough", "detection (loopguard - passthrough)")
+diff("passthrough", "floor", "loopguard's proxying without a dialect (passthrough - floor)")
+diff("floor", "nginx", "the HTTP stack (floor - nginx)")
 hot = sys.argv[2].split()
 if len(hot) == 2:
-    print(f"the same work and the answer's judgement in a hot loop (criterion): {hot[0]} {hot[1]}")
+    print(f"the request's parse and judgement and the answer's judgement in a hot loop (criterion): {hot[0]} {hot[1]}")
 PY
