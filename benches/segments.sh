@@ -102,7 +102,7 @@ done
 # the proxy (loopguard's admin and shared runtime run other threads).
 PATHS=(
   "nginx $NGINX_WORKERS $NGINX_PROXY/v1/chat/completions nginx"
-  "floor $FLOOR_PID $FLOOR/v1/chat/completions tokio-runtime-w"
+  "floor $FLOOR_PID $FLOOR/v1/chat/completions tokio-rt-worker"
   "passthrough $LG_PID $LG/v1/other lg-worker-"
   "loopguard $LG_PID $LG/v1/chat/completions lg-worker-"
 )
