@@ -85,28 +85,7 @@ RSS_IDLE=$(rss)
 # message, so a distinct fingerprinted session), ending in one tool result;
 # with HISTORY > 0, about HISTORY bytes of distinct earlier tool cycles.
 bodies() { # history_bytes count file
-  python3 - "$@" <<'PY'
-import json, sys
-size, count, path = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
-with open(path, "w") as out:
-    for n in range(count):
-        messages = [{"role": "system", "content": "You are a coding agent."},
-                    {"role": "user", "content": f"Task {n}: tidy the parser module."}]
-        i = 0
-        def cycle(i, result):
-            return [{"role": "assistant", "content": None, "tool_calls": [{"id": f"c{n}_{i}", "type": "function",
-                     "function": {"name": "read_file", "arguments": json.dumps({"path": f"src/f{i}.rs"})}}]},
-                    {"role": "tool", "tool_call_id": f"c{n}_{i}", "content": result}]
-        total = 0
-        while True:
-            result = f"// file {i} of task {n}\n" + ("fn f() { let x = \"a\\nb\"; }\n" * 30)[: 760]
-            messages += cycle(i, result if size else "a.txt\nb.txt")
-            total += len(result) + 200
-            i += 1
-            if total >= size:
-                break
-        out.write(json.dumps({"model": "m", "messages": messages}, separators=(",", ":")) + "\n")
-PY
+  python3 benches/bodies.py "$@"
 }
 
 run_oha() { # base_url path rate bodies_file -> "p50_ms p99_ms success"

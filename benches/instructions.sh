@@ -62,35 +62,8 @@ for _ in $(seq 1 120); do [ -n "$(address)" ] && break; sleep 0.5; done
 [ -n "$(address)" ] || { echo "the proxy did not start under valgrind:" >&2; cat "$WORK/lg.err" >&2; exit 1; }
 URL="http://$(address)${URL_PATH:-/v1/chat/completions}"
 
-python3 - "$WORK/bodies.txt" "${HISTORY:-0}" "${SHAPE:-calls}" <<'PY'
-import json, sys
-path, size, shape = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-code = "fn f() { let x = \"a\\nb\"; if a < b { g::<T>(x) } }\n" * 14
-with open(path, "w") as out:
-    for n in range(40 if size else 20000):
-        messages = [{"role": "system", "content": "You are a coding agent."},
-                    {"role": "user", "content": f"Task {n}: tidy the parser module."}]
-        i = total = 0
-        while True:
-            if shape == "text":
-                # A text-protocol agent (Cline): the call in the assistant's
-                # text, its result a user message with the agent's wrappers.
-                result = (f"[read_file for 'src/f{i}.rs'] Result:\n<file_content path=\"src/f{i}.rs\">\n"
-                          f"// file {i} of task {n}\n{code}</file_content>\n\n"
-                          "<environment_details>\n# VSCode Visible Files\nsrc/main.rs\n</environment_details>")
-                messages += [{"role": "assistant", "content": f"Reading it.\n<read_file>\n<path>src/f{i}.rs</path>\n</read_file>"},
-                             {"role": "user", "content": result}]
-            else:
-                result = (f"// file {i} of task {n}\n" + ("fn f() { let x = \"a\\nb\"; }\n" * 30)[:760]) if size else "a.txt\nb.txt"
-                messages += [{"role": "assistant", "content": None, "tool_calls": [{"id": f"c{n}_{i}", "type": "function",
-                              "function": {"name": "read_file", "arguments": json.dumps({"path": f"src/f{i}.rs"})}}]},
-                             {"role": "tool", "tool_call_id": f"c{n}_{i}", "content": result}]
-            total += len(result) + 200
-            i += 1
-            if total >= size:
-                break
-        out.write(json.dumps({"model": "m", "messages": messages}, separators=(",", ":")) + "\n")
-PY
+if [ "${HISTORY:-0}" != 0 ]; then COUNT=40; else COUNT=20000; fi
+python3 benches/bodies.py "${HISTORY:-0}" "$COUNT" "$WORK/bodies.txt" "${SHAPE:-calls}"
 load() { "$OHA" -n "$1" -c 4 --no-tui -m POST -H 'content-type: application/json' -Z "$WORK/bodies.txt" \
   --output-format json "$URL" >"$WORK/oha.json"; }
 load "${WARMUP:-300}"

@@ -69,19 +69,7 @@ NGINX_WORKERS="$(pgrep -d, -P "$(cat "$WORK/nginx/proxy.pid")" || true)"
 # One body per request, each its own conversation (a distinct first user
 # message) ending in one tool result; each round and path its own slice,
 # so every loopguard request starts a conversation.
-python3 - "$((ROUNDS * 4 * N + 300))" "$WORK/bodies.txt" <<'PY'
-import json, sys
-count, path = int(sys.argv[1]), sys.argv[2]
-with open(path, "w") as out:
-    for n in range(count):
-        out.write(json.dumps({"model": "m", "messages": [
-            {"role": "system", "content": "You are a coding agent."},
-            {"role": "user", "content": f"Task {n}: tidy the parser module."},
-            {"role": "assistant", "content": None, "tool_calls": [{"id": f"c{n}_0", "type": "function",
-             "function": {"name": "read_file", "arguments": json.dumps({"path": "src/f0.rs"})}}]},
-            {"role": "tool", "tool_call_id": f"c{n}_0", "content": "a.txt\nb.txt"}]},
-            separators=(",", ":")) + "\n")
-PY
+python3 benches/bodies.py 0 "$((ROUNDS * 4 * N + 300))" "$WORK/bodies.txt"
 slice=0
 next_bodies() { # sets BODIES: a file of the next N bodies
   BODIES="$WORK/slice-$slice.txt"

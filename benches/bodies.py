@@ -1,0 +1,42 @@
+"""Request bodies for the end-to-end benches (benches/e2e.sh,
+benches/instructions.sh, benches/segments.sh): one OpenAI chat body per
+line, each its own conversation (a distinct first user message, so a
+distinct fingerprinted session), ending in one tool result; with SIZE > 0,
+about SIZE bytes of distinct earlier tool cycles.
+
+    python3 benches/bodies.py SIZE COUNT FILE [SHAPE]
+
+SHAPE `calls` (the default): each cycle an assistant tool call and its
+`tool` result. SHAPE `text`: each cycle shaped as a text-protocol agent's
+(Cline's): the call in the assistant's text, its result a user message in
+the agent's wrappers.
+"""
+
+import json
+import sys
+
+size, count, path = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+shape = sys.argv[4] if len(sys.argv) > 4 else "calls"
+code = "fn f() { let x = \"a\\nb\"; if a < b { g::<T>(x) } }\n" * 14
+with open(path, "w") as out:
+    for n in range(count):
+        messages = [{"role": "system", "content": "You are a coding agent."},
+                    {"role": "user", "content": f"Task {n}: tidy the parser module."}]
+        i = total = 0
+        while True:
+            if shape == "text":
+                result = (f"[read_file for 'src/f{i}.rs'] Result:\n<file_content path=\"src/f{i}.rs\">\n"
+                          f"// file {i} of task {n}\n{code}</file_content>\n\n"
+                          "<environment_details>\n# VSCode Visible Files\nsrc/main.rs\n</environment_details>")
+                messages += [{"role": "assistant", "content": f"Reading it.\n<read_file>\n<path>src/f{i}.rs</path>\n</read_file>"},
+                             {"role": "user", "content": result}]
+            else:
+                result = (f"// file {i} of task {n}\n" + ("fn f() { let x = \"a\\nb\"; }\n" * 30)[:760]) if size else "a.txt\nb.txt"
+                messages += [{"role": "assistant", "content": None, "tool_calls": [{"id": f"c{n}_{i}", "type": "function",
+                              "function": {"name": "read_file", "arguments": json.dumps({"path": f"src/f{i}.rs"})}}]},
+                             {"role": "tool", "tool_call_id": f"c{n}_{i}", "content": result}]
+            total += len(result) + 200
+            i += 1
+            if total >= size:
+                break
+        out.write(json.dumps({"model": "m", "messages": messages}, separators=(",", ":")) + "\n")
