@@ -7,6 +7,7 @@
 #   benches/instructions.sh                      # builds the release binary
 #   BIN=path/to/loopguard benches/instructions.sh
 #   FLOOR=1 benches/instructions.sh              # examples/floor_proxy.rs: the HTTP stack alone
+#   PLAIN_NGINX=1 benches/instructions.sh          # nginx, the plain reverse proxy of benches/e2e.sh (one worker)
 #   URL_PATH=/v1/other benches/instructions.sh   # a path of no dialect: forwarded unparsed, no detection
 #   N=5000 OUT=/tmp/lg.callgrind benches/instructions.sh   # then callgrind_annotate "$OUT".1
 #   HISTORY=500000 N=300 benches/instructions.sh  # large histories (see below; WARMUP=300 requests first)
@@ -46,7 +47,17 @@ printf '[loop_detection.replay_storm]\nenabled = false\n' >>"$WORK/lg.toml"
 if [ -n "${HISTORY:-}" ]; then printf '[sessions]\nparse_cache_mib = 512\n' >>"$WORK/lg.toml"; fi
 
 rm -f "$OUT" "$OUT".*
-if [ -n "${FLOOR:-}" ]; then
+if [ -n "${PLAIN_NGINX:-}" ]; then
+  # benches/nginx.sh's proxy, one worker in the foreground process, on a port of its own.
+  px="$(free_port)"
+  sed -e 's/^worker_processes auto;/worker_processes 1;\nmaster_process off;/' \
+    -e "s#pid .*proxy.pid;#pid $WORK/nginx/counted.pid;#" \
+    -e "s/listen 127.0.0.1:[0-9]*/listen 127.0.0.1:$px/" "$WORK/nginx/proxy.conf" >"$WORK/nginx/counted.conf"
+  valgrind --tool=callgrind --callgrind-out-file="$OUT" \
+    "$NGINX" -p "$WORK/nginx" -c "$WORK/nginx/counted.conf" >"$WORK/lg.out" 2>"$WORK/lg.err" &
+  PROXY_PID=$!
+  address() { curl -sf -o /dev/null "http://127.0.0.1:$px/" && echo "127.0.0.1:$px"; }
+elif [ -n "${FLOOR:-}" ]; then
   cargo build --release --locked --quiet --example floor_proxy
   valgrind --tool=callgrind --callgrind-out-file="$OUT" \
     "${CARGO_TARGET_DIR:-target}/release/examples/floor_proxy" 127.0.0.1:0 "$CANNED" >"$WORK/lg.out" 2>"$WORK/lg.err" &

@@ -255,37 +255,92 @@ fn small_request(c: &mut Criterion) {
         tenant: &loopguard::session::key::tenant(&headers, None),
     };
     let mut next = 0usize;
+    let mut one_request = || {
+        let body = &bodies[next % bodies.len()];
+        next += 1;
+        let budget = guard.reserve_parse(&config);
+        let Ok(Parsed::Full(parsed)) = guard.parse_request_within(&config, &of, body, &budget) else {
+            return 0;
+        };
+        let view = RequestView {
+            route: &route,
+            dialect: Dialect::OpenaiChat,
+            path: "/v1/chat/completions",
+            query: None,
+            headers: &headers,
+            tenant: &loopguard::session::key::tenant(&headers, None),
+            decoded: body,
+            parsed: &parsed,
+            budget: Some(&budget),
+            resolved: None,
+        };
+        let RequestDecision::Forward { mut judge, .. } = guard.on_request(&config, &view).0 else {
+            return 0;
+        };
+        let tap = Tap::new(Dialect::OpenaiChat, Mode::Whole, usize::MAX);
+        let mut holder = Holder::new(tap, Dialect::OpenaiChat, Mode::Whole, false, usize::MAX);
+        let pushed = holder.push(black_box(&answer), judge.as_mut()).release.len();
+        pushed + holder.finish(judge.as_mut()).0.release.len()
+    };
     let mut group = c.benchmark_group("small_request");
-    group.bench_function("parse_detect_answer/new session", |b| {
-        b.iter(|| {
-            let body = &bodies[next % bodies.len()];
-            next += 1;
-            let budget = guard.reserve_parse(&config);
-            let Ok(Parsed::Full(parsed)) = guard.parse_request_within(&config, &of, body, &budget) else {
-                return 0;
-            };
-            let view = RequestView {
-                route: &route,
-                dialect: Dialect::OpenaiChat,
-                path: "/v1/chat/completions",
-                query: None,
-                headers: &headers,
-                tenant: &loopguard::session::key::tenant(&headers, None),
-                decoded: body,
-                parsed: &parsed,
-                budget: Some(&budget),
-                resolved: None,
-            };
-            let RequestDecision::Forward { mut judge, .. } = guard.on_request(&config, &view).0 else {
-                return 0;
-            };
-            let tap = Tap::new(Dialect::OpenaiChat, Mode::Whole, usize::MAX);
-            let mut holder = Holder::new(tap, Dialect::OpenaiChat, Mode::Whole, false, usize::MAX);
-            let pushed = holder.push(black_box(&answer), judge.as_mut()).release.len();
-            pushed + holder.finish(judge.as_mut()).0.release.len()
-        })
+    group.bench_function("parse_detect_answer/new session", |b| b.iter(&mut one_request));
+    // The same request on cold caches, as a proxy's request at a low rate
+    // meets them: after the caches were flushed (16 MiB written, not
+    // timed), and after the thread slept 10 ms (an idle gap of 100 req/s;
+    // on a virtual machine another guest may run on the core meanwhile).
+    let mut flush = vec![0u8; COLD_FLUSH_BYTES];
+    // Each timed request costs an untimed flush or sleep of milliseconds
+    // that criterion does not see: few samples keep the run to seconds.
+    group
+        .sample_size(10)
+        .warm_up_time(std::time::Duration::from_millis(100))
+        .measurement_time(std::time::Duration::from_millis(200));
+    group.bench_function("parse_detect_answer/new session, caches flushed", |b| {
+        b.iter_custom(|iterations| {
+            timed_after(iterations, |round| evict(&mut flush, round), &mut one_request)
+        });
+    });
+    group.bench_function("parse_detect_answer/new session, after 10 ms idle", |b| {
+        b.iter_custom(|iterations| {
+            timed_after(
+                iterations,
+                |_| std::thread::sleep(std::time::Duration::from_millis(10)),
+                &mut one_request,
+            )
+        });
     });
     group.finish();
+}
+
+/// Bytes written between two cold requests: past this machine's per-core
+/// L2 (2 MiB) and its translation caches' reach in 4 KiB pages.
+const COLD_FLUSH_BYTES: usize = 16 << 20;
+
+/// Runs `before` (not timed) then `request` (timed), `iterations` times;
+/// the time spent in `request`.
+fn timed_after(
+    iterations: u64,
+    mut before: impl FnMut(u64),
+    mut request: impl FnMut() -> usize,
+) -> std::time::Duration {
+    let mut spent = std::time::Duration::ZERO;
+    for round in 0..iterations {
+        before(round);
+        let t = std::time::Instant::now();
+        black_box(request());
+        spent += t.elapsed();
+    }
+    spent
+}
+
+/// Writes one byte per cache line of `buffer` (a different value each
+/// `round`, so that the writes cannot be skipped).
+fn evict(buffer: &mut [u8], round: u64) {
+    let value = round.to_le_bytes()[0];
+    for line in buffer.chunks_mut(64) {
+        line[0] = value;
+    }
+    black_box(buffer);
 }
 
 /// An OpenAI chat body with `n` tool calls, each answered: `parallel` puts

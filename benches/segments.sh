@@ -17,9 +17,12 @@
 # one request in flight (oha -c 1) at RATE req/s, each loopguard request a
 # new conversation ending in one tool result (as benches/e2e.sh's
 # one-tool-cycle load), rounds in rotating order, medians over the rounds.
-# Then the same work in a hot loop (criterion's small_request bench), to
-# compare the in-place figure with. The tracepoints slow every syscall a
-# little, the same for every path: compare paths, not absolute figures.
+# Beside the segments, each path's CPU time per request (user and kernel,
+# its serving threads' schedstat over the round, tracing included). Then
+# the same work in criterion's small_request bench: in a hot loop, after
+# the caches were flushed, and after 10 ms idle, to compare the in-place
+# figure with. The tracepoints slow every syscall a little, the same for
+# every path: compare paths, not absolute figures.
 #
 #   benches/segments.sh
 #   RATE=300 N=1500 ROUNDS=5 BIN=path/to/loopguard benches/segments.sh
@@ -94,6 +97,17 @@ PATHS=(
   "passthrough $LG_PID $LG/v1/other lg-worker-"
   "loopguard $LG_PID $LG/v1/chat/completions lg-worker-"
 )
+# CPU time (ns, user and kernel, from /proc's schedstat) of the threads of
+# pids (comma-separated) whose name starts with the prefix.
+cpu_ns() {
+  local total=0 task
+  for task in $(echo "$1" | tr , ' '); do
+    for task in /proc/"$task"/task/*; do
+      case "$(cat "$task/comm" 2>/dev/null)" in "$2"*) total=$((total + $(cut -d' ' -f1 "$task/schedstat"))) ;; esac
+    done
+  done
+  echo "$total"
+}
 RESULTS="$WORK/results.txt"
 : >"$RESULTS"
 for r in $(seq 1 "$ROUNDS"); do
@@ -107,34 +121,36 @@ for r in $(seq 1 "$ROUNDS"); do
     perf_pid=$!
     sleep 0.5
     kill -0 "$perf_pid" 2>/dev/null || { echo "perf record failed: $(cat "$WORK/perf.err")" >&2; exit 1; }
+    cpu_before=$(cpu_ns "$2" "$4")
     oha_run "$3" "$BODIES" "$N"
+    cpu=$(( ($(cpu_ns "$2" "$4") - cpu_before) / N / 1000 ))
     kill -INT "$perf_pid"; wait "$perf_pid" || true
     perf script -i "$WORK/trace.data" 2>/dev/null >"$WORK/trace.txt"
     read -r req resp busy count < <(python3 benches/segments.py "$WORK/trace.txt" "$4" "$RATE")
-    echo "$1 $req $resp $busy $count" >>"$RESULTS"
-    echo "  round $r: $1 request path $req us, response path $resp us, busy $busy us ($count requests)"
+    echo "$1 $req $resp $busy $count $cpu" >>"$RESULTS"
+    echo "  round $r: $1 request path $req us, response path $resp us, busy $busy us ($count requests), CPU $cpu us per request"
   done
 done
 
-echo "criterion, the same parse, judgement and answer in a hot loop:"
-HOT="$( (cargo bench --bench request --quiet -- small_request 2>/dev/null || true) | sed -n 's/.*time: *\[[^ ]* [^ ]* \([^ ]*\) \([^ ]*\) .*/\1 \2/p' | head -1)"
-echo "  $HOT"
+echo "criterion, the same parse, judgement and answer in a hot loop, after the caches were flushed, and after 10 ms idle:"
+CRIT="$( (cargo bench --bench request --quiet -- small_request 2>/dev/null || true) | sed -n 's/.*time: *\[[^ ]* [^ ]* \([^ ]*\) \([^ ]*\) .*/\1 \2/p' | head -3 | tr '\n' ' ')"
+echo "  $CRIT"
 
-python3 - "$RESULTS" "$HOT" <<'PY'
+python3 - "$RESULTS" "$CRIT" <<'PY'
 import collections, math, statistics as s, sys
 rows = collections.defaultdict(list)
 for line in open(sys.argv[1]):
-    name, req, resp, busy, count = line.split()
+    name, req, resp, busy, count, cpu = line.split()
     if int(count) > 0 and not math.isnan(float(req)):
-        rows[name].append((float(req), float(resp), float(busy)))
-med = {n: [s.median(x[i] for x in v) for i in range(3)] for n, v in rows.items()}
+        rows[name].append((float(req), float(resp), float(busy), float(cpu)))
+med = {n: [s.median(x[i] for x in v) for i in range(4)] for n, v in rows.items()}
 print()
-print("| path | way in (request path) p50 | way out (response path) p50 | busy per request p50 |")
-print("|---|---|---|---|")
+print("| path | way in (request path) p50 | way out (response path) p50 | busy per request p50 | CPU per request |")
+print("|---|---|---|---|---|")
 for name in ("nginx", "floor", "passthrough", "loopguard"):
     if name in med:
-        req, resp, busy = med[name]
-        print(f"| {name} | {req:.0f} µs | {resp:.0f} µs | {busy:.0f} µs |")
+        req, resp, busy, cpu = med[name]
+        print(f"| {name} | {req:.0f} µs | {resp:.0f} µs | {busy:.0f} µs | {cpu:.0f} µs |")
 def diff(a, b, label):
     if a in med and b in med:
         print(f"{label}: way in {med[a][0] - med[b][0]:+.0f} µs, way out {med[a][1] - med[b][1]:+.0f} µs")
@@ -142,7 +158,8 @@ print()
 diff("loopguard", "passthrough", "detection (loopguard - passthrough)")
 diff("passthrough", "floor", "loopguard's proxying without a dialect (passthrough - floor)")
 diff("floor", "nginx", "the HTTP stack (floor - nginx)")
-hot = sys.argv[2].split()
-if len(hot) == 2:
-    print(f"the request's parse and judgement and the answer's judgement in a hot loop (criterion): {hot[0]} {hot[1]}")
+crit = sys.argv[2].split()
+if len(crit) == 6:
+    print("the request's parse and judgement and the answer's judgement (criterion): "
+          f"hot loop {crit[0]} {crit[1]}, caches flushed {crit[2]} {crit[3]}, after 10 ms idle {crit[4]} {crit[5]}")
 PY
