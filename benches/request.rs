@@ -285,21 +285,30 @@ fn small_request(c: &mut Criterion) {
     let mut group = c.benchmark_group("small_request");
     group.bench_function("parse_detect_answer/new session", |b| b.iter(&mut one_request));
     // The same request on cold caches, as a proxy's request at a low rate
-    // meets them: after the caches were flushed (16 MiB written, not
-    // timed), and after the thread slept 10 ms (an idle gap of 100 req/s;
-    // on a virtual machine another guest may run on the core meanwhile).
-    let mut flush = vec![0u8; COLD_FLUSH_BYTES];
+    // meets them: after the caches were flushed (not timed) past this
+    // machine's per-core L2 (2 MiB, by writing 16 MiB) and past its shared
+    // L3 (32 MiB, by writing 96 MiB), and after the thread slept 10 ms (the
+    // idle gap of 100 req/s, during which other processes and, on a virtual
+    // machine, other guests run).
+    let mut flush = vec![0u8; 96 << 20];
     // Each timed request costs an untimed flush or sleep of milliseconds
     // that criterion does not see: few samples keep the run to seconds.
     group
         .sample_size(10)
         .warm_up_time(std::time::Duration::from_millis(100))
         .measurement_time(std::time::Duration::from_millis(200));
-    group.bench_function("parse_detect_answer/new session, caches flushed", |b| {
-        b.iter_custom(|iterations| {
-            timed_after(iterations, |round| evict(&mut flush, round), &mut one_request)
+    for (name, bytes) in [("past L2", 16 << 20), ("past L3", 96 << 20)] {
+        let id = format!("parse_detect_answer/new session, caches flushed {name}");
+        group.bench_function(id, |b| {
+            b.iter_custom(|iterations| {
+                timed_after(
+                    iterations,
+                    |round| evict(&mut flush[..bytes], round),
+                    &mut one_request,
+                )
+            });
         });
-    });
+    }
     group.bench_function("parse_detect_answer/new session, after 10 ms idle", |b| {
         b.iter_custom(|iterations| {
             timed_after(
@@ -311,10 +320,6 @@ fn small_request(c: &mut Criterion) {
     });
     group.finish();
 }
-
-/// Bytes written between two cold requests: past this machine's per-core
-/// L2 (2 MiB) and its translation caches' reach in 4 KiB pages.
-const COLD_FLUSH_BYTES: usize = 16 << 20;
 
 /// Runs `before` (not timed) then `request` (timed), `iterations` times;
 /// the time spent in `request`.

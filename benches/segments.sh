@@ -20,9 +20,9 @@
 # Beside the segments, each path's CPU time per request (user and kernel,
 # its serving threads' schedstat over the round, tracing included). Then
 # the same work in criterion's small_request bench: in a hot loop, after
-# the caches were flushed, and after 10 ms idle, to compare the in-place
-# figure with. The tracepoints slow every syscall a little, the same for
-# every path: compare paths, not absolute figures.
+# the caches were flushed past L2 and past L3, and after 10 ms idle, to
+# compare the in-place figure with. The tracepoints slow every syscall a
+# little, the same for every path: compare paths, not absolute figures.
 #
 #   benches/segments.sh
 #   RATE=300 N=1500 ROUNDS=5 BIN=path/to/loopguard benches/segments.sh
@@ -132,8 +132,8 @@ for r in $(seq 1 "$ROUNDS"); do
   done
 done
 
-echo "criterion, the same parse, judgement and answer in a hot loop, after the caches were flushed, and after 10 ms idle:"
-CRIT="$( (cargo bench --bench request --quiet -- small_request 2>/dev/null || true) | sed -n 's/.*time: *\[[^ ]* [^ ]* \([^ ]*\) \([^ ]*\) .*/\1 \2/p' | head -3 | tr '\n' ' ')"
+echo "criterion, the same parse, judgement and answer in a hot loop, after the caches were flushed past L2 and past L3, and after 10 ms idle:"
+CRIT="$( (cargo bench --bench request --quiet -- small_request 2>/dev/null || true) | sed -n 's/.*time: *\[[^ ]* [^ ]* \([^ ]*\) \([^ ]*\) .*/\1 \2/p' | head -4 | tr '\n' ' ')"
 echo "  $CRIT"
 
 python3 - "$RESULTS" "$CRIT" <<'PY'
@@ -159,7 +159,8 @@ diff("loopguard", "passthrough", "detection (loopguard - passthrough)")
 diff("passthrough", "floor", "loopguard's proxying without a dialect (passthrough - floor)")
 diff("floor", "nginx", "the HTTP stack (floor - nginx)")
 crit = sys.argv[2].split()
-if len(crit) == 6:
+if len(crit) == 8:
     print("the request's parse and judgement and the answer's judgement (criterion): "
-          f"hot loop {crit[0]} {crit[1]}, caches flushed {crit[2]} {crit[3]}, after 10 ms idle {crit[4]} {crit[5]}")
+          f"hot loop {crit[0]} {crit[1]}, caches flushed past L2 {crit[2]} {crit[3]}, "
+          f"past L3 {crit[4]} {crit[5]}, after 10 ms idle {crit[6]} {crit[7]}")
 PY
