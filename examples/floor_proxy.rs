@@ -15,6 +15,7 @@ use std::sync::Arc;
 use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::response::{IntoResponse, Response};
+use axum::serve::ListenerExt;
 use http_body_util::BodyExt;
 
 struct Upstream {
@@ -93,7 +94,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 let app = axum::Router::new()
                     .fallback(forward)
                     .with_state(Arc::new(Upstream { base, client, plain }));
-                let listener = tokio::net::TcpListener::from_std(listener)?;
+                // No Nagle delay on the client's side, as loopguard and nginx.
+                let listener = tokio::net::TcpListener::from_std(listener)?.tap_io(|tcp| {
+                    let _ = tcp.set_nodelay(true);
+                });
                 // A task, so that it runs on the worker thread.
                 loopguard::task::spawn(async move { axum::serve(listener, app).await })
                     .await

@@ -1,0 +1,132 @@
+"""Per-event latency of a streamed answer: how long each SSE event takes from
+the upstream's write to the client's read, directly and through each proxy
+(see benches/events.sh).
+
+    python3 benches/events.py upstream PORT_FILE EVENTS GAP_MS
+        an upstream that answers every POST with an OpenAI chat stream of
+        EVENTS text deltas, GAP_MS apart, each stamped with the monotonic
+        clock (ns) at its write; writes its port to PORT_FILE
+    python3 benches/events.py client URL REQUESTS SEED
+        REQUESTS streamed chat completions to URL, one at a time on one
+        keep-alive connection, each a new conversation; prints
+        "first_p50_us later_p50_us later_p99_us events" where first is the
+        first event's latency and later every other event's
+
+Both run on one machine: the stamps and the reads use the same clock
+(CLOCK_MONOTONIC). Only text deltas are sent, so a proxy that holds tool
+calls holds nothing here.
+"""
+
+import http.client
+import json
+import re
+import socket
+import socketserver
+import statistics
+import sys
+import time
+import urllib.parse
+
+STAMP = re.compile(rb'"id":"chatcmpl-t(\d+)"')
+
+
+def event(n, text, finish=None):
+    chunk = {
+        "id": f"chatcmpl-t{time.monotonic_ns()}",
+        "object": "chat.completion.chunk",
+        "created": 1700000000,
+        "model": "m",
+        "choices": [{"index": 0, "delta": {"content": text} if text else {}, "finish_reason": finish}],
+    }
+    return f"data: {json.dumps(chunk, separators=(',', ':'))}\n\n".encode()
+
+
+class Upstream(socketserver.StreamRequestHandler):
+    events = 20
+    gap = 0.02
+
+    def setup(self):
+        super().setup()
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def handle(self):
+        while True:
+            head = b""
+            while not head.endswith(b"\r\n\r\n"):
+                line = self.rfile.readline()
+                if not line:
+                    return
+                head += line
+            length = 0
+            for line in head.split(b"\r\n"):
+                name, _, value = line.partition(b":")
+                if name.strip().lower() == b"content-length":
+                    length = int(value.strip())
+            self.rfile.read(length)
+            self.wfile.write(
+                b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+                b"cache-control: no-cache\r\ntransfer-encoding: chunked\r\n\r\n"
+            )
+            self.wfile.flush()
+            for n in range(self.events):
+                self.chunk(event(n, f"w{n} "))
+                time.sleep(self.gap)
+            self.chunk(event(self.events, "", "stop") + b"data: [DONE]\n\n")
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+
+    def chunk(self, data):
+        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+        self.wfile.flush()
+
+
+def upstream(port_file, events, gap_ms):
+    Upstream.events = int(events)
+    Upstream.gap = float(gap_ms) / 1000
+    socketserver.ThreadingTCPServer.daemon_threads = True
+    socketserver.ThreadingTCPServer.allow_reuse_address = True
+    with socketserver.ThreadingTCPServer(("127.0.0.1", 0), Upstream) as server:
+        with open(port_file, "w") as f:
+            f.write(str(server.server_address[1]))
+        server.serve_forever()
+
+
+def client(url, requests, seed):
+    parsed = urllib.parse.urlsplit(url)
+    conn = http.client.HTTPConnection(parsed.hostname, parsed.port)
+    first, later = [], []
+    for r in range(int(requests)):
+        body = json.dumps(
+            {
+                "model": "m",
+                "stream": True,
+                "messages": [{"role": "user", "content": f"Conversation {seed}-{r}: write a long answer."}],
+            }
+        )
+        conn.request("POST", parsed.path, body, {"content-type": "application/json"})
+        response = conn.getresponse()
+        if response.status != 200:
+            sys.exit(f"{url}: HTTP {response.status}: {response.read()[:300]!r}")
+        buffer = b""
+        seen = 0
+        while True:
+            data = response.read1(65536)
+            now = time.monotonic_ns()
+            if not data:
+                break
+            buffer += data
+            *events, buffer = buffer.split(b"\n\n")
+            for e in events:
+                m = STAMP.search(e)
+                if m:
+                    (first if seen == 0 else later).append((now - int(m.group(1))) / 1000)
+                    seen += 1
+    p99 = statistics.quantiles(later, n=100)[98] if len(later) >= 100 else max(later)
+    print(f"{statistics.median(first):.1f} {statistics.median(later):.1f} {p99:.1f} {len(first) + len(later)}")
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "upstream":
+        upstream(*sys.argv[2:5])
+    else:
+        client(*sys.argv[2:5])

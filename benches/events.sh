@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Per-event latency of a streamed answer (issue #14: "per-event added
+# latency ≤ 50 µs while no call is held"): an upstream writes an OpenAI chat
+# stream of text deltas GAP_MS apart, each stamped with the time of its
+# write, and a client reads it directly, through nginx (the plain reverse
+# proxy of benches/e2e.sh), through loopguard's HTTP stack alone
+# (examples/floor_proxy.rs) and through loopguard (every detector on),
+# rounds in rotating order. For each path: the median time from an event's
+# write to its read, for the first event of an answer and for every later
+# one, and the later events' p99; then each proxy's added latency per later
+# event (its median minus direct's). Both ends are Python on the same
+# machine, the same for every path: compare paths, not absolute figures.
+#
+#   benches/events.sh
+#   EVENTS=25 GAP_MS=20 REQUESTS=20 ROUNDS=3 BIN=path/to/loopguard benches/events.sh
+#
+# Needs python3 and nginx (see benches/nginx.sh).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+EVENTS="${EVENTS:-25}"
+GAP_MS="${GAP_MS:-20}"
+REQUESTS="${REQUESTS:-20}"
+ROUNDS="${ROUNDS:-3}"
+
+. benches/common.sh
+. benches/nginx.sh
+bench_setup ''
+python3 benches/events.py upstream "$WORK/upstream.port" "$EVENTS" "$GAP_MS" &
+for _ in $(seq 1 50); do [ -s "$WORK/upstream.port" ] && break; sleep 0.1; done
+UPSTREAM="127.0.0.1:$(cat "$WORK/upstream.port")"
+NGINX_UPSTREAM="$UPSTREAM" nginx_setup
+sed -i "s#upstream = \"$MOCK\"#upstream = \"http://$UPSTREAM\"#" "$WORK/lg.toml"
+LOOPGUARD_LOG=warn "$BIN" serve --config "$WORK/lg.toml" >"$WORK/lg.out" 2>"$WORK/lg.err" &
+cargo build --release --locked --quiet --example floor_proxy
+"${CARGO_TARGET_DIR:-target}/release/examples/floor_proxy" 127.0.0.1:0 "http://$UPSTREAM" >"$WORK/floor.out" 2>"$WORK/floor.err" &
+for _ in $(seq 1 100); do
+  grep -q 'proxy=' "$WORK/lg.out" && grep -q 'listening on' "$WORK/floor.out" && break
+  sleep 0.1
+done
+LG="http://$(sed -n 's/.*proxy=\([^ ]*\).*/\1/p' "$WORK/lg.out")"
+FLOOR="http://$(sed -n 's/listening on //p' "$WORK/floor.out")"
+[ "$LG" != "http://" ] && [ "$FLOOR" != "http://" ] || { echo "loopguard or the floor proxy did not start" >&2; exit 1; }
+
+PATHS=(
+  "direct http://$UPSTREAM"
+  "nginx $NGINX_PROXY"
+  "floor $FLOOR"
+  "loopguard $LG"
+)
+RESULTS="$WORK/results.txt"
+: >"$RESULTS"
+for r in $(seq 1 "$ROUNDS"); do
+  k=$(( (r - 1) % ${#PATHS[@]} ))
+  order=("${PATHS[@]:$k}" "${PATHS[@]:0:$k}")
+  for entry in "${order[@]}"; do
+    set -- $entry
+    read -r first later p99 count < <(python3 benches/events.py client "$2/v1/chat/completions" "$REQUESTS" "$r-$1")
+    echo "$1 $first $later $p99 $count" >>"$RESULTS"
+    echo "  round $r: $1 first event ${first} us, later events p50 ${later} us p99 ${p99} us ($count events)"
+  done
+done
+
+python3 - "$RESULTS" <<'PY'
+import collections, statistics as s, sys
+rows = collections.defaultdict(list)
+for line in open(sys.argv[1]):
+    name, first, later, p99, count = line.split()
+    rows[name].append((float(first), float(later), float(p99)))
+med = {n: [s.median(x[i] for x in v) for i in range(3)] for n, v in rows.items()}
+print()
+print("| path | first event p50 | later events p50 | later events p99 | added per later event (p50) |")
+print("|---|---|---|---|---|")
+for name in ("direct", "nginx", "floor", "loopguard"):
+    first, later, p99 = med[name]
+    added = "" if name == "direct" else f"{later - med['direct'][1]:+.0f} µs"
+    print(f"| {name} | {first:.0f} µs | {later:.0f} µs | {p99:.0f} µs | {added} |")
+PY
