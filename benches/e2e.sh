@@ -116,17 +116,14 @@ warm() { # bodies_file path
 }
 measure() { # label rate bodies_file path
   local label="$1" rate="$2" file="$3" path="$4"
-  for r in $(seq 1 "$ROUNDS"); do
-    local order=("${PATHS[@]}")
-    local k=$(( (r - 1) % ${#order[@]} ))
-    order=("${order[@]:$k}" "${order[@]:0:$k}")
-    for entry in "${order[@]}"; do
-      set -- $entry
-      read -r p50 p99 ok < <(run_oha "$2" "$path" "$rate" "$file")
-      echo "$label $1 $p50 $p99 $ok" >>"$RESULTS"
-      echo "  $label round $r: $1 p50 $p50 ms p99 $p99 ms (success $ok)"
-    done
-  done
+  in_rotating_rounds measure_path PATHS
+}
+measure_path() { # round "name url" (measure's locals in scope)
+  local r="$1"
+  set -- $2
+  read -r p50 p99 ok < <(run_oha "$2" "$path" "$rate" "$file")
+  echo "$label $1 $p50 $p99 $ok" >>"$RESULTS"
+  echo "  $label round $r: $1 p50 $p50 ms p99 $p99 ms (success $ok)"
 }
 
 for h in $HISTORIES; do

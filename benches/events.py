@@ -7,8 +7,9 @@ the upstream's write to the client's read, directly and through each proxy
         EVENTS text deltas, GAP_MS apart, each stamped with the monotonic
         clock (ns) at its write; writes its port to PORT_FILE
     python3 benches/events.py client URL REQUESTS SEED
-        REQUESTS streamed chat completions to URL, one at a time on one
-        keep-alive connection, each a new conversation; prints
+        REQUESTS streamed chat completions to URL (after one unmeasured),
+        one at a time on one keep-alive connection, each a new
+        conversation; prints
         "first_p50_us later_p50_us later_p99_us events" where first is the
         first event's latency and later every other event's
 
@@ -30,9 +31,11 @@ import urllib.parse
 STAMP = re.compile(rb'"id":"chatcmpl-t(\d+)"')
 
 
-def event(n, text, finish=None):
+def event(text, finish=None):
+    """One SSE event; a text delta carries the time of its making in its id
+    (the answer's last event, which ends it, carries none)."""
     chunk = {
-        "id": f"chatcmpl-t{time.monotonic_ns()}",
+        "id": "chatcmpl-end" if finish else f"chatcmpl-t{time.monotonic_ns()}",
         "object": "chat.completion.chunk",
         "created": 1700000000,
         "model": "m",
@@ -62,6 +65,8 @@ class Upstream(socketserver.StreamRequestHandler):
                 name, _, value = line.partition(b":")
                 if name.strip().lower() == b"content-length":
                     length = int(value.strip())
+                elif name.strip().lower() == b"transfer-encoding":
+                    sys.exit("events.py upstream: a chunked request body; every client here sends Content-Length")
             self.rfile.read(length)
             self.wfile.write(
                 b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
@@ -69,9 +74,9 @@ class Upstream(socketserver.StreamRequestHandler):
             )
             self.wfile.flush()
             for n in range(self.events):
-                self.chunk(event(n, f"w{n} "))
+                self.chunk(event(f"w{n} "))
                 time.sleep(self.gap)
-            self.chunk(event(self.events, "", "stop") + b"data: [DONE]\n\n")
+            self.chunk(event("", "stop") + b"data: [DONE]\n\n")
             self.wfile.write(b"0\r\n\r\n")
             self.wfile.flush()
 
@@ -95,34 +100,49 @@ def client(url, requests, seed):
     parsed = urllib.parse.urlsplit(url)
     conn = http.client.HTTPConnection(parsed.hostname, parsed.port)
     first, later = [], []
-    for r in range(int(requests)):
-        body = json.dumps(
-            {
-                "model": "m",
-                "stream": True,
-                "messages": [{"role": "user", "content": f"Conversation {seed}-{r}: write a long answer."}],
-            }
-        )
-        conn.request("POST", parsed.path, body, {"content-type": "application/json"})
-        response = conn.getresponse()
-        if response.status != 200:
-            sys.exit(f"{url}: HTTP {response.status}: {response.read()[:300]!r}")
-        buffer = b""
-        seen = 0
-        while True:
-            data = response.read1(65536)
-            now = time.monotonic_ns()
-            if not data:
-                break
-            buffer += data
-            *events, buffer = buffer.split(b"\n\n")
-            for e in events:
-                m = STAMP.search(e)
-                if m:
-                    (first if seen == 0 else later).append((now - int(m.group(1))) / 1000)
-                    seen += 1
+    # One answer unmeasured first: the connections open, lazy state built.
+    for r in range(-1, int(requests)):
+        latencies = answer(conn, parsed.path, f"{seed}-{r}")
+        if r >= 0:
+            first.append(latencies[0])
+            later.extend(latencies[1:])
+    if not later:
+        sys.exit("events.py client: no event after the first (EVENTS must be 2 or more)")
     p99 = statistics.quantiles(later, n=100)[98] if len(later) >= 100 else max(later)
     print(f"{statistics.median(first):.1f} {statistics.median(later):.1f} {p99:.1f} {len(first) + len(later)}")
+
+
+def answer(conn, path, conversation):
+    """One streamed answer: each stamped event's latency (µs), in order."""
+    body = json.dumps(
+        {
+            "model": "m",
+            "stream": True,
+            "messages": [{"role": "user", "content": f"Conversation {conversation}: write a long answer."}],
+        }
+    )
+    conn.request("POST", path, body, {"content-type": "application/json"})
+    response = conn.getresponse()
+    if response.status != 200:
+        sys.exit(f"{path}: HTTP {response.status}: {response.read()[:300]!r}")
+    buffer = b""
+    latencies = []
+    ended = False
+    while True:
+        data = response.read1(65536)
+        now = time.monotonic_ns()
+        if not data:
+            break
+        buffer += data
+        *events, buffer = buffer.split(b"\n\n")
+        for e in events:
+            m = STAMP.search(e)
+            if m:
+                latencies.append((now - int(m.group(1))) / 1000)
+            ended = ended or b'"chatcmpl-end"' in e
+    if not ended or not latencies:
+        sys.exit(f"{path}: the answer broke off after {len(latencies)} events")
+    return latencies
 
 
 if __name__ == "__main__":

@@ -29,37 +29,26 @@ bench_setup ''
 python3 benches/events.py upstream "$WORK/upstream.port" "$EVENTS" "$GAP_MS" &
 for _ in $(seq 1 50); do [ -s "$WORK/upstream.port" ] && break; sleep 0.1; done
 UPSTREAM="127.0.0.1:$(cat "$WORK/upstream.port")"
-NGINX_UPSTREAM="$UPSTREAM" nginx_setup
+nginx_setup "$UPSTREAM"
 sed -i "s#upstream = \"$MOCK\"#upstream = \"http://$UPSTREAM\"#" "$WORK/lg.toml"
-LOOPGUARD_LOG=warn "$BIN" serve --config "$WORK/lg.toml" >"$WORK/lg.out" 2>"$WORK/lg.err" &
-cargo build --release --locked --quiet --example floor_proxy
-"${CARGO_TARGET_DIR:-target}/release/examples/floor_proxy" 127.0.0.1:0 "http://$UPSTREAM" >"$WORK/floor.out" 2>"$WORK/floor.err" &
-for _ in $(seq 1 100); do
-  grep -q 'proxy=' "$WORK/lg.out" && grep -q 'listening on' "$WORK/floor.out" && break
-  sleep 0.1
-done
-LG="http://$(sed -n 's/.*proxy=\([^ ]*\).*/\1/p' "$WORK/lg.out")"
-FLOOR="http://$(sed -n 's/listening on //p' "$WORK/floor.out")"
-[ "$LG" != "http://" ] && [ "$FLOOR" != "http://" ] || { echo "loopguard or the floor proxy did not start" >&2; exit 1; }
+start_loopguard_and_floor "http://$UPSTREAM"
 
 PATHS=(
   "direct http://$UPSTREAM"
   "nginx $NGINX_PROXY"
-  "floor $FLOOR"
+  "floor $FLOOR_URL"
   "loopguard $LG"
 )
 RESULTS="$WORK/results.txt"
 : >"$RESULTS"
-for r in $(seq 1 "$ROUNDS"); do
-  k=$(( (r - 1) % ${#PATHS[@]} ))
-  order=("${PATHS[@]:$k}" "${PATHS[@]:0:$k}")
-  for entry in "${order[@]}"; do
-    set -- $entry
-    read -r first later p99 count < <(python3 benches/events.py client "$2/v1/chat/completions" "$REQUESTS" "$r-$1")
-    echo "$1 $first $later $p99 $count" >>"$RESULTS"
-    echo "  round $r: $1 first event ${first} us, later events p50 ${later} us p99 ${p99} us ($count events)"
-  done
-done
+read_path() { # round "name url"
+  local r="$1"
+  set -- $2
+  read -r first later p99 count < <(python3 benches/events.py client "$2/v1/chat/completions" "$REQUESTS" "$r-$1")
+  echo "$1 $first $later $p99 $count" >>"$RESULTS"
+  echo "  round $r: $1 first event ${first} us, later events p50 ${later} us p99 ${p99} us ($count events)"
+}
+in_rotating_rounds read_path PATHS
 
 python3 - "$RESULTS" <<'PY'
 import collections, statistics as s, sys

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Instructions loopguard executes per request, counted by valgrind's
+# Instructions a proxy executes per request in user space (loopguard by
+# default; its HTTP stack alone, or nginx, for scale), counted by valgrind's
 # callgrind: the same count for the same binary and inputs whatever else
 # the machine is doing, so small changes to the hot path can be compared
 # where the latency benches (benches/e2e.sh) are too noisy to tell.
@@ -7,7 +8,7 @@
 #   benches/instructions.sh                      # builds the release binary
 #   BIN=path/to/loopguard benches/instructions.sh
 #   FLOOR=1 benches/instructions.sh              # examples/floor_proxy.rs: the HTTP stack alone
-#   PLAIN_NGINX=1 benches/instructions.sh          # nginx, the plain reverse proxy of benches/e2e.sh (one worker)
+#   PLAIN_NGINX=1 benches/instructions.sh        # nginx, the plain reverse proxy of benches/e2e.sh (one worker)
 #   URL_PATH=/v1/other benches/instructions.sh   # a path of no dialect: forwarded unparsed, no detection
 #   N=5000 OUT=/tmp/lg.callgrind benches/instructions.sh   # then callgrind_annotate "$OUT".1
 #   HISTORY=500000 N=300 benches/instructions.sh  # large histories (see below; WARMUP=300 requests first)
@@ -53,6 +54,9 @@ if [ -n "${PLAIN_NGINX:-}" ]; then
   sed -e 's/^worker_processes auto;/worker_processes 1;\nmaster_process off;/' \
     -e "s#pid .*proxy.pid;#pid $WORK/nginx/counted.pid;#" \
     -e "s/listen 127.0.0.1:[0-9]*/listen 127.0.0.1:$px/" "$WORK/nginx/proxy.conf" >"$WORK/nginx/counted.conf"
+  # Without these, nginx would count its master, not the worker that serves.
+  grep -q '^master_process off;' "$WORK/nginx/counted.conf" && grep -q "listen 127.0.0.1:$px" "$WORK/nginx/counted.conf" \
+    || { echo "benches/nginx.sh's proxy.conf changed: cannot run it as one foreground worker" >&2; exit 1; }
   valgrind --tool=callgrind --callgrind-out-file="$OUT" \
     "$NGINX" -p "$WORK/nginx" -c "$WORK/nginx/counted.conf" >"$WORK/lg.out" 2>"$WORK/lg.err" &
   PROXY_PID=$!

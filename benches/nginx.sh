@@ -6,8 +6,8 @@
 #   . benches/nginx.sh; nginx_setup
 #
 # Needs WORK (from bench_setup). Sets CANNED (the upstream's URL) and NGINX_PROXY
-# (the proxy's URL). With NGINX_UPSTREAM=host:port the proxy forwards there
-# instead of to the canned answer. Installs nginx-light with apt-get when it is missing and
+# (the proxy's URL). `nginx_setup HOST:PORT` sends the proxy there instead of
+# to the canned answer. Installs nginx-light with apt-get when it is missing and
 # the script runs as root; otherwise asks for it.
 nginx_bin() {
   command -v nginx 2>/dev/null || { [ -x /usr/sbin/nginx ] && echo /usr/sbin/nginx; }
@@ -16,6 +16,7 @@ free_port() {
   python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
 }
 nginx_setup() {
+  local upstream="${1:-}"
   NGINX="$(nginx_bin || true)"
   if [ -z "$NGINX" ]; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
@@ -65,7 +66,7 @@ http {
   client_max_body_size 64m;
   client_body_buffer_size 4m;
   keepalive_requests 1000000;
-  upstream canned { server ${NGINX_UPSTREAM:-127.0.0.1:$up}; keepalive 256; }
+  upstream canned { server ${upstream:-127.0.0.1:$up}; keepalive 256; }
   server {
     listen 127.0.0.1:$px backlog=4096;
     location / {

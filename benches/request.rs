@@ -285,27 +285,27 @@ fn small_request(c: &mut Criterion) {
     let mut group = c.benchmark_group("small_request");
     group.bench_function("parse_detect_answer/new session", |b| b.iter(&mut one_request));
     // The same request on cold caches, as a proxy's request at a low rate
-    // meets them: after the caches were flushed (not timed) past this
-    // machine's per-core L2 (2 MiB, by writing 16 MiB) and past its shared
-    // L3 (32 MiB, by writing 96 MiB), and after the thread slept 10 ms (the
-    // idle gap of 100 req/s, during which other processes and, on a virtual
-    // machine, other guests run).
-    let mut flush = vec![0u8; 96 << 20];
-    // Each timed request costs an untimed flush or sleep of milliseconds
-    // that criterion does not see: few samples keep the run to seconds.
+    // meets them: after reading 16 MiB and after reading 96 MiB (not timed),
+    // and after the thread slept 10 ms (the gap between two requests at
+    // 100 req/s). On the development machine (1 MiB of L2 per core, 32 MiB
+    // of L3 that takes what L2 evicts) 16 MiB empties the L2 and half the
+    // L3, 96 MiB all of both. Criterion reports a mean here, each request
+    // timed alone.
+    // Filled, so that every page is its own (a zeroed allocation reads as
+    // one shared page).
+    let flush = vec![1u8; 96 << 20];
+    // Each timed request costs an untimed flush or sleep of milliseconds:
+    // criterion's plan counts them, so the measurement time bounds the run.
     group
-        .sample_size(10)
-        .warm_up_time(std::time::Duration::from_millis(100))
-        .measurement_time(std::time::Duration::from_millis(200));
-    for (name, bytes) in [("past L2", 16 << 20), ("past L3", 96 << 20)] {
-        let id = format!("parse_detect_answer/new session, caches flushed {name}");
+        .sampling_mode(criterion::SamplingMode::Flat)
+        .sample_size(30)
+        .warm_up_time(std::time::Duration::from_millis(300))
+        .measurement_time(std::time::Duration::from_secs(3));
+    for megabytes in [16, 96] {
+        let id = format!("parse_detect_answer/new session, after reading {megabytes} MiB");
         group.bench_function(id, |b| {
             b.iter_custom(|iterations| {
-                timed_after(
-                    iterations,
-                    |round| evict(&mut flush[..bytes], round),
-                    &mut one_request,
-                )
+                timed_after(iterations, || evict(&flush[..megabytes << 20]), &mut one_request)
             });
         });
     }
@@ -313,7 +313,7 @@ fn small_request(c: &mut Criterion) {
         b.iter_custom(|iterations| {
             timed_after(
                 iterations,
-                |_| std::thread::sleep(std::time::Duration::from_millis(10)),
+                || std::thread::sleep(std::time::Duration::from_millis(10)),
                 &mut one_request,
             )
         });
@@ -325,12 +325,12 @@ fn small_request(c: &mut Criterion) {
 /// the time spent in `request`.
 fn timed_after(
     iterations: u64,
-    mut before: impl FnMut(u64),
+    mut before: impl FnMut(),
     mut request: impl FnMut() -> usize,
 ) -> std::time::Duration {
     let mut spent = std::time::Duration::ZERO;
-    for round in 0..iterations {
-        before(round);
+    for _ in 0..iterations {
+        before();
         let t = std::time::Instant::now();
         black_box(request());
         spent += t.elapsed();
@@ -338,14 +338,12 @@ fn timed_after(
     spent
 }
 
-/// Writes one byte per cache line of `buffer` (a different value each
-/// `round`, so that the writes cannot be skipped).
-fn evict(buffer: &mut [u8], round: u64) {
-    let value = round.to_le_bytes()[0];
-    for line in buffer.chunks_mut(64) {
-        line[0] = value;
-    }
-    black_box(buffer);
+/// Reads one byte in each cache line of `buffer`, pushing what the caches
+/// held out. Reads, so that the timed request pays no write-back of the
+/// lines it evicts.
+fn evict(buffer: &[u8]) {
+    let sum = buffer.iter().step_by(64).fold(0u8, |sum, &b| sum.wrapping_add(b));
+    black_box(sum);
 }
 
 /// An OpenAI chat body with `n` tool calls, each answered: `parallel` puts

@@ -18,11 +18,12 @@
 # new conversation ending in one tool result (as benches/e2e.sh's
 # one-tool-cycle load), rounds in rotating order, medians over the rounds.
 # Beside the segments, each path's CPU time per request (user and kernel,
-# its serving threads' schedstat over the round, tracing included). Then
-# the same work in criterion's small_request bench: in a hot loop, after
-# the caches were flushed past L2 and past L3, and after 10 ms idle, to
-# compare the in-place figure with. The tracepoints slow every syscall a
-# little, the same for every path: compare paths, not absolute figures.
+# its serving threads' schedstat over the round, perf's syscall tracing
+# included). Then the same work in criterion's small_request bench: in a
+# hot loop, after the caches were flushed (16 MiB and 96 MiB read), and
+# after 10 ms idle, to compare the in-place figure with. The tracepoints
+# slow every syscall a little, the same for every path: compare paths, not
+# absolute figures.
 #
 #   benches/segments.sh
 #   RATE=300 N=1500 ROUNDS=5 BIN=path/to/loopguard benches/segments.sh
@@ -54,18 +55,7 @@ bench_setup ''
 nginx_setup
 sed -i "s#upstream = \"$MOCK\"#upstream = \"$CANNED\"#" "$WORK/lg.toml"
 printf '[loop_detection.replay_storm]\nenabled = false\n' >>"$WORK/lg.toml"
-LOOPGUARD_LOG=warn "$BIN" serve --config "$WORK/lg.toml" >"$WORK/lg.out" 2>"$WORK/lg.err" &
-LG_PID=$!
-cargo build --release --locked --quiet --example floor_proxy
-"${CARGO_TARGET_DIR:-target}/release/examples/floor_proxy" 127.0.0.1:0 "$CANNED" >"$WORK/floor.out" 2>"$WORK/floor.err" &
-FLOOR_PID=$!
-for _ in $(seq 1 100); do
-  grep -q 'proxy=' "$WORK/lg.out" && grep -q 'listening on' "$WORK/floor.out" && break
-  sleep 0.1
-done
-LG="http://$(sed -n 's/.*proxy=\([^ ]*\).*/\1/p' "$WORK/lg.out")"
-FLOOR="http://$(sed -n 's/listening on //p' "$WORK/floor.out")"
-[ "$LG" != "http://" ] && [ "$FLOOR" != "http://" ] || { echo "loopguard or the floor proxy did not start" >&2; exit 1; }
+start_loopguard_and_floor "$CANNED"
 NGINX_WORKERS="$(pgrep -d, -P "$(cat "$WORK/nginx/proxy.pid")" || true)"
 [ -n "$NGINX_WORKERS" ] || { echo "nginx proxy workers not found" >&2; exit 1; }
 
@@ -85,7 +75,7 @@ oha_run() { # url bodies_file n
 }
 # Warm-up: connections open, lazily built state built.
 head -n 300 "$WORK/bodies.txt" >"$WORK/warm.txt"
-for url in "$NGINX_PROXY/v1/chat/completions" "$FLOOR/v1/chat/completions" "$LG/v1/other" "$LG/v1/chat/completions"; do
+for url in "$NGINX_PROXY/v1/chat/completions" "$FLOOR_URL/v1/chat/completions" "$LG/v1/other" "$LG/v1/chat/completions"; do
   oha_run "$url" "$WORK/warm.txt" 300
 done
 
@@ -93,46 +83,47 @@ done
 # the proxy (loopguard's admin and shared runtime run other threads).
 PATHS=(
   "nginx $NGINX_WORKERS $NGINX_PROXY/v1/chat/completions nginx"
-  "floor $FLOOR_PID $FLOOR/v1/chat/completions tokio-rt-worker"
+  "floor $FLOOR_PID $FLOOR_URL/v1/chat/completions tokio-rt-worker"
   "passthrough $LG_PID $LG/v1/other lg-worker-"
   "loopguard $LG_PID $LG/v1/chat/completions lg-worker-"
 )
 # CPU time (ns, user and kernel, from /proc's schedstat) of the threads of
-# pids (comma-separated) whose name starts with the prefix.
+# pids (comma-separated) whose name starts with the prefix; a thread that
+# ended meanwhile no longer counts.
 cpu_ns() {
-  local total=0 task
-  for task in $(echo "$1" | tr , ' '); do
-    for task in /proc/"$task"/task/*; do
-      case "$(cat "$task/comm" 2>/dev/null)" in "$2"*) total=$((total + $(cut -d' ' -f1 "$task/schedstat"))) ;; esac
+  local total=0 pid task ns
+  for pid in $(echo "$1" | tr , ' '); do
+    for task in /proc/"$pid"/task/*; do
+      case "$(cat "$task/comm" 2>/dev/null)" in
+        "$2"*) read -r ns _ 2>/dev/null <"$task/schedstat" && total=$((total + ns)) ;;
+      esac
     done
   done
   echo "$total"
 }
 RESULTS="$WORK/results.txt"
 : >"$RESULTS"
-for r in $(seq 1 "$ROUNDS"); do
-  k=$(( (r - 1) % ${#PATHS[@]} ))
-  order=("${PATHS[@]:$k}" "${PATHS[@]:0:$k}")
-  for entry in "${order[@]}"; do
-    set -- $entry
-    next_bodies
-    perf record -q -e raw_syscalls:sys_enter --filter 'id == 20 || id == 232 || id == 281' \
-      -e raw_syscalls:sys_exit --filter 'id == 20 || id == 232 || id == 281' -p "$2" -o "$WORK/trace.data" 2>"$WORK/perf.err" &
-    perf_pid=$!
-    sleep 0.5
-    kill -0 "$perf_pid" 2>/dev/null || { echo "perf record failed: $(cat "$WORK/perf.err")" >&2; exit 1; }
-    cpu_before=$(cpu_ns "$2" "$4")
-    oha_run "$3" "$BODIES" "$N"
-    cpu=$(( ($(cpu_ns "$2" "$4") - cpu_before) / N / 1000 ))
-    kill -INT "$perf_pid"; wait "$perf_pid" || true
-    perf script -i "$WORK/trace.data" 2>/dev/null >"$WORK/trace.txt"
-    read -r req resp busy count < <(python3 benches/segments.py "$WORK/trace.txt" "$4" "$RATE")
-    echo "$1 $req $resp $busy $count $cpu" >>"$RESULTS"
-    echo "  round $r: $1 request path $req us, response path $resp us, busy $busy us ($count requests), CPU $cpu us per request"
-  done
-done
+trace_path() { # round "name pids url thread_prefix"
+  local r="$1"
+  set -- $2
+  next_bodies
+  perf record -q -e raw_syscalls:sys_enter --filter 'id == 20 || id == 232 || id == 281' \
+    -e raw_syscalls:sys_exit --filter 'id == 20 || id == 232 || id == 281' -p "$2" -o "$WORK/trace.data" 2>"$WORK/perf.err" &
+  perf_pid=$!
+  sleep 0.5
+  kill -0 "$perf_pid" 2>/dev/null || { echo "perf record failed: $(cat "$WORK/perf.err")" >&2; exit 1; }
+  cpu_before=$(cpu_ns "$2" "$4")
+  oha_run "$3" "$BODIES" "$N"
+  cpu=$(( ($(cpu_ns "$2" "$4") - cpu_before + N * 500) / N / 1000 ))
+  kill -INT "$perf_pid"; wait "$perf_pid" || true
+  perf script -i "$WORK/trace.data" 2>/dev/null >"$WORK/trace.txt"
+  read -r req resp busy count < <(python3 benches/segments.py "$WORK/trace.txt" "$4" "$RATE")
+  echo "$1 $req $resp $busy $count $cpu" >>"$RESULTS"
+  echo "  round $r: $1 request path $req us, response path $resp us, busy $busy us ($count requests), CPU $cpu us per request"
+}
+in_rotating_rounds trace_path PATHS
 
-echo "criterion, the same parse, judgement and answer in a hot loop, after the caches were flushed past L2 and past L3, and after 10 ms idle:"
+echo "criterion, the same parse, judgement and answer in a hot loop, after reading 16 MiB and 96 MiB, and after 10 ms idle:"
 CRIT="$( (cargo bench --bench request --quiet -- small_request 2>/dev/null || true) | sed -n 's/.*time: *\[[^ ]* [^ ]* \([^ ]*\) \([^ ]*\) .*/\1 \2/p' | head -4 | tr '\n' ' ')"
 echo "  $CRIT"
 
@@ -159,8 +150,10 @@ diff("loopguard", "passthrough", "detection (loopguard - passthrough)")
 diff("passthrough", "floor", "loopguard's proxying without a dialect (passthrough - floor)")
 diff("floor", "nginx", "the HTTP stack (floor - nginx)")
 crit = sys.argv[2].split()
-if len(crit) == 8:
+if len(crit) != 8:
+    print("criterion's small_request figures are missing: run `cargo bench --bench request -- small_request` to see why")
+else:
     print("the request's parse and judgement and the answer's judgement (criterion): "
-          f"hot loop {crit[0]} {crit[1]}, caches flushed past L2 {crit[2]} {crit[3]}, "
-          f"past L3 {crit[4]} {crit[5]}, after 10 ms idle {crit[6]} {crit[7]}")
+          f"hot loop {crit[0]} {crit[1]}, after reading 16 MiB {crit[2]} {crit[3]}, "
+          f"after reading 96 MiB {crit[4]} {crit[5]}, after 10 ms idle {crit[6]} {crit[7]} (means)")
 PY
