@@ -79,7 +79,7 @@ async fn a_growing_conversation_is_resumed_and_judged_as_one_scanned_whole() {
 /// `sessions.parse_cache_mib = 0` keeps no parsed history: the same growing
 /// conversation is parsed whole every time (nothing resumed) and judged the
 /// same. The setting is what a gateway raises when many long conversations
-/// take turns (README, Performance).
+/// take turns (docs/benchmarks.md, Large histories).
 #[tokio::test(flavor = "multi_thread")]
 async fn a_parse_cache_of_zero_keeps_no_history_and_judges_the_same() {
     let upstream = mock();
