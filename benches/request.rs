@@ -85,6 +85,30 @@ fn responses_history(cycles: usize, result_len: usize, code: bool) -> Vec<u8> {
     .into_bytes()
 }
 
+/// The guard's view of `body`, a parsed chat completion sent to `route`'s
+/// `/v1/chat/completions` with `headers`, as the proxy builds it.
+fn chat_view<'a>(
+    route: &'a config::Route,
+    headers: &'a HeaderMap,
+    tenant: &'a str,
+    body: &'a Bytes,
+    parsed: &'a loopguard::dialect::ParsedRequest,
+    budget: Option<&'a loopguard::session::budget::Reservation>,
+) -> RequestView<'a> {
+    RequestView {
+        route,
+        dialect: Dialect::OpenaiChat,
+        path: "/v1/chat/completions",
+        query: None,
+        headers,
+        tenant,
+        decoded: body,
+        parsed,
+        budget,
+        resolved: None,
+    }
+}
+
 /// The default configuration and its `/v1` route (OpenAI), as the
 /// proxy's benches judge requests under; `None` if the default stops
 /// loading (the benches then measure nothing rather than panic).
@@ -164,18 +188,8 @@ fn guard_path(c: &mut Criterion) {
             Dialect::OpenaiChat.parse_request(body)
         };
         parsed.ok().map(|parsed| {
-            let view = RequestView {
-                route: &route,
-                dialect: Dialect::OpenaiChat,
-                path: "/v1/chat/completions",
-                query: None,
-                headers,
-                tenant: &loopguard::session::key::tenant(headers, None),
-                decoded: body,
-                parsed: &parsed,
-                budget: None,
-                resolved: None,
-            };
+            let tenant = loopguard::session::key::tenant(headers, None);
+            let view = chat_view(&route, headers, &tenant, body, &parsed, None);
             guard.on_request(&config, &view).1
         })
     };
@@ -262,18 +276,8 @@ fn small_request(c: &mut Criterion) {
         let Ok(Parsed::Full(parsed)) = guard.parse_request_within(&config, &of, body, &budget) else {
             return 0;
         };
-        let view = RequestView {
-            route: &route,
-            dialect: Dialect::OpenaiChat,
-            path: "/v1/chat/completions",
-            query: None,
-            headers: &headers,
-            tenant: &loopguard::session::key::tenant(&headers, None),
-            decoded: body,
-            parsed: &parsed,
-            budget: Some(&budget),
-            resolved: None,
-        };
+        let tenant = loopguard::session::key::tenant(&headers, None);
+        let view = chat_view(&route, &headers, &tenant, body, &parsed, Some(&budget));
         let RequestDecision::Forward { mut judge, .. } = guard.on_request(&config, &view).0 else {
             return 0;
         };
@@ -409,18 +413,8 @@ fn calls_scale(c: &mut Criterion) {
     let judge = |guard: &Guard, body: &Bytes| {
         let parsed = guard.parse_request(Dialect::OpenaiChat, &route.prefix, &headers, None, body);
         parsed.ok().map(|parsed| {
-            let view = RequestView {
-                route: &route,
-                dialect: Dialect::OpenaiChat,
-                path: "/v1/chat/completions",
-                query: None,
-                headers: &headers,
-                tenant: &loopguard::session::key::tenant(&headers, None),
-                decoded: body,
-                parsed: &parsed,
-                budget: None,
-                resolved: None,
-            };
+            let tenant = loopguard::session::key::tenant(&headers, None);
+            let view = chat_view(&route, &headers, &tenant, body, &parsed, None);
             guard.on_request(&config, &view).0
         })
     };
