@@ -19,10 +19,9 @@ calls holds nothing here.
 """
 
 import http.client
+import http.server
 import json
 import re
-import socket
-import socketserver
 import statistics
 import sys
 import time
@@ -44,53 +43,49 @@ def event(text, finish=None):
     return f"data: {json.dumps(chunk, separators=(',', ':'))}\n\n".encode()
 
 
-class Upstream(socketserver.StreamRequestHandler):
+class Upstream(http.server.BaseHTTPRequestHandler):
+    """Answers every POST with the stamped stream; keep-alive (HTTP/1.1)."""
+
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True
     events = 20
     gap = 0.02
 
-    def setup(self):
-        super().setup()
-        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    def do_POST(self):
+        if self.headers.get("transfer-encoding"):
+            self.send_error(411, "events.py upstream: send the body with a Content-Length")
+            return
+        self.rfile.read(int(self.headers.get("content-length", 0)))
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream")
+        self.send_header("cache-control", "no-cache")
+        self.send_header("transfer-encoding", "chunked")
+        self.end_headers()
+        for n in range(self.events):
+            self.chunk(event(f"w{n} "))
+            time.sleep(self.gap)
+        self.chunk(event("", "stop") + b"data: [DONE]\n\n")
+        self.chunk(b"")
 
-    def handle(self):
-        while True:
-            head = b""
-            while not head.endswith(b"\r\n\r\n"):
-                line = self.rfile.readline()
-                if not line:
-                    return
-                head += line
-            length = 0
-            for line in head.split(b"\r\n"):
-                name, _, value = line.partition(b":")
-                if name.strip().lower() == b"content-length":
-                    length = int(value.strip())
-                elif name.strip().lower() == b"transfer-encoding":
-                    sys.exit("events.py upstream: a chunked request body; every client here sends Content-Length")
-            self.rfile.read(length)
-            self.wfile.write(
-                b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
-                b"cache-control: no-cache\r\ntransfer-encoding: chunked\r\n\r\n"
-            )
-            self.wfile.flush()
-            for n in range(self.events):
-                self.chunk(event(f"w{n} "))
-                time.sleep(self.gap)
-            self.chunk(event("", "stop") + b"data: [DONE]\n\n")
-            self.wfile.write(b"0\r\n\r\n")
-            self.wfile.flush()
+    def do_GET(self):
+        """Ready checks (benches/nginx.sh asks through nginx)."""
+        self.send_response(200)
+        self.send_header("content-length", "0")
+        self.end_headers()
 
     def chunk(self, data):
+        """One chunk of the chunked body, sent at once (empty: the end)."""
         self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
         self.wfile.flush()
+
+    def log_message(self, format, *args):
+        pass
 
 
 def upstream(port_file, events, gap_ms):
     Upstream.events = int(events)
     Upstream.gap = float(gap_ms) / 1000
-    socketserver.ThreadingTCPServer.daemon_threads = True
-    socketserver.ThreadingTCPServer.allow_reuse_address = True
-    with socketserver.ThreadingTCPServer(("127.0.0.1", 0), Upstream) as server:
+    with http.server.ThreadingHTTPServer(("127.0.0.1", 0), Upstream) as server:
         with open(port_file, "w") as f:
             f.write(str(server.server_address[1]))
         server.serve_forever()
