@@ -59,6 +59,7 @@ pub const DETECTOR_DEFAULTS: [[u32; 3]; DetectorKind::ALL.len()] = [
     [0, 0, 30],  // circuit_breaker
     [0, 0, 30],  // replay_storm: identical requests in a row within window_secs
     [1, 2, 0],   // semantic_loop: positive judge answers in one stretch
+    [6, 10, 0],  // novelty: stale cycles in a run spanning 3 turns at least
 ];
 
 /// How an agent's requests are recognised.

@@ -49,7 +49,7 @@ pub struct RawLoopDetection {
     pub detectors: RawDetectors,
 }
 
-/// The thirteen `[loop_detection.<detector>]` tables.
+/// The `[loop_detection.<detector>]` tables (all but `semantic_loop`, which `semantic_check` configures).
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 #[expect(missing_docs, reason = "one field per detector, named as in DESIGN §3")]
@@ -68,29 +68,32 @@ pub struct RawDetectors {
     pub compaction_storm: Option<RawDetector>,
     pub circuit_breaker: Option<RawDetector>,
     pub replay_storm: Option<RawDetector>,
+    pub novelty: Option<RawDetector>,
 }
 
 impl RawDetectors {
     /// The table of one detector.
     pub(super) fn get(&self, kind: DetectorKind) -> Option<&RawDetector> {
-        [
-            &self.identical_call,
-            &self.cycle,
-            &self.generic_repeat,
-            &self.poll_no_progress,
-            &self.error_repeat,
-            &self.consecutive_failures,
-            &self.tool_budget,
-            &self.unknown_tool,
-            &self.content_chanting,
-            &self.repeated_message,
-            &self.post_compaction,
-            &self.compaction_storm,
-            &self.circuit_breaker,
-            &self.replay_storm,
-        ]
-        .get(kind.index())
-        .and_then(|d| d.as_ref())
+        let table = match kind {
+            DetectorKind::IdenticalCall => &self.identical_call,
+            DetectorKind::Cycle => &self.cycle,
+            DetectorKind::GenericRepeat => &self.generic_repeat,
+            DetectorKind::PollNoProgress => &self.poll_no_progress,
+            DetectorKind::ErrorRepeat => &self.error_repeat,
+            DetectorKind::ConsecutiveFailures => &self.consecutive_failures,
+            DetectorKind::ToolBudget => &self.tool_budget,
+            DetectorKind::UnknownTool => &self.unknown_tool,
+            DetectorKind::ContentChanting => &self.content_chanting,
+            DetectorKind::RepeatedMessage => &self.repeated_message,
+            DetectorKind::PostCompaction => &self.post_compaction,
+            DetectorKind::CompactionStorm => &self.compaction_storm,
+            DetectorKind::CircuitBreaker => &self.circuit_breaker,
+            DetectorKind::ReplayStorm => &self.replay_storm,
+            DetectorKind::Novelty => &self.novelty,
+            // Configured by `[loop_detection.semantic_check]`.
+            DetectorKind::SemanticLoop => return None,
+        };
+        table.as_ref()
     }
 
     /// `over`'s tables, key by key, over these.
@@ -114,6 +117,7 @@ impl RawDetectors {
             compaction_storm: m(&self.compaction_storm, &over.compaction_storm),
             circuit_breaker: m(&self.circuit_breaker, &over.circuit_breaker),
             replay_storm: m(&self.replay_storm, &over.replay_storm),
+            novelty: m(&self.novelty, &over.novelty),
         }
     }
 }

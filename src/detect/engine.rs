@@ -3,14 +3,14 @@
 use super::verdict::{DetectorKind, Finding};
 use super::view::View;
 use super::{
-    circuit_breaker, consecutive_failures, cycle, error_repeat, generic_repeat, identical_call,
+    circuit_breaker, consecutive_failures, cycle, error_repeat, generic_repeat, identical_call, novelty,
     poll_no_progress, post_compaction, repeated_message, tool_budget, unknown_tool,
 };
 
 /// Runs every enabled detector on a view, returning its findings.
 pub(crate) fn judge(view: &View) -> Vec<Finding> {
     type Check = fn(&View) -> Option<Finding>;
-    const CHECKS: [(DetectorKind, Check); 11] = [
+    const CHECKS: [(DetectorKind, Check); 12] = [
         (DetectorKind::IdenticalCall, identical_call::check),
         (DetectorKind::Cycle, cycle::check),
         (DetectorKind::GenericRepeat, generic_repeat::check),
@@ -22,6 +22,7 @@ pub(crate) fn judge(view: &View) -> Vec<Finding> {
         (DetectorKind::RepeatedMessage, repeated_message::check),
         (DetectorKind::PostCompaction, post_compaction::check),
         (DetectorKind::CircuitBreaker, circuit_breaker::check),
+        (DetectorKind::Novelty, novelty::check),
     ];
     CHECKS
         .iter()

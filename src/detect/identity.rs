@@ -286,6 +286,112 @@ fn shell(text: &str) -> String {
     out.join(" ")
 }
 
+/// The call's *spelling-free* key (issue #38, `super::novelty`): the tool
+/// name and the set of words its arguments hold, however they are spelled.
+/// Beyond [`of`]'s rewrites it also forgets word order and repetition, a
+/// leading `./`, a lone `.` or `--`, `--flag=value` (= `--flag value`), one
+/// flag bundle of repeated letters, and a `| cat` at the end of a pipeline:
+/// `ls -la ./src/`, `ls -a -l src | cat` and `ls src -al` share one key,
+/// while another path or word gives another key. Arguments dropped by
+/// `[loop_detection.call_identity]` do not count. Only `novelty` reads it,
+/// and only together with a result already seen: two calls with one key
+/// and different results are never judged alike.
+pub(crate) fn loose(call: &ToolCall, settings: &Settings) -> u64 {
+    let mut words: Vec<String> = Vec::new();
+    match &call.arguments {
+        Arguments::Json(Value::Object(map)) => {
+            let ignored: Vec<&str> = settings
+                .call_identity
+                .iter()
+                .filter(|(tool, _)| tool == "*" || *tool == call.name)
+                .flat_map(|(_, args)| args.iter().map(String::as_str))
+                .collect();
+            for (key, value) in map.iter().filter(|(k, _)| !ignored.contains(&k.as_str())) {
+                loose_words(key, value, &mut words);
+            }
+        }
+        Arguments::Json(value) => loose_words("", value, &mut words),
+        Arguments::Unparsable(raw) => shell_words(raw, &mut words),
+    }
+    words.sort_unstable();
+    words.dedup();
+    let mut parts: Vec<&[u8]> = vec![call.name.as_bytes()];
+    for w in &words {
+        parts.push(b"\x1f");
+        parts.push(w.as_bytes());
+    }
+    super::outcome::hash64_parts(&parts)
+}
+
+/// The words of one argument value for [`loose`]: a command's shell words,
+/// else `key=token` for each scalar (nested keys by their own name).
+fn loose_words(key: &str, value: &Value, out: &mut Vec<String>) {
+    match value {
+        Value::String(s) if is_command_key(key) => shell_words(s, out),
+        Value::Array(items) if is_command_key(key) && items.iter().all(Value::is_string) => {
+            let joined: Vec<&str> = items.iter().filter_map(Value::as_str).collect();
+            shell_words(&joined.join(" "), out);
+        }
+        Value::String(s) => out.push(format!("{key}={}", loose_token(s.trim()))),
+        Value::Object(map) => map.iter().for_each(|(k, v)| loose_words(k, v, out)),
+        Value::Array(items) => items.iter().for_each(|v| loose_words(key, v, out)),
+        Value::Null => {}
+        other => out.push(format!("{key}={other}")),
+    }
+}
+
+/// A word without what only spells it: [`token`]'s rewrites and a leading `./`.
+fn loose_token(word: &str) -> String {
+    let t = token(word);
+    match t.strip_prefix("./") {
+        Some(rest) if !rest.is_empty() => rest.to_owned(),
+        _ => t,
+    }
+}
+
+/// The shell words of a command for [`loose`] (see there).
+fn shell_words(text: &str, out: &mut Vec<String>) {
+    let all = words(text);
+    let mut i = 0;
+    while i < all.len() {
+        let w = &all[i];
+        i += 1;
+        if w.quoted {
+            out.push(loose_token(&w.text));
+            continue;
+        }
+        let text = w.text.as_str();
+        // `| cat` ending a pipeline (or followed by a separator) shows the
+        // same output.
+        if text == "|"
+            && all.get(i).is_some_and(|n| !n.quoted && n.text == "cat")
+            && all
+                .get(i + 1)
+                .is_none_or(|n| !n.quoted && matches!(n.text.as_str(), ";" | "&&" | "||" | "\n" | "&"))
+        {
+            i += 1;
+            continue;
+        }
+        match text {
+            "." | "./" | "--" | "\n" => {}
+            _ if text.starts_with("--") && text.len() > 2 => match text.split_once('=') {
+                Some((flag, value)) => {
+                    out.push(flag.to_owned());
+                    out.push(loose_token(value));
+                }
+                None => out.push(text.to_owned()),
+            },
+            _ if text.len() >= 2
+                && text.starts_with('-')
+                && text[1..].chars().all(|c| c.is_ascii_alphabetic()) =>
+            {
+                out.extend(text[1..].chars().map(|c| format!("-{c}")));
+            }
+            _ => out.push(loose_token(text)),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

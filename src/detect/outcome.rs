@@ -60,7 +60,15 @@ pub struct Outcome {
     pub fingerprint: u64,
     /// The result was a known dedup notice: "same as the previous outcome".
     pub dedup: bool,
+    /// The normalised result is at most [`SHORT`] bytes: an acknowledgement
+    /// (`ok`, `File written.`, nothing) rather than information, which
+    /// `novelty` does not count when it comes from a call to another target.
+    #[serde(default)]
+    pub short: bool,
 }
+
+/// Longest normalised result that is [`Outcome::short`], bytes.
+pub const SHORT: usize = 80;
 
 static EXIT_LINE: LazyLock<Option<Regex>> = LazyLock::new(|| {
     Regex::new(r"(?mi)^\s*(?:exit code|process exited with code|exit status|<returncode>)[:= ]*(-?\d+)").ok()
@@ -92,7 +100,7 @@ static ERROR_WRAPPER: LazyLock<Option<Regex>> =
 
 const EXIT_KEYS: &[&str] = &["exit_code", "exitCode", "returncode", "exit_status", "exitStatus"];
 /// Keys whose string values are a JSON result's text.
-const TEXT_KEYS: &[&str] = &[
+pub(crate) const TEXT_KEYS: &[&str] = &[
     "output",
     "result",
     "stdout",
@@ -131,28 +139,64 @@ pub fn outcome_for(result: &ToolResult, call: Option<&ToolCall>, settings: &Sett
     }
 }
 
-/// Hashes of the (trimmed, at least 4 bytes) lines of a call's string arguments.
+/// What a failure's text may echo of its call: the hashes of the (trimmed,
+/// at least 4 bytes) lines of the call's string arguments, and the call
+/// itself for its pieces ([`super::echo`]), read only for a failure.
 #[derive(Default)]
-struct Echo(HashSet<u64>);
+struct Echo<'c> {
+    lines: HashSet<u64>,
+    call: Option<&'c ToolCall>,
+}
 
-impl Echo {
-    fn of(call: Option<&ToolCall>) -> Self {
-        if let Some(digest) = call.and_then(|c| c.digest.as_ref()) {
-            return Self(digest.echo.iter().copied().collect());
-        }
-        Self(echo_lines(call).collect())
+impl<'c> Echo<'c> {
+    fn of(call: Option<&'c ToolCall>) -> Self {
+        let lines = match call.and_then(|c| c.digest.as_ref()) {
+            Some(digest) => digest.echo.iter().copied().collect(),
+            None => echo_lines(call).collect(),
+        };
+        Self { lines, call }
     }
 
-    /// The text without the lines it echoes.
+    /// The text without the lines it echoes, then without the argument
+    /// pieces it echoes (issue #38 point 2).
     fn remove(&self, text: &str) -> String {
-        if self.0.is_empty() {
-            return text.to_owned();
+        let kept = if self.lines.is_empty() {
+            text.to_owned()
+        } else {
+            text.lines()
+                .filter(|l| !self.lines.contains(&hash64(l.trim().as_bytes())))
+                .collect::<Vec<_>>()
+                .join("\n")
+        };
+        match self.call {
+            Some(call) => super::echo::without(&kept, &super::echo::pieces(call)),
+            None => kept,
         }
-        text.lines()
-            .filter(|l| !self.0.contains(&hash64(l.trim().as_bytes())))
-            .collect::<Vec<_>>()
-            .join("\n")
     }
+}
+
+/// The JSON a result's outcome hashes (volatile keys removed, strings
+/// masked), when the result is JSON (a JSON value, or a text that is a JSON
+/// object or array); with [`json_hash`], what `super::json_volatile`
+/// compares and rehashes.
+pub(crate) fn stripped_json(result: &ToolResult, settings: &Settings) -> Option<Value> {
+    let mut value = match &result.content {
+        ResultContent::Json(value) => value.clone(),
+        ResultContent::Text(text) => {
+            let trimmed = text.trim_start();
+            if !(trimmed.starts_with('{') || trimmed.starts_with('[')) {
+                return None;
+            }
+            serde_json::from_str::<Value>(trimmed).ok()?
+        }
+    };
+    strip(&mut value, settings);
+    Some(value)
+}
+
+/// The hash of a stripped JSON result, as its outcome has it.
+pub(crate) fn json_hash(value: &Value) -> u128 {
+    hash128(canonical_json(value).trim().as_bytes())
 }
 
 /// Hashes of the (trimmed, at least 4 bytes) lines of `call`'s string
@@ -192,13 +236,14 @@ fn text_failure(body: &str, settings: &Settings) -> bool {
     exit_error || pattern_error
 }
 
-fn text_outcome(text: &str, flagged: bool, echo: &Echo, settings: &Settings) -> Outcome {
+fn text_outcome(text: &str, flagged: bool, echo: &Echo<'_>, settings: &Settings) -> Outcome {
     let masked = mask(text, settings);
     let body = masked.trim();
     let dedup = settings.dedup_notices.iter().any(|r| r.is_match(body));
     let hash = hash128(body.as_bytes());
     let is_error = !dedup && (flagged || text_failure(body, settings));
     Outcome {
+        short: body.len() <= SHORT,
         hash,
         is_error,
         fingerprint: if is_error {
@@ -210,10 +255,11 @@ fn text_outcome(text: &str, flagged: bool, echo: &Echo, settings: &Settings) -> 
     }
 }
 
-fn json_outcome(mut value: Value, flagged: bool, echo: &Echo, settings: &Settings) -> Outcome {
+fn json_outcome(mut value: Value, flagged: bool, echo: &Echo<'_>, settings: &Settings) -> Outcome {
     strip(&mut value, settings);
     let canonical = canonical_json(&value);
     let hash = hash128(canonical.trim().as_bytes());
+    let short = canonical.trim().len() <= SHORT;
     let mut texts = Vec::new();
     nested_texts(&value, 0, &mut texts);
     let structural = flagged || json_error(&value) || texts.iter().any(|t| text_failure(t, settings));
@@ -233,6 +279,7 @@ fn json_outcome(mut value: Value, flagged: bool, echo: &Echo, settings: &Setting
         is_error: structural,
         fingerprint,
         dedup: false,
+        short,
     }
 }
 

@@ -14,9 +14,12 @@
 //! `max_wait_secs` (1800, older name `min_stall_secs`) of wall time: a CI run
 //! of 10–30 minutes is normal (OpenHands#762, OpenHands PR#10750), so a
 //! 25-minute wait is warned, never stopped. Does not flag: output that
-//! changes (a growing log).
+//! changes (a growing log); a streak whose polls are separated by a check
+//! that brought back news (issue #38 point 4: `sleep 60`, then a log tail
+//! that moved on, see [`super::novelty`]); polls before the last compaction.
 //! Cost: O(epoch length) per judged poll.
 
+use super::novelty::{self, Mark};
 use super::verdict::{DetectorKind, Finding, Level};
 use super::view::{View, span};
 
@@ -31,8 +34,19 @@ pub(crate) fn check(v: &View) -> Option<Finding> {
     if !judged.poll {
         return None;
     }
+    // Issue #38 point 4: a wait between checks whose results are news is
+    // progress (`sleep 60`, then a log tail that moved on), and a compacted
+    // agent starts its watch anew: both end the streak.
+    let since = v.guard.map(|g| g.mark);
+    let news: Vec<u64> = novelty::marks(v)
+        .into_iter()
+        .filter(|(_, m)| *m == Mark::New)
+        .map(|(s, _)| s.seq)
+        .collect();
     let mut same = v
         .epoch_rev()
+        .take_while(|s| since.is_none_or(|mark| s.seq > mark))
+        .take_while(|s| news.binary_search(&s.seq).is_err())
         .filter_map(|s| s.cycle().map(|c| (s, c)))
         .filter(|(_, c)| c.signature == judged.signature);
     let mut latest = judged.outcome.map(|o| o.hash);

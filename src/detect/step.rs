@@ -10,11 +10,12 @@
 use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
 
+use super::json_volatile;
 use super::outcome::{Outcome, hash64, hash64_parts, outcome_for};
 use super::settings::Settings;
 use crate::transcript::{
-    Arguments, CallHashes, Message, Role, Signature, ToolCall, ToolResult, Transcript, UserRead,
-    canonical_json_prefix,
+    Arguments, CallHashes, Message, ResultContent, Role, Signature, ToolCall, ToolResult, Transcript,
+    UserRead, canonical_json_prefix,
 };
 
 /// Longest argument preview kept per cycle, in characters.
@@ -28,6 +29,10 @@ pub(crate) struct Cycle {
     /// The call's identity (see [`super::identity`]), not its raw signature.
     pub signature: Signature,
     pub outcome: Option<Outcome>,
+    /// The call's spelling-free key ([`super::identity::loose`]), for
+    /// `novelty`'s "a different target" (0 in state stored before it).
+    #[serde(default)]
+    pub loose: u64,
     pub unparsable: bool,
     pub unknown_tool: bool,
     pub poll: bool,
@@ -47,6 +52,7 @@ impl Cycle {
             args: preview(&call.arguments),
             signature: super::identity::of(call, s),
             outcome,
+            loose: super::identity::loose(call, s),
             unparsable: matches!(call.arguments, Arguments::Unparsable(_)),
             unknown_tool: !call.server && !tools.is_empty() && !tools.contains(&call.name),
             poll: s.is_poll(&call.name, &call.arguments) || s.is_wait(&call.arguments),
@@ -511,6 +517,9 @@ pub(crate) fn extract(
         idents: &idents,
         shapes: &shapes,
     });
+    let previous: Vec<Option<&ToolResult>> = (start..drafts.len())
+        .map(|i| previous_result(&drafts, i, s))
+        .collect();
     let items = drafts
         .into_iter()
         .enumerate()
@@ -521,9 +530,12 @@ pub(crate) fn extract(
                 ident: found.ident,
                 shape: found.shape,
                 cycle: (i >= start).then(|| {
-                    let outcome = found
+                    let mut outcome = found
                         .outcome
                         .unwrap_or_else(|| outcome_for(found.result, Some(found.call), s));
+                    if let Some(previous) = previous.get(i - start).copied().flatten() {
+                        outcome = json_volatile::successive(outcome, previous, found.result, s);
+                    }
                     Cycle::of(found.call, Some(outcome), &transcript.tools, s)
                 }),
                 turn_start: found.turn_start,
@@ -531,6 +543,29 @@ pub(crate) fn extract(
         })
         .collect();
     (items, start)
+}
+
+/// The previous result of the call of cycle `i`, for a JSON result
+/// (`json_volatile`): the result of the latest earlier cycle of the same
+/// tool, when that call has the same identity.
+fn previous_result<'t>(drafts: &[Draft<'t>], i: usize, s: &Settings) -> Option<&'t ToolResult> {
+    let Some(Draft::Cycle(found)) = drafts.get(i) else {
+        return None;
+    };
+    let json = match &found.result.content {
+        ResultContent::Json(_) => true,
+        ResultContent::Text(text) => text.trim_start().starts_with(['{', '[']),
+    };
+    if !json {
+        return None;
+    }
+    let before = drafts[..i].iter().rev().find_map(|d| match d {
+        Draft::Cycle(f) if f.call.name == found.call.name => Some(f),
+        _ => None,
+    })?;
+    let same = before.call.signature == found.call.signature
+        || super::identity::of(before.call, s) == super::identity::of(found.call, s);
+    same.then_some(before.result)
 }
 
 fn drafts<'t>(transcript: &'t Transcript, s: &Settings) -> Vec<Draft<'t>> {

@@ -123,14 +123,18 @@ pub enum DetectorKind {
     /// [`crate::detect::replay_storm`]).
     ReplayStorm,
     /// An LLM judge found the recent turns unproductive (Gemini CLI's LLM
-    /// loop check; see [`crate::semantic`]). Not in DESIGN §3's table: it is
-    /// last, so any detector of the table wins a tie.
+    /// loop check; see [`crate::semantic`]). Not in DESIGN §3's table: it
+    /// comes after it, so any detector of the table wins a tie.
     SemanticLoop,
+    /// A run of calls that brought back only results already received
+    /// (issue #38, see [`crate::detect::novelty`]). After every other
+    /// detector: the most general rule, it loses every tie.
+    Novelty,
 }
 
 impl DetectorKind {
     /// Every detector, in table order.
-    pub const ALL: [Self; 15] = [
+    pub const ALL: [Self; 16] = [
         Self::IdenticalCall,
         Self::Cycle,
         Self::GenericRepeat,
@@ -146,6 +150,7 @@ impl DetectorKind {
         Self::CircuitBreaker,
         Self::ReplayStorm,
         Self::SemanticLoop,
+        Self::Novelty,
     ];
 
     /// The config / log name (`identical_call`, …).
@@ -166,6 +171,7 @@ impl DetectorKind {
             Self::CircuitBreaker => "circuit_breaker",
             Self::ReplayStorm => "replay_storm",
             Self::SemanticLoop => "semantic_loop",
+            Self::Novelty => "novelty",
         }
     }
 

@@ -57,6 +57,9 @@ pub enum Step {
     /// `executableCode` + `codeExecutionResult`, a plain assistant text in
     /// OpenAI chat, which has no server tools).
     ServerSearch { query: String, result: String },
+    /// The agent compacted its history: every earlier item is replaced by
+    /// one user message carrying this summary (after the system text).
+    Compacted(String),
 }
 
 /// One call with its result.
@@ -118,6 +121,11 @@ impl Scenario {
             Dialect::Anthropic => items.push(json!({"role": "user", "content": task})),
         }
         for step in &self.steps[..n] {
+            if let Step::Compacted(summary) = step {
+                items.truncate(usize::from(d == Dialect::OpenaiChat));
+                render(d, &Step::User(summary.clone()), &mut id, &mut items);
+                continue;
+            }
             render(d, step, &mut id, &mut items);
         }
         let names = &self.tools;
@@ -260,6 +268,7 @@ fn result_text(res: &Res) -> String {
 
 fn render(d: Dialect, step: &Step, id: &mut usize, items: &mut Vec<Value>) {
     match step {
+        Step::Compacted(_) => {}
         Step::User(t) => items.push(match d {
             Dialect::OpenaiChat | Dialect::Anthropic => json!({"role": "user", "content": t}),
             Dialect::OpenaiResponses => {

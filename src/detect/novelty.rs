@@ -1,0 +1,164 @@
+//! `novelty`: a run of calls that brought back nothing new, however they were spelled.
+//!
+//! Issue #38 (detection v3): no progress is no new information. The streak
+//! detectors need the same call (or block of calls) again; an agent that
+//! respells one command every time (`ls -la src`, `ls -al ./src/`,
+//! `ls src | cat`, …), retries a failure with another URL or token, or
+//! alternates between two or three commands whose outputs never change
+//! forms no streak, yet learns nothing. This detector asks only what came
+//! back: within the *epoch* (since the person last spoke, and since the last
+//! compaction: a compacted agent lost what it had read), each tool cycle is
+//!
+//! - **new** when its result was not received before in the epoch (a
+//!   success by its normalised outcome hash, a failure by its error
+//!   fingerprint: which error, not the echoed URL or token, see
+//!   [`super::echo`]), or
+//! - **stale** when it was, and it is a failure, or information (more than
+//!   [`super::outcome::SHORT`] bytes normalised: a listing, a file, a page),
+//!   or the call respells one already made (its spelling-free key,
+//!   [`super::identity::loose`], was seen), or
+//! - **neutral** when it was, but it is a short acknowledgement (`ok`,
+//!   `File written.`, nothing) from a call to another target (`git add
+//!   a.py`, `git add b.py`: batch work, not a loop). A neutral cycle ends a
+//!   run, as a new one does.
+//!
+//! The run is the trailing sequence of stale cycles ending at the judged
+//! one; polls and waits are skipped (they are `poll_no_progress`'s), an
+//! assistant text turn ends it. Defaults: warning at 6 stale cycles,
+//! critical at 10, each only when the run spans at least [`MIN_TURNS`]
+//! assistant turns (parallel calls of one turn that all fail alike are one
+//! exploration, not a loop). The set of results "received" is the session's
+//! history window (`history_size` cycles), so it is bounded.
+//!
+//! Legitimate twins left alone: re-reading a file after an edit (its text
+//! changed: new), a test run after each edit (the edit targets another
+//! change each time: neutral, or its output changed: new), `git status`
+//! between commits, paginated reads (each page new), a watch whose output
+//! grows, batch work on different targets.
+//! Judged at request time only: a pending call's result is not known yet.
+//! Cost: O(epoch window) per judged call, two small hash sets.
+
+use std::collections::HashSet;
+
+use super::outcome::Outcome;
+use super::step::{Cycle, Step, StepKind};
+use super::verdict::{DetectorKind, Finding, Level};
+use super::view::View;
+
+/// Fewest assistant turns a run must span for either level.
+pub const MIN_TURNS: usize = 3;
+
+const ADVICE: &str = "Every result of these calls repeats one you already received: rephrasing or retrying the command will not change it. Use what you already have, try a genuinely different approach, or ask the user.";
+
+/// How a cycle of the epoch stands (see the module doc).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mark {
+    /// Its result had not come back before.
+    New,
+    /// Its result had, from the same call respelled or as the same failure.
+    Stale,
+    /// Its result had, from a call to another target.
+    Neutral,
+    /// An assistant text turn (ends a run).
+    Said,
+}
+
+/// What counts as "the same result received": a failure by its
+/// fingerprint, a success by its normalised hash (the top bit tells them apart).
+fn received(o: &Outcome) -> u128 {
+    const FAILURE: u128 = 1 << 127;
+    if o.is_error {
+        FAILURE | u128::from(o.fingerprint)
+    } else {
+        o.hash & !FAILURE
+    }
+}
+
+/// The epoch's steps (since the person spoke and since the last
+/// compaction), oldest first, each non-poll cycle with a known result and
+/// each text turn marked.
+pub(crate) fn marks<'a>(v: &View<'a>) -> Vec<(&'a Step, Mark)> {
+    let since = v.guard.map(|g| g.mark);
+    let mut epoch: Vec<&Step> = v
+        .epoch_rev()
+        .take_while(|s| since.is_none_or(|mark| s.seq > mark))
+        .collect();
+    epoch.reverse();
+    let mut results = HashSet::new();
+    let mut calls = HashSet::new();
+    let mut out = Vec::with_capacity(epoch.len());
+    for step in epoch {
+        match &step.kind {
+            StepKind::Said(_) => out.push((step, Mark::Said)),
+            StepKind::Cycle(c) if !c.poll => {
+                let Some(o) = c.outcome else { continue };
+                let seen = !results.insert(received(&o)) || o.dedup;
+                let respelled = !calls.insert(c.loose);
+                // Information already received, or a failure, or a
+                // respelling: stale; an acknowledgement from a call to
+                // another target: batch work.
+                let mark = match (seen, o.is_error || respelled || !o.short) {
+                    (false, _) => Mark::New,
+                    (true, true) => Mark::Stale,
+                    (true, false) => Mark::Neutral,
+                };
+                out.push((step, mark));
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+/// Checks the judged call.
+pub(crate) fn check(v: &View) -> Option<Finding> {
+    let judged_step = v.judged()?;
+    let judged: &Cycle = judged_step.cycle()?;
+    if judged.poll || judged.outcome.is_none() {
+        return None;
+    }
+    let marks = marks(v);
+    let (last, _) = marks.last()?;
+    if last.seq != judged_step.seq {
+        return None;
+    }
+    let run: Vec<&Step> = marks
+        .iter()
+        .rev()
+        .take_while(|(_, m)| *m == Mark::Stale)
+        .map(|(s, _)| *s)
+        .collect();
+    let count = run.len();
+    let mut turns: Vec<u64> = run.iter().map(|s| s.turn).collect();
+    turns.dedup();
+    if turns.len() < MIN_TURNS {
+        return None;
+    }
+    let t = v.settings.thresholds(DetectorKind::Novelty);
+    let level = [Level::Critical, Level::Warning]
+        .into_iter()
+        .find(|l| t.reached(*l, count as u32))?;
+    let mut tools: Vec<&str> = run
+        .iter()
+        .filter_map(|s| s.cycle())
+        .map(|c| c.name.as_str())
+        .collect();
+    tools.sort_unstable();
+    tools.dedup();
+    let compacted = v.guard.is_some_and(|g| v.epoch_rev().any(|s| s.seq <= g.mark));
+    let since = if compacted {
+        "the last compaction"
+    } else {
+        "the person last spoke"
+    };
+    let detail = format!(
+        "and the {} calls before it ({}) brought back only results already received since {since}",
+        count - 1,
+        tools
+            .iter()
+            .map(|t| format!("`{t}`"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    Some(v.finding(DetectorKind::Novelty, level, count, detail, ADVICE))
+}
