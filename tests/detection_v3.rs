@@ -209,18 +209,17 @@ fn the_same_failure_echoing_a_random_token_is_stopped() {
     }
 }
 
-/// The same 404 reached through URL variants by two tools in turn (no
-/// tool's streak, no one call twice): `novelty` stops it.
+/// The same 404 reached through URL variants by two tools in turn, with a
+/// look at the same unchanged config between tries: no tool's streak, no
+/// call twice, no run of failures (the look succeeds); `novelty` stops it.
 #[test]
 fn the_same_404_through_url_variants_and_two_tools_is_stopped() {
-    let paths = [
-        "/a", "/b", "/docs", "/docs/", "/api", "/v1", "/help", "/index", "/start", "/guide", "/home", "/main",
-    ];
+    let paths = ["/a", "/b", "/docs", "/docs/", "/api", "/v1", "/help", "/index"];
     for d in ALL {
         let mut s = Scenario::new(TOOLS);
         for (i, p) in paths.iter().enumerate() {
             let url = format!("http://localhost:8080{p}");
-            let step = if i % 2 == 0 {
+            s.push(if i % 2 == 0 {
                 call(
                     "fetch",
                     json!({"url": url}),
@@ -233,11 +232,14 @@ fn the_same_404_through_url_variants_and_two_tools_is_stopped() {
                         "Exit code: 22\ncurl: (22) The requested URL returned error: 404 for {p}"
                     )),
                 )
-            };
-            s.push(step);
+            });
+            s.push(bash(
+                ["cat config.yaml", "cat ./config.yaml"][i % 2],
+                text(SOURCE),
+            ));
         }
         let v = s.judge(d);
-        assert!(top(&v) >= Some(L::Critical), "{d:?}: {v:?}");
+        assert_eq!(level_of(&v, "novelty"), Some(L::Critical), "{d:?}: {v:?}");
     }
 }
 

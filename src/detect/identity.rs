@@ -511,4 +511,53 @@ mod tests {
             id("create_issue", json!({"title": "t", "description": "b"}))
         );
     }
+
+    fn loose_of(name: &str, args: Value) -> u64 {
+        loose(
+            &ToolCall::new(None, name, Arguments::Json(args)),
+            &Settings::default(),
+        )
+    }
+
+    #[test]
+    fn respellings_of_one_command_share_a_spelling_free_key() {
+        let key = loose_of("bash", json!({"command": "ls -la src"}));
+        for spelling in [
+            "ls -al src/",
+            "ls -l -a ./src",
+            "ls src -la | cat",
+            "ls -a -l  src/ | cat",
+            "ls -la -- src",
+            "ls -lla src",
+        ] {
+            assert_eq!(loose_of("bash", json!({"command": spelling})), key, "{spelling}");
+        }
+        assert_eq!(
+            loose_of("grep", json!({"pattern": "foo", "path": "./src/"})),
+            loose_of("grep", json!({"path": "src", "pattern": "foo"}))
+        );
+        assert_eq!(
+            loose_of("bash", json!({"command": "git log --format=%s"})),
+            loose_of("bash", json!({"command": "git log --format %s"}))
+        );
+    }
+
+    #[test]
+    fn another_target_word_or_tool_is_another_spelling_free_key() {
+        let key = loose_of("bash", json!({"command": "ls -la src"}));
+        for other in [
+            "ls -la lib",
+            "ls -la src/app",
+            "ls -l src",
+            "ls -la src | wc -l",
+            "cat src",
+        ] {
+            assert_ne!(loose_of("bash", json!({"command": other})), key, "{other}");
+        }
+        assert_ne!(loose_of("sh", json!({"command": "ls -la src"})), key);
+        assert_ne!(
+            loose_of("read_file", json!({"path": "a.py"})),
+            loose_of("read_file", json!({"file": "a.py"}))
+        );
+    }
 }

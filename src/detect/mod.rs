@@ -80,6 +80,8 @@ mod compaction_tests;
 #[cfg(test)]
 mod config_tests;
 #[cfg(test)]
+mod novelty_tests;
+#[cfg(test)]
 mod rewrite_tests;
 #[cfg(test)]
 mod scenarios;
