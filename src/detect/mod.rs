@@ -3,7 +3,10 @@
 //! Map of the module, in the order a request meets it:
 //!
 //! - [`settings`]: validated thresholds, actions, tool matchers, patterns.
-//! - [`outcome`]: a tool result → normalised hash, error flag, fingerprint.
+//! - [`outcome`]: a tool result → normalised hash, error flag, fingerprint;
+//!   `echo` (what a failure repeats of its call's arguments) and
+//!   `json_volatile` (leaves that change between a call's successive JSON
+//!   results) feed it.
 //! - `step`: a transcript → tool cycles, text turns, user texts.
 //! - [`session`]: [`SessionState`], per session lane — merges requests,
 //!   judges them (request time) and pending calls (stream time).
@@ -13,7 +16,8 @@
 //!   [`poll_no_progress`], [`error_repeat`], [`consecutive_failures`],
 //!   [`tool_budget`], [`unknown_tool`], [`content_chanting`] (stream text,
 //!   [`ContentScanner`]), [`repeated_message`], [`post_compaction`],
-//!   [`compaction_storm`], [`circuit_breaker`], [`replay_storm`].
+//!   [`compaction_storm`], [`circuit_breaker`], [`replay_storm`],
+//!   [`novelty`] (issue #38: calls that bring back nothing new).
 //! - [`verdict`]: levels, actions, [`Verdict`] and ranking.
 //! - [`compaction`]: summarizer and compacted-request recognition.
 //! - [`rerun`]: the detectors over a recorded session (the core of `loopguard replay`).
