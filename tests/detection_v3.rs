@@ -65,6 +65,37 @@ fn respelled_commands_with_alternating_outputs_are_warned_then_stopped() {
     }
 }
 
+/// Gemini CLI's shell results echo the command (`Command: …`): the echo of
+/// a respelling does not make the same output new.
+#[test]
+fn respellings_whose_results_echo_the_command_are_warned() {
+    let spellings = [
+        "ls -la src",
+        "ls -al src/",
+        "ls -l -a ./src",
+        "ls src -la | cat",
+        "ls -a -l src/",
+        "ls -la -- src",
+    ];
+    for d in ALL {
+        let mut s = Scenario::new(TOOLS);
+        for i in 0..9 {
+            let command = spellings[i % spellings.len()];
+            let out = format!(
+                "Command: {command}\nDirectory: (root)\nStdout: {LISTING}\nStderr: (empty)\nExit Code: 0"
+            );
+            s.push(call(
+                "run_shell_command",
+                json!({"command": command}),
+                Res::Json(json!({"output": out})),
+            ));
+            s.push(call("read_file", json!({"path": "src/app.py"}), text(SOURCE)));
+        }
+        let v = s.judge(d);
+        assert!(level_of(&v, "novelty") >= Some(L::Warning), "{d:?}: {v:?}");
+    }
+}
+
 /// Twin: the same three commands with their outputs changing (the agent
 /// edits between looks, so each look shows something new) stay silent.
 #[test]

@@ -28,11 +28,16 @@ pub const DEFAULT_VOLATILE_KEYS: &[&str] = &[
 
 /// Default masks applied to result text before hashing (regex, matches removed):
 /// Codex's `Chunk ID:` and `Wall time: … seconds` header lines, Gemini CLI's
-/// `Process Group PGID:` line.
+/// `Process Group PGID:` line and its `Command:` / `Directory:` lines, which
+/// only echo the call's own arguments (issue #38: a respelled command must
+/// not make the same output look new; the call's identity still tells
+/// calls apart).
 pub const DEFAULT_OUTCOME_MASKS: &[&str] = &[
     r"(?m)^Chunk ID: .*$",
     r"(?m)^Wall time: .*seconds?$",
     r"(?m)^Process Group PGID: .*$",
+    r"(?m)^Command: .*$",
+    r"(?m)^Directory: .*$",
 ];
 
 /// Default deduplication notices (regex, matched at the start of the trimmed
