@@ -11,7 +11,8 @@
 //! path without query, query values and last segment. A piece is at least
 //! [`MIN_PIECE`] bytes long (a `/`-led path piece at least 2: `/a`), is
 //! removed only where it stands as a whole token (not inside a longer word:
-//! the piece `app` leaves `application` alone), and at most
+//! the piece `app` leaves `application` alone); the words of an argument
+//! longer than [`WORDS_MAX`] bytes (a file's content) are no pieces; at most
 //! [`MAX_PIECES`] pieces are kept per call, longest first. Successes are
 //! never rewritten: their text is what the agent learned.
 
@@ -25,6 +26,9 @@ const MIN_PIECE: usize = 3;
 const WHOLE_MAX: usize = 512;
 /// Pieces kept per call, longest first.
 const MAX_PIECES: usize = 64;
+/// Longest argument string whose words are pieces, bytes: a file's content
+/// being written is no echo source (and would cost a scan per word).
+const WORDS_MAX: usize = 2048;
 
 /// The pieces of `call`'s arguments a failure may echo, longest first.
 pub(crate) fn pieces(call: &ToolCall) -> Vec<String> {
@@ -59,6 +63,9 @@ fn keep(piece: &str, out: &mut Vec<String>) {
 fn add_string(text: &str, out: &mut Vec<String>) {
     let trimmed = text.trim();
     keep(trimmed, out);
+    if trimmed.len() > WORDS_MAX {
+        return;
+    }
     let separators =
         |c: char| c.is_whitespace() || matches!(c, '"' | '\'' | '`' | ',' | ';' | '(' | ')' | '<' | '>');
     for word in trimmed.split(separators) {

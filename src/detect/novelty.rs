@@ -36,12 +36,12 @@
 //! between commits, paginated reads (each page new), a watch whose output
 //! grows, batch work on different targets.
 //! Judged at request time only: a pending call's result is not known yet.
-//! Cost: O(epoch window) per judged call, two small hash sets.
-
-use std::collections::HashSet;
+//! Cost: per judged call, one backward scan of the epoch per stale cycle
+//! counted (at most the critical threshold of them): O(10 × window), no
+//! allocation but the message's.
 
 use super::outcome::Outcome;
-use super::step::{Cycle, Step, StepKind};
+use super::step::{Step, StepKind};
 use super::verdict::{DetectorKind, Finding, Level};
 use super::view::View;
 
@@ -74,77 +74,98 @@ fn received(o: &Outcome) -> u128 {
     }
 }
 
-/// The epoch's steps (since the person spoke and since the last
-/// compaction), oldest first, each non-poll cycle with a known result and
-/// each text turn marked.
-pub(crate) fn marks<'a>(v: &View<'a>) -> Vec<(&'a Step, Mark)> {
+/// The judged step's epoch within the view (since the person spoke and
+/// since the last compaction), oldest first.
+pub(crate) fn epoch<'a>(v: &View<'a>) -> &'a [&'a Step] {
+    let Some(judged) = v.judged() else {
+        return &[];
+    };
     let since = v.guard.map(|g| g.mark);
-    let mut epoch: Vec<&Step> = v
-        .epoch_rev()
-        .take_while(|s| since.is_none_or(|mark| s.seq > mark))
-        .collect();
-    epoch.reverse();
-    let mut results = HashSet::new();
-    let mut calls = HashSet::new();
-    let mut out = Vec::with_capacity(epoch.len());
-    for step in epoch {
-        match &step.kind {
-            StepKind::Said(_) => out.push((step, Mark::Said)),
-            StepKind::Cycle(c) if !c.poll => {
-                let Some(o) = c.outcome else { continue };
-                let seen = !results.insert(received(&o)) || o.dedup;
-                let respelled = !calls.insert(c.loose);
-                // Information already received, or a failure, or a
-                // respelling: stale; an acknowledgement from a call to
-                // another target: batch work.
-                let mark = match (seen, o.is_error || respelled || !o.short) {
-                    (false, _) => Mark::New,
-                    (true, true) => Mark::Stale,
-                    (true, false) => Mark::Neutral,
-                };
-                out.push((step, mark));
-            }
-            _ => {}
+    let within = v
+        .steps
+        .iter()
+        .rev()
+        .take_while(|s| s.epoch == judged.epoch && since.is_none_or(|mark| s.seq > mark))
+        .count();
+    &v.steps[v.steps.len() - within..]
+}
+
+/// The mark of `epoch[i]`: `None` for a step that has none (a poll, a call
+/// whose result is unknown, a canned reply, a screen). One backward scan
+/// over the steps before it, stopping once the result and the call were
+/// both found: O(i), no allocation.
+pub(crate) fn mark(epoch: &[&Step], i: usize) -> Option<Mark> {
+    let c = match &epoch.get(i)?.kind {
+        StepKind::Said(_) => return Some(Mark::Said),
+        StepKind::Cycle(c) if !c.poll => c,
+        _ => return None,
+    };
+    let o = c.outcome?;
+    let key = received(&o);
+    let (mut seen, mut respelled) = (o.dedup, false);
+    for earlier in epoch[..i].iter().rev().filter_map(|s| s.cycle()) {
+        if seen && respelled {
+            break;
         }
+        if earlier.poll {
+            continue;
+        }
+        seen |= earlier.outcome.is_some_and(|e| received(&e) == key);
+        respelled |= earlier.loose == c.loose;
     }
-    out
+    // Information already received, or a failure, or a respelling: stale;
+    // an acknowledgement from a call to another target: batch work.
+    Some(match (seen, o.is_error || respelled || !o.short) {
+        (false, _) => Mark::New,
+        (true, true) => Mark::Stale,
+        (true, false) => Mark::Neutral,
+    })
 }
 
 /// Checks the judged call.
 pub(crate) fn check(v: &View) -> Option<Finding> {
-    let judged_step = v.judged()?;
-    let judged: &Cycle = judged_step.cycle()?;
+    let judged = v.judged_cycle()?;
     if judged.poll || judged.outcome.is_none() {
         return None;
     }
-    let marks = marks(v);
-    let (last, _) = marks.last()?;
-    if last.seq != judged_step.seq {
-        return None;
-    }
-    let run: Vec<&Step> = marks
-        .iter()
-        .rev()
-        .take_while(|(_, m)| *m == Mark::Stale)
-        .map(|(s, _)| *s)
-        .collect();
-    let count = run.len();
-    let mut turns: Vec<u64> = run.iter().map(|s| s.turn).collect();
-    turns.dedup();
-    if turns.len() < MIN_TURNS {
-        return None;
-    }
     let t = v.settings.thresholds(DetectorKind::Novelty);
+    // Counting stops where the highest level on is reached.
+    let cap = [Level::Critical, Level::Warning]
+        .into_iter()
+        .map(|l| t.get(l))
+        .find(|n| *n > 0)? as usize;
+    let epoch = epoch(v);
+    let mut count = 0;
+    let mut turns = 0;
+    let mut last_turn = None;
+    let mut tools: Vec<&str> = Vec::new();
+    for i in (0..epoch.len()).rev() {
+        match mark(epoch, i) {
+            None => continue,
+            Some(Mark::Stale) => {}
+            Some(_) => break,
+        }
+        count += 1;
+        if last_turn != Some(epoch[i].turn) {
+            turns += 1;
+            last_turn = Some(epoch[i].turn);
+        }
+        if let Some(c) = epoch[i].cycle() {
+            if !tools.contains(&c.name.as_str()) {
+                tools.push(&c.name);
+            }
+        }
+        if count >= cap && turns >= MIN_TURNS {
+            break;
+        }
+    }
+    if count == 0 || turns < MIN_TURNS {
+        return None;
+    }
     let level = [Level::Critical, Level::Warning]
         .into_iter()
         .find(|l| t.reached(*l, count as u32))?;
-    let mut tools: Vec<&str> = run
-        .iter()
-        .filter_map(|s| s.cycle())
-        .map(|c| c.name.as_str())
-        .collect();
     tools.sort_unstable();
-    tools.dedup();
     let compacted = v.guard.is_some_and(|g| v.epoch_rev().any(|s| s.seq <= g.mark));
     let since = if compacted {
         "the last compaction"

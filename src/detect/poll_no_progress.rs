@@ -37,16 +37,11 @@ pub(crate) fn check(v: &View) -> Option<Finding> {
     // Issue #38 point 4: a wait between checks whose results are news is
     // progress (`sleep 60`, then a log tail that moved on), and a compacted
     // agent starts its watch anew: both end the streak.
-    let since = v.guard.map(|g| g.mark);
-    let news: Vec<u64> = novelty::marks(v)
-        .into_iter()
-        .filter(|(_, m)| *m == Mark::New)
-        .map(|(s, _)| s.seq)
-        .collect();
-    let mut same = v
-        .epoch_rev()
-        .take_while(|s| since.is_none_or(|mark| s.seq > mark))
-        .take_while(|s| news.binary_search(&s.seq).is_err())
+    let epoch = novelty::epoch(v);
+    let mut same = (0..epoch.len())
+        .rev()
+        .take_while(|&i| novelty::mark(epoch, i) != Some(Mark::New))
+        .map(|i| epoch[i])
         .filter_map(|s| s.cycle().map(|c| (s, c)))
         .filter(|(_, c)| c.signature == judged.signature);
     let mut latest = judged.outcome.map(|o| o.hash);

@@ -52,7 +52,12 @@ impl Cycle {
             args: preview(&call.arguments),
             signature: super::identity::of(call, s),
             outcome,
-            loose: super::identity::loose(call, s),
+            // Only `novelty` reads it, and only for a cycle with a result.
+            loose: if outcome.is_some() {
+                super::identity::loose(call, s)
+            } else {
+                0
+            },
             unparsable: matches!(call.arguments, Arguments::Unparsable(_)),
             unknown_tool: !call.server && !tools.is_empty() && !tools.contains(&call.name),
             poll: s.is_poll(&call.name, &call.arguments) || s.is_wait(&call.arguments),

@@ -2,6 +2,7 @@
 //! bodies of all four dialects, judged through the real dialect parsers both
 //! by the built binary (`loopguard replay`, end to end) and by the library
 //! (`Dialect::parse_request` + `detect::replay`); the two must agree.
+#![allow(dead_code, reason = "each test binary uses a different part of the harness")]
 
 use std::path::PathBuf;
 use std::process::Command;
