@@ -31,6 +31,7 @@
 
 use serde_json::{Map, Value};
 
+use super::outcome::{hash64, hash64_parts};
 use super::settings::Settings;
 use crate::transcript::{Arguments, Signature, ToolCall};
 
@@ -297,7 +298,7 @@ fn shell(text: &str) -> String {
 /// and only together with a result already seen: two calls with one key
 /// and different results are never judged alike.
 pub(crate) fn loose(call: &ToolCall, settings: &Settings) -> u64 {
-    let mut words: Vec<String> = Vec::new();
+    let mut words: Vec<u64> = Vec::new();
     match &call.arguments {
         Arguments::Json(Value::Object(map)) => {
             let ignored: Vec<&str> = settings
@@ -313,51 +314,57 @@ pub(crate) fn loose(call: &ToolCall, settings: &Settings) -> u64 {
         Arguments::Json(value) => loose_words("", value, &mut words),
         Arguments::Unparsable(raw) => shell_words(raw, &mut words),
     }
+    // A set of words: order and repetition do not count.
     words.sort_unstable();
     words.dedup();
-    let mut parts: Vec<&[u8]> = vec![call.name.as_bytes()];
-    for w in &words {
-        parts.push(b"\x1f");
-        parts.push(w.as_bytes());
-    }
-    super::outcome::hash64_parts(&parts)
+    words.iter().fold(hash64(call.name.as_bytes()), |h, w| {
+        hash64_parts(&[&h.to_le_bytes(), &w.to_le_bytes()])
+    })
 }
 
-/// The words of one argument value for [`loose`]: a command's shell words,
-/// else `key=token` for each scalar (nested keys by their own name).
-fn loose_words(key: &str, value: &Value, out: &mut Vec<String>) {
+/// The words of one argument value for [`loose`], hashed: a command's shell
+/// words, else `key=token` for each scalar (nested keys by their own name).
+fn loose_words(key: &str, value: &Value, out: &mut Vec<u64>) {
+    let pair = |value: &str| hash64_parts(&[key.as_bytes(), b"=", value.as_bytes()]);
     match value {
         Value::String(s) if is_command_key(key) => shell_words(s, out),
         Value::Array(items) if is_command_key(key) && items.iter().all(Value::is_string) => {
             let joined: Vec<&str> = items.iter().filter_map(Value::as_str).collect();
             shell_words(&joined.join(" "), out);
         }
-        Value::String(s) => out.push(format!("{key}={}", loose_token(s.trim()))),
+        Value::String(s) => out.push(pair(&loose_token(s.trim()))),
         Value::Object(map) => map.iter().for_each(|(k, v)| loose_words(k, v, out)),
         Value::Array(items) => items.iter().for_each(|v| loose_words(key, v, out)),
         Value::Null => {}
-        other => out.push(format!("{key}={other}")),
+        other => out.push(pair(&other.to_string())),
     }
 }
 
-/// A word without what only spells it: [`token`]'s rewrites and a leading `./`.
-fn loose_token(word: &str) -> String {
+/// A word without what only spells it: [`token`]'s rewrites and a leading
+/// `./` (borrowed when there is nothing to rewrite, the common case).
+fn loose_token(word: &str) -> std::borrow::Cow<'_, str> {
+    use std::borrow::Cow;
+    let plain = !word.starts_with("./") && !(word.len() > 1 && word.ends_with('/')) && !word.contains("://");
+    if plain {
+        return Cow::Borrowed(word);
+    }
     let t = token(word);
     match t.strip_prefix("./") {
-        Some(rest) if !rest.is_empty() => rest.to_owned(),
-        _ => t,
+        Some(rest) if !rest.is_empty() => Cow::Owned(rest.to_owned()),
+        _ => Cow::Owned(t),
     }
 }
 
-/// The shell words of a command for [`loose`] (see there).
-fn shell_words(text: &str, out: &mut Vec<String>) {
+/// The shell words of a command for [`loose`] (see there), hashed.
+fn shell_words(text: &str, out: &mut Vec<u64>) {
+    let word = |w: &str| hash64(w.as_bytes());
     let all = words(text);
     let mut i = 0;
     while i < all.len() {
         let w = &all[i];
         i += 1;
         if w.quoted {
-            out.push(loose_token(&w.text));
+            out.push(word(&loose_token(&w.text)));
             continue;
         }
         let text = w.text.as_str();
@@ -376,18 +383,22 @@ fn shell_words(text: &str, out: &mut Vec<String>) {
             "." | "./" | "--" | "\n" => {}
             _ if text.starts_with("--") && text.len() > 2 => match text.split_once('=') {
                 Some((flag, value)) => {
-                    out.push(flag.to_owned());
-                    out.push(loose_token(value));
+                    out.push(word(flag));
+                    out.push(word(&loose_token(value)));
                 }
-                None => out.push(text.to_owned()),
+                None => out.push(word(text)),
             },
             _ if text.len() >= 2
                 && text.starts_with('-')
                 && text[1..].chars().all(|c| c.is_ascii_alphabetic()) =>
             {
-                out.extend(text[1..].chars().map(|c| format!("-{c}")));
+                let mut flag = [b'-', 0, 0, 0, 0];
+                for c in text[1..].chars() {
+                    let n = c.encode_utf8(&mut flag[1..]).len();
+                    out.push(hash64(&flag[..1 + n]));
+                }
             }
-            _ => out.push(loose_token(text)),
+            _ => out.push(word(&loose_token(text))),
         }
     }
 }
