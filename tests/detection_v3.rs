@@ -13,6 +13,7 @@ use serde_json::json;
 
 const TOOLS: &[&str] = &[
     "bash",
+    "apply_patch",
     "read_file",
     "edit_file",
     "fetch",
@@ -140,6 +141,70 @@ fn a_test_run_after_each_edit_stays_silent_even_when_it_fails_alike() {
         }
         let v = s.judge(d);
         assert_eq!(level_of(&v, "novelty"), None, "{d:?}: {v:?}");
+    }
+}
+
+/// Twin: Codex's JSON acknowledgement of a patch (with its metadata) after
+/// each of several different fixes, the same test failing between them.
+#[test]
+fn different_patches_with_the_same_json_acknowledgement_stay_silent() {
+    let failure =
+        "Exit code: 1\nFAILED tests/test_calc.py::test_tax_de - assert 119.0 == 119.00\n1 failed, 4 passed";
+    for d in ALL {
+        let mut s = Scenario::new(TOOLS);
+        s.push(bash("pytest -q", text(failure)));
+        for i in 0..6 {
+            let ack = json!({"output": "Success. Updated the following files:\nM src/calc.py\n", "metadata": {"exit_code": 0, "duration_seconds": 0.0}});
+            s.push(call("apply_patch", json!({"input": format!("*** Begin Patch\n*** Update File: src/calc.py\n-    rate = {i}\n+    rate = {}\n*** End Patch", i + 1)}), Res::Json(ack)));
+            s.push(bash("pytest -q", text(failure)));
+        }
+        let v = s.judge(d);
+        assert_eq!(level_of(&v, "novelty"), None, "{d:?}: {v:?}");
+    }
+}
+
+/// Twin: eight files of a package with the same licence header, read one
+/// after the other: the same long result from other targets.
+#[test]
+fn the_same_content_from_other_files_stays_silent() {
+    let header = "# Copyright 2024 Acme Corp.\n#\n# Licensed under the Apache License, Version 2.0 (the \"License\");\n# you may not use this file except in compliance with the License.\n# You may obtain a copy of the License at\n#\n#     http://www.apache.org/licenses/LICENSE-2.0\n";
+    for d in ALL {
+        let mut s = Scenario::new(TOOLS);
+        for m in [
+            "core", "io", "models", "utils", "cli", "plugins", "server", "client", "db", "web",
+        ] {
+            s.push(call(
+                "read_file",
+                json!({"path": format!("acme/{m}/__init__.py")}),
+                text(header),
+            ));
+        }
+        let v = s.judge(d);
+        assert_eq!(top(&v), None, "{d:?}: {v:?}");
+    }
+}
+
+/// The loop goes on through the agent's text turns ("let me try again"):
+/// a text turn is no news.
+#[test]
+fn a_loop_through_text_turns_is_still_counted() {
+    for d in ALL {
+        let mut s = Scenario::new(TOOLS);
+        for i in 0..8 {
+            s.push(bash(
+                ["npm run build", "npm run build --silent"][i % 2],
+                error("npm ERR! Missing script: \"build\""),
+            ));
+            s.push(bash(
+                ["cat package.json", "cat ./package.json"][i % 2],
+                text(SOURCE),
+            ));
+            s.push(Step::Said(
+                "The build script seems to be missing. Let me try again.".to_owned(),
+            ));
+        }
+        let v = s.judge(d);
+        assert!(level_of(&v, "novelty") >= Some(L::Warning), "{d:?}: {v:?}");
     }
 }
 
@@ -374,6 +439,28 @@ fn a_training_job_watched_with_sleep_and_a_moving_progress_line_stays_silent() {
                     300 * (i + 1),
                     900 - 13 * i
                 )),
+            ));
+        }
+        let v = s.judge(d);
+        assert_eq!(top(&v), None, "{d:?}: {v:?}");
+    }
+}
+
+/// Twin: a queue drained between waits, watched through a JSON status whose
+/// counters move by more than one: each check is news, nothing is masked.
+#[test]
+fn a_queue_draining_between_waits_is_never_stopped() {
+    for d in ALL {
+        let mut s = Scenario::new(TOOLS);
+        s.interval = 30.0;
+        for i in 0..9 {
+            s.push(bash("sleep 30", text("")));
+            s.push(call(
+                "get_job",
+                json!({"queue": "emails"}),
+                Res::Json(
+                    json!({"queue": "emails", "workers": 2, "backlog": 1200 - 130 * i, "delivered": 130 * i}),
+                ),
             ));
         }
         let v = s.judge(d);

@@ -349,10 +349,42 @@ fn loose_token(word: &str) -> std::borrow::Cow<'_, str> {
         return Cow::Borrowed(word);
     }
     let t = token(word);
+    if t.contains("://") {
+        return Cow::Owned(loose_url(&t));
+    }
     match t.strip_prefix("./") {
         Some(rest) if !rest.is_empty() => Cow::Owned(rest.to_owned()),
         _ => Cow::Owned(t),
     }
+}
+
+/// A URL without what only spells it: the scheme, a loopback host's name
+/// (`localhost` = `127.0.0.1` = `0.0.0.0`), and query parameters whose
+/// value holds a digit (cache busters, nonces: `?_=1733550000`).
+fn loose_url(url: &str) -> String {
+    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
+    let (authority, tail) = rest.split_at(rest.find(['/', '?', '#']).unwrap_or(rest.len()));
+    let (host, port) = authority.rsplit_once(':').unwrap_or((authority, ""));
+    let host = match host {
+        "127.0.0.1" | "0.0.0.0" | "[::1]" => "localhost",
+        other => other,
+    };
+    let (path, query) = tail.split_once('?').unwrap_or((tail, ""));
+    let kept: Vec<&str> = query
+        .split('&')
+        .filter(|p| {
+            !p.is_empty()
+                && !p
+                    .split_once('=')
+                    .is_some_and(|(_, v)| v.contains(|c: char| c.is_ascii_digit()))
+        })
+        .collect();
+    let mut out = format!("{host}:{port}{}", path.trim_end_matches('/'));
+    if !kept.is_empty() {
+        out.push('?');
+        out.push_str(&kept.join("&"));
+    }
+    out
 }
 
 /// The shell words of a command for [`loose`] (see there), hashed.
@@ -550,6 +582,29 @@ mod tests {
         assert_eq!(
             loose_of("bash", json!({"command": "git log --format=%s"})),
             loose_of("bash", json!({"command": "git log --format %s"}))
+        );
+        let health = loose_of("http_get", json!({"url": "http://localhost:8080/health"}));
+        for url in [
+            "https://127.0.0.1:8080/health/",
+            "http://0.0.0.0:8080/health?_=1733550000",
+            "http://localhost:8080/health?nonce=a7f3",
+        ] {
+            assert_eq!(loose_of("http_get", json!({"url": url})), health, "{url}");
+        }
+        assert_ne!(
+            loose_of("http_get", json!({"url": "http://localhost:8081/health"})),
+            health
+        );
+        assert_ne!(
+            loose_of("http_get", json!({"url": "http://localhost:8080/ready"})),
+            health
+        );
+        assert_ne!(
+            loose_of(
+                "http_get",
+                json!({"url": "http://localhost:8080/health?page=last"})
+            ),
+            health
         );
     }
 

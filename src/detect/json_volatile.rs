@@ -13,7 +13,8 @@
 //! A chain of polls that differ only there then has one outcome from its
 //! second result on (the first keeps its own: it had nothing to compare with).
 //!
-//! Volatile-looking: a number, or a string of at most 64 bytes without
+//! Volatile-looking: a number that is a call counter (one more than in the
+//! previous result) or a Unix time that moved on, or a string of at most 64 bytes without
 //! whitespace that holds a digit — never a text (a string under `output`,
 //! `content`, …: see [`super::outcome::TEXT_KEYS`]), a word (`"running"` →
 //! `"done"` is news), a boolean, or any value under a key that names
@@ -74,10 +75,18 @@ const PROGRESS_WORDS: &[&str] = &[
     "result",
     "exit",
     "code",
+    "pending",
+    "sent",
+    "queued",
+    "indexed",
+    "ready",
+    "available",
+    "succeeded",
+    "count",
 ];
 
-/// Short progress keys, matched whole (folded): `eta` must not match `etag`.
-const PROGRESS_KEYS: &[&str] = &["eta", "pct", "done", "left"];
+/// Short progress keys, matched whole (folded).
+const PROGRESS_KEYS: &[&str] = &["pct", "left"];
 
 /// The outcome of `current`, with the leaves that changed since `previous`
 /// (the same call's previous result) masked when they are volatile (see the
@@ -168,10 +177,24 @@ fn volatile(key: &str, before: &Value, now: &Value) -> bool {
             && s.contains(|c: char| c.is_ascii_digit())
     };
     match (before, now) {
-        (Value::Number(_), Value::Number(_)) => true,
+        (Value::Number(a), Value::Number(b)) => counter_or_clock(a, b),
         (Value::String(a), Value::String(b)) => token(a) && token(b),
         _ => false,
     }
+}
+
+/// Whether a number that changed looks volatile: a call counter (one more
+/// than before: `attempt`, `seq`, `poll`) or a Unix time in seconds or
+/// milliseconds that moved on. Any other change — a queue draining by 150,
+/// a count rising by 40 — is news.
+fn counter_or_clock(before: &serde_json::Number, now: &serde_json::Number) -> bool {
+    let (Some(a), Some(b)) = (before.as_i64(), now.as_i64()) else {
+        return false;
+    };
+    let clock = |n: i64| {
+        (1_000_000_000..10_000_000_000).contains(&n) || (1_000_000_000_000..10_000_000_000_000).contains(&n)
+    };
+    b == a + 1 || clock(a) && clock(b) && b > a
 }
 
 /// Whether a key names progress ([`PROGRESS_WORDS`]).
@@ -181,7 +204,9 @@ fn progress_key(key: &str) -> bool {
         .filter(char::is_ascii_alphanumeric)
         .map(|c| c.to_ascii_lowercase())
         .collect();
-    PROGRESS_WORDS.iter().any(|w| folded.contains(w)) || PROGRESS_KEYS.contains(&folded.as_str())
+    // `eta` (`eta_s`, `etaSeconds`) but not `etag`, `metadata`, `beta`.
+    let eta = folded.starts_with("eta") && !folded.starts_with("etag");
+    eta || PROGRESS_WORDS.iter().any(|w| folded.contains(w)) || PROGRESS_KEYS.contains(&folded.as_str())
 }
 
 #[cfg(test)]
@@ -248,6 +273,41 @@ mod tests {
             let (raw, masked) = after(before.clone(), now.clone());
             assert_eq!(raw, masked, "{before} -> {now}");
         }
+    }
+
+    #[test]
+    fn numbers_that_move_by_more_than_a_call_count_are_news() {
+        for (before, now) in [
+            (
+                json!({"queue": "emails", "workers": 2, "pending": 1200, "sent": 150}),
+                json!({"queue": "emails", "workers": 2, "pending": 1050, "sent": 300}),
+            ),
+            (
+                json!({"a": 100, "b": "x", "c": "y"}),
+                json!({"a": 250, "b": "x", "c": "y"}),
+            ),
+            (
+                json!({"a": 100, "b": "x", "c": "y"}),
+                json!({"a": 99, "b": "x", "c": "y"}),
+            ),
+            (
+                json!({"job": "ix", "eta_s": 40, "n": "z"}),
+                json!({"job": "ix", "eta_s": 41, "n": "z"}),
+            ),
+        ] {
+            let (raw, masked) = after(before.clone(), now.clone());
+            assert_eq!(raw, masked, "{before} -> {now}");
+        }
+        let (raw, masked) = after(
+            json!({"a": 7, "b": "x", "c": "y"}),
+            json!({"a": 8, "b": "x", "c": "y"}),
+        );
+        assert_ne!(raw, masked, "a call counter");
+        let (raw, masked) = after(
+            json!({"checked": 1_733_550_000, "b": "x", "c": "y"}),
+            json!({"checked": 1_733_550_030, "b": "x", "c": "y"}),
+        );
+        assert_ne!(raw, masked, "a Unix time");
     }
 
     #[test]

@@ -13,18 +13,17 @@
 //!   success by its normalised outcome hash, a failure by its error
 //!   fingerprint: which error, not the echoed URL or token, see
 //!   [`super::echo`]), or
-//! - **stale** when it was, and it is a failure, or information (more than
-//!   [`super::outcome::SHORT`] bytes normalised: a listing, a file, a page),
+//! - **stale** when it was, and it is a failure (whatever the arguments)
 //!   or the call respells one already made (its spelling-free key,
 //!   [`super::identity::loose`], was seen), or
-//! - **neutral** when it was, but it is a short acknowledgement (`ok`,
-//!   `File written.`, nothing) from a call to another target (`git add
-//!   a.py`, `git add b.py`: batch work, not a loop). A neutral cycle ends a
-//!   run, as a new one does.
+//! - **neutral** when it was, from a call to another target (`git add
+//!   a.py`, `git add b.py` → the same empty output; eight `__init__.py`
+//!   files with the same licence header: batch work, not a loop). A
+//!   neutral cycle ends a run, as a new one does.
 //!
 //! The run is the trailing sequence of stale cycles ending at the judged
-//! one; polls and waits are skipped (they are `poll_no_progress`'s), an
-//! assistant text turn ends it. Defaults: warning at 6 stale cycles,
+//! one; polls and waits are skipped (they are `poll_no_progress`'s), and
+//! so are assistant text turns ("let me try again" is no news either). Defaults: warning at 6 stale cycles,
 //! critical at 10, each only when the run spans at least [`MIN_TURNS`]
 //! assistant turns (parallel calls of one turn that all fail alike are one
 //! exploration, not a loop). The set of results "received" is the session's
@@ -59,7 +58,7 @@ pub(crate) enum Mark {
     Stale,
     /// Its result had, from a call to another target.
     Neutral,
-    /// An assistant text turn (ends a run).
+    /// An assistant text turn (neither counts nor ends a run).
     Said,
 }
 
@@ -113,9 +112,10 @@ pub(crate) fn mark(epoch: &[&Step], i: usize) -> Option<Mark> {
         seen |= earlier.outcome.is_some_and(|e| received(&e) == key);
         respelled |= earlier.loose == c.loose;
     }
-    // Information already received, or a failure, or a respelling: stale;
-    // an acknowledgement from a call to another target: batch work.
-    Some(match (seen, o.is_error || respelled || !o.short) {
+    // A failure again, or the same result from a respelled call: stale;
+    // a result already seen from a call to another target (an
+    // acknowledgement, a boilerplate file): batch work.
+    Some(match (seen, o.is_error || respelled) {
         (false, _) => Mark::New,
         (true, true) => Mark::Stale,
         (true, false) => Mark::Neutral,
@@ -141,7 +141,8 @@ pub(crate) fn check(v: &View) -> Option<Finding> {
     let mut tools: Vec<&str> = Vec::new();
     for i in (0..epoch.len()).rev() {
         match mark(epoch, i) {
-            None => continue,
+            // A text turn ("let me try again") is no news either.
+            None | Some(Mark::Said) => continue,
             Some(Mark::Stale) => {}
             Some(_) => break,
         }

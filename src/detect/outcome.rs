@@ -60,15 +60,7 @@ pub struct Outcome {
     pub fingerprint: u64,
     /// The result was a known dedup notice: "same as the previous outcome".
     pub dedup: bool,
-    /// The normalised result is at most [`SHORT`] bytes: an acknowledgement
-    /// (`ok`, `File written.`, nothing) rather than information, which
-    /// `novelty` does not count when it comes from a call to another target.
-    #[serde(default)]
-    pub short: bool,
 }
-
-/// Longest normalised result that is [`Outcome::short`], bytes.
-pub const SHORT: usize = 80;
 
 static EXIT_LINE: LazyLock<Option<Regex>> = LazyLock::new(|| {
     Regex::new(r"(?mi)^\s*(?:exit code|process exited with code|exit status|<returncode>)[:= ]*(-?\d+)").ok()
@@ -243,7 +235,6 @@ fn text_outcome(text: &str, flagged: bool, echo: &Echo<'_>, settings: &Settings)
     let hash = hash128(body.as_bytes());
     let is_error = !dedup && (flagged || text_failure(body, settings));
     Outcome {
-        short: body.len() <= SHORT,
         hash,
         is_error,
         fingerprint: if is_error {
@@ -259,7 +250,6 @@ fn json_outcome(mut value: Value, flagged: bool, echo: &Echo<'_>, settings: &Set
     strip(&mut value, settings);
     let canonical = canonical_json(&value);
     let hash = hash128(canonical.trim().as_bytes());
-    let short = canonical.trim().len() <= SHORT;
     let mut texts = Vec::new();
     nested_texts(&value, 0, &mut texts);
     let structural = flagged || json_error(&value) || texts.iter().any(|t| text_failure(t, settings));
@@ -279,7 +269,6 @@ fn json_outcome(mut value: Value, flagged: bool, echo: &Echo<'_>, settings: &Set
         is_error: structural,
         fingerprint,
         dedup: false,
-        short,
     }
 }
 

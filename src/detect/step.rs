@@ -552,7 +552,7 @@ pub(crate) fn extract(
 
 /// The previous result of the call of cycle `i`, for a JSON result
 /// (`json_volatile`): the result of the latest earlier cycle of the same
-/// tool, when that call has the same identity.
+/// tool, when that call has the same identity or spelling-free key.
 fn previous_result<'t>(drafts: &[Draft<'t>], i: usize, s: &Settings) -> Option<&'t ToolResult> {
     let Some(Draft::Cycle(found)) = drafts.get(i) else {
         return None;
@@ -568,8 +568,10 @@ fn previous_result<'t>(drafts: &[Draft<'t>], i: usize, s: &Settings) -> Option<&
         Draft::Cycle(f) if f.call.name == found.call.name => Some(f),
         _ => None,
     })?;
+    // The same call, or a respelling of it (a cache buster in the URL).
     let same = before.call.signature == found.call.signature
-        || super::identity::of(before.call, s) == super::identity::of(found.call, s);
+        || super::identity::of(before.call, s) == super::identity::of(found.call, s)
+        || super::identity::loose(before.call, s) == super::identity::loose(found.call, s);
     same.then_some(before.result)
 }
 
