@@ -33,7 +33,10 @@ impl LineSplitter {
     pub fn push(&mut self, chunk: &[u8], out: &mut Vec<Line>) {
         self.buf.extend_from_slice(chunk);
         let mut from = 0;
-        while let Some(at) = self.buf[from.max(self.scanned)..].iter().position(|b| *b == b'\n') {
+        while let Some(at) = self.buf[from.max(self.scanned)..]
+            .iter()
+            .position(|b| *b == b'\n')
+        {
             let nl = from.max(self.scanned) + at;
             let line = trim_cr(&self.buf[from..nl]);
             if !line.iter().all(u8::is_ascii_whitespace) {

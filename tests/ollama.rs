@@ -124,7 +124,11 @@ async fn quiet_ollama_traffic_passes_byte_exact() {
     ];
     for (path, fixture) in fixture_cases {
         let body = json!({"model": "llama3.2", "messages": [{"role": "user", "content": "why is the sky blue?"}], "prompt": "why?"});
-        let headers = [("x-mock-fixture", fixture), ("x-mock-chunk", "random"), ("x-mock-seed", "3")];
+        let headers = [
+            ("x-mock-fixture", fixture),
+            ("x-mock-chunk", "random"),
+            ("x-mock-seed", "3"),
+        ];
         let got = send(&lg.url(), &format!("/ollama{path}"), &body, &headers).await;
         let want = std::fs::read_to_string(fixtures().join(fixture)).unwrap_or_default();
         assert_eq!(got.status, 200);
@@ -135,8 +139,14 @@ async fn quiet_ollama_traffic_passes_byte_exact() {
     let scripted = [
         (CHAT, history("summarise the readme", 1, None)),
         (CHAT, history("summarise the readme", 1, Some(false))),
-        ("/ollama/api/generate", json!({"model": "llama3.2", "prompt": "why is the sky blue?"})),
-        ("/ollama/api/generate", json!({"model": "llama3.2", "prompt": "why?", "stream": false})),
+        (
+            "/ollama/api/generate",
+            json!({"model": "llama3.2", "prompt": "why is the sky blue?"}),
+        ),
+        (
+            "/ollama/api/generate",
+            json!({"model": "llama3.2", "prompt": "why?", "stream": false}),
+        ),
     ];
     for (path, body) in scripted {
         let headers = [("x-mock-script", TEXT_THEN_LS)];
@@ -187,7 +197,10 @@ async fn a_request_time_block_is_a_complete_ollama_answer() {
     assert!(got.verdict.as_deref().is_some_and(|v| v.starts_with("block")));
     let lines = lines(&got.body);
     let last = lines.last().cloned().unwrap_or_default();
-    assert_eq!((last["done"].clone(), last["done_reason"].clone()), (json!(true), json!("stop")));
+    assert_eq!(
+        (last["done"].clone(), last["done_reason"].clone()),
+        (json!(true), json!("stop"))
+    );
     assert!(lines[..lines.len() - 1].iter().all(|l| l["done"] == false));
     assert!(text_of(&lines).contains("[loopguard]"));
     assert_eq!(last["model"], "llama3.2");
@@ -197,8 +210,15 @@ async fn a_request_time_block_is_a_complete_ollama_answer() {
     assert_eq!(object["done"], true);
     assert_eq!(object["done_reason"], "stop");
     assert_eq!(object["message"]["role"], "assistant");
-    assert!(object["message"]["content"].as_str().is_some_and(|c| c.contains("[loopguard]")));
-    assert!(mock_requests(&mock).await.is_empty(), "no upstream call for a block");
+    assert!(
+        object["message"]["content"]
+            .as_str()
+            .is_some_and(|c| c.contains("[loopguard]"))
+    );
+    assert!(
+        mock_requests(&mock).await.is_empty(),
+        "no upstream call for a block"
+    );
 }
 
 /// abort × request time × stream and object: HTTP 400 with Ollama's
@@ -207,7 +227,13 @@ async fn a_request_time_block_is_a_complete_ollama_answer() {
 async fn a_request_time_abort_is_ollamas_error() {
     let (_mock, lg) = start("[loop_detection.actions]\ncritical = \"abort\"\n");
     for stream in [None, Some(false)] {
-        let got = send(&lg.url(), CHAT, &history(&format!("fix it {stream:?}"), 5, stream), &[]).await;
+        let got = send(
+            &lg.url(),
+            CHAT,
+            &history(&format!("fix it {stream:?}"), 5, stream),
+            &[],
+        )
+        .await;
         assert_eq!(got.status, 400);
         let error: Value = serde_json::from_str(&got.body).unwrap_or_default();
         let message = error["error"].as_str().unwrap_or_default();
@@ -236,7 +262,12 @@ async fn a_stream_time_warning_releases_the_call_unchanged() {
         .filter(|v| v["at"] == "stream")
         .collect();
     assert_eq!(at_stream.len(), 2, "{at_stream:?}");
-    assert!(at_stream.iter().all(|v| v["level"] == "warning" && v["action"] == "warn"), "{at_stream:?}");
+    assert!(
+        at_stream
+            .iter()
+            .all(|v| v["level"] == "warning" && v["action"] == "warn"),
+        "{at_stream:?}"
+    );
 }
 
 /// block × stream time × stream and object: the fifth identical call is
@@ -260,12 +291,21 @@ async fn a_stream_time_block_replaces_the_call_and_ends_the_stream() {
     assert_eq!(last["eval_count"], 12, "the upstream's counters are kept");
     assert_eq!(lines.iter().filter(|l| l["done"] == true).count(), 1);
 
-    let got = send(&lg.url(), CHAT, &history("walk the forest", 4, Some(false)), &headers).await;
+    let got = send(
+        &lg.url(),
+        CHAT,
+        &history("walk the forest", 4, Some(false)),
+        &headers,
+    )
+    .await;
     let object: Value = serde_json::from_str(&got.body).unwrap_or_default();
     assert!(object["message"].get("tool_calls").is_none(), "{}", got.body);
     assert_eq!(object["done_reason"], "stop");
     let content = object["message"]["content"].as_str().unwrap_or_default();
-    assert!(content.starts_with("Let me look again.\n\n[loopguard]"), "{content}");
+    assert!(
+        content.starts_with("Let me look again.\n\n[loopguard]"),
+        "{content}"
+    );
     assert!(got.verdict.as_deref().is_some_and(|v| v.starts_with("block")));
 }
 
@@ -280,7 +320,13 @@ async fn a_stream_time_abort_is_an_error_status_or_an_error_line() {
         let got = send(&lg.url(), CHAT, &body, &[("x-mock-script", LS_LOOP)]).await;
         assert_eq!(got.status, 400, "{}", got.body);
         let error: Value = serde_json::from_str(&got.body).unwrap_or_default();
-        assert!(error["error"].as_str().is_some_and(|m| m.starts_with("loop_detected")), "{}", got.body);
+        assert!(
+            error["error"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("loop_detected")),
+            "{}",
+            got.body
+        );
     }
     let body = history("read it once more", 4, None);
     let got = send(&lg.url(), CHAT, &body, &[("x-mock-script", TEXT_THEN_LS)]).await;
@@ -288,5 +334,11 @@ async fn a_stream_time_abort_is_an_error_status_or_an_error_line() {
     let lines = lines(&got.body);
     assert!(!has_calls(&lines));
     let last = lines.last().cloned().unwrap_or_default();
-    assert!(last["error"].as_str().is_some_and(|m| m.starts_with("loop_detected")), "{}", got.body);
+    assert!(
+        last["error"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("loop_detected")),
+        "{}",
+        got.body
+    );
 }

@@ -134,7 +134,9 @@ impl Dialect {
             Self::Anthropic => anthropic::resume_request(body, from),
             Self::OpenaiResponses => openai_responses::resume_request(body, from),
             Self::OllamaChat => ollama::resume_chat(body, from),
-            Self::OllamaGenerate => Err(DialectError::Shape("`/api/generate` has no history to resume".to_owned())),
+            Self::OllamaGenerate => Err(DialectError::Shape(
+                "`/api/generate` has no history to resume".to_owned(),
+            )),
         }
     }
 
@@ -158,7 +160,9 @@ impl Dialect {
                 StreamParser::OpenaiResponses(openai_responses::ResponseParser::default())
             }
             Self::Anthropic => StreamParser::Anthropic(anthropic::ResponseParser::default()),
-            Self::OllamaChat => StreamParser::Ollama(ollama::Endpoint::Chat, ollama::ResponseParser::default()),
+            Self::OllamaChat => {
+                StreamParser::Ollama(ollama::Endpoint::Chat, ollama::ResponseParser::default())
+            }
             Self::OllamaGenerate => {
                 StreamParser::Ollama(ollama::Endpoint::Generate, ollama::ResponseParser::default())
             }
@@ -292,7 +296,9 @@ impl Dialect {
             Self::OpenaiResponses => openai_responses::write::block_answer(mode, model, message),
             Self::Anthropic => anthropic::write::block_answer(mode, model, message),
             Self::OllamaChat => ollama::write::block_answer(ollama::Endpoint::Chat, mode, model, message),
-            Self::OllamaGenerate => ollama::write::block_answer(ollama::Endpoint::Generate, mode, model, message),
+            Self::OllamaGenerate => {
+                ollama::write::block_answer(ollama::Endpoint::Generate, mode, model, message)
+            }
         }
     }
 
@@ -360,7 +366,9 @@ impl Dialect {
             Self::Gemini => gemini::sample::push_call_turn(body, n, name, args, result),
             Self::OpenaiResponses => openai_responses::sample::push_call_turn(body, n, name, args, result),
             Self::Anthropic => anthropic::sample::push_call_turn(body, n, name, args, result),
-            Self::OllamaChat | Self::OllamaGenerate => ollama::sample::push_call_turn(body, n, name, args, result),
+            Self::OllamaChat | Self::OllamaGenerate => {
+                ollama::sample::push_call_turn(body, n, name, args, result)
+            }
         }
     }
 

@@ -334,7 +334,8 @@ fn a_whole_answer_keeps_the_models_text_and_usage_when_its_calls_are_blocked() {
     for dialect in Dialect::ALL.into_iter().filter(|d| *d != Dialect::OllamaGenerate) {
         let body = match dialect {
             Dialect::OllamaChat | Dialect::OllamaGenerate => {
-                String::from_utf8_lossy(&crate::tools::mock::ollama::whole(&turn, "mock-7", false)).into_owned()
+                String::from_utf8_lossy(&crate::tools::mock::ollama::whole(&turn, "mock-7", false))
+                    .into_owned()
             }
             Dialect::Anthropic => crate::tools::mock::script::anthropic_whole(&turn, "m", 7),
             Dialect::OpenaiResponses => crate::tools::mock::script::responses_whole(&turn, "m", 7),

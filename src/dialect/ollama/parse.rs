@@ -65,7 +65,11 @@ fn str_of<'a>(object: &'a Map<String, Value>, key: &str) -> &'a str {
 fn head(root: &Map<String, Value>) -> ParsedRequest {
     let tools = root.get("tools").and_then(Value::as_array).into_iter().flatten();
     let tools = tools
-        .filter_map(|t| t.get("function").and_then(|f| f.get("name")).and_then(Value::as_str))
+        .filter_map(|t| {
+            t.get("function")
+                .and_then(|f| f.get("name"))
+                .and_then(Value::as_str)
+        })
         .map(str::to_owned)
         .collect();
     ParsedRequest {
@@ -135,7 +139,11 @@ fn parse_items(before: &[HistoryItem], messages: &[Value]) -> Vec<HistoryItem> {
 
 /// An assistant message's (or a response line's) `tool_calls`.
 fn calls_of(message: &Value) -> Vec<ToolCall> {
-    let calls = message.get("tool_calls").and_then(Value::as_array).into_iter().flatten();
+    let calls = message
+        .get("tool_calls")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten();
     calls
         .filter_map(|call| {
             let function = call.get("function")?;
@@ -213,13 +221,21 @@ impl ResponseParser {
             }
         }
         if let Some(message) = line.get("message") {
-            if let Some(thinking) = message.get("thinking").and_then(Value::as_str).filter(|t| !t.is_empty()) {
+            if let Some(thinking) = message
+                .get("thinking")
+                .and_then(Value::as_str)
+                .filter(|t| !t.is_empty())
+            {
                 out.push(StreamEvent::ReasoningDelta {
                     choice: 0,
                     text: thinking.to_owned(),
                 });
             }
-            if let Some(text) = message.get("content").and_then(Value::as_str).filter(|t| !t.is_empty()) {
+            if let Some(text) = message
+                .get("content")
+                .and_then(Value::as_str)
+                .filter(|t| !t.is_empty())
+            {
                 out.push(StreamEvent::TextDelta {
                     choice: 0,
                     text: text.to_owned(),
@@ -231,13 +247,21 @@ impl ResponseParser {
                 crate::dialect::push_whole_call(out, index, call);
             }
         }
-        if let Some(thinking) = line.get("thinking").and_then(Value::as_str).filter(|t| !t.is_empty()) {
+        if let Some(thinking) = line
+            .get("thinking")
+            .and_then(Value::as_str)
+            .filter(|t| !t.is_empty())
+        {
             out.push(StreamEvent::ReasoningDelta {
                 choice: 0,
                 text: thinking.to_owned(),
             });
         }
-        if let Some(text) = line.get("response").and_then(Value::as_str).filter(|t| !t.is_empty()) {
+        if let Some(text) = line
+            .get("response")
+            .and_then(Value::as_str)
+            .filter(|t| !t.is_empty())
+        {
             out.push(StreamEvent::TextDelta {
                 choice: 0,
                 text: text.to_owned(),

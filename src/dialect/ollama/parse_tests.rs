@@ -79,12 +79,20 @@ fn stream_lines_become_text_whole_calls_usage_and_finish() {
             _ => "other",
         })
         .collect();
-    assert_eq!(kinds, ["text", "delta", "call", "delta", "call", "usage", "finish"]);
+    assert_eq!(
+        kinds,
+        ["text", "delta", "call", "delta", "call", "usage", "finish"]
+    );
     let StreamEvent::ToolCallComplete { index, call, .. } = &events[4] else {
         panic!("{events:?}")
     };
     assert_eq!((*index, call.name.as_str()), (1, "cat"));
-    assert_eq!(events[5], StreamEvent::Usage { usage: json!({"total_duration": 5, "eval_count": 3}) });
+    assert_eq!(
+        events[5],
+        StreamEvent::Usage {
+            usage: json!({"total_duration": 5, "eval_count": 3})
+        }
+    );
 }
 
 #[test]
@@ -99,8 +107,13 @@ fn generate_lines_carry_text_in_response_and_errors_are_events() {
     assert_eq!(
         events,
         vec![
-            StreamEvent::TextDelta { choice: 0, text: "The".into() },
-            StreamEvent::Error { message: "model runner has unexpectedly stopped".into() },
+            StreamEvent::TextDelta {
+                choice: 0,
+                text: "The".into()
+            },
+            StreamEvent::Error {
+                message: "model runner has unexpectedly stopped".into()
+            },
         ]
     );
 }

@@ -83,7 +83,12 @@ fn final_fields(usage: Option<&Value>) -> Map<String, Value> {
     match usage.and_then(Value::as_object) {
         Some(counters) => fields.extend(counters.clone()),
         None => {
-            for key in ["total_duration", "load_duration", "prompt_eval_count", "eval_count"] {
+            for key in [
+                "total_duration",
+                "load_duration",
+                "prompt_eval_count",
+                "eval_count",
+            ] {
                 fields.insert(key.to_owned(), json!(0));
             }
         }
@@ -136,7 +141,11 @@ fn stream_ending(endpoint: Endpoint, identity: &Identity, message: &str, usage: 
 pub fn block_whole(body: &[u8], message: &str, drop_text: bool) -> Option<Vec<u8>> {
     let mut answer: Value = serde_json::from_slice(body).ok()?;
     let root = answer.as_object_mut()?;
-    let key = if root.contains_key("message") { "message" } else { "response" };
+    let key = if root.contains_key("message") {
+        "message"
+    } else {
+        "response"
+    };
     let content = if key == "message" {
         let m = root.get_mut("message")?.as_object_mut()?;
         m.remove("tool_calls");

@@ -75,10 +75,7 @@ pub fn stream(turn: &Turn, model: &str, generate: bool) -> Vec<Vec<u8>> {
         lines.push(line(model, false, "", "", calls(turn), false));
     }
     lines.push(line(model, generate, "", "", Vec::new(), true));
-    lines
-        .into_iter()
-        .map(|l| format!("{l}\n").into_bytes())
-        .collect()
+    lines.into_iter().map(|l| format!("{l}\n").into_bytes()).collect()
 }
 
 /// A `stream: false` answer: one object.
