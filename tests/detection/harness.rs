@@ -12,12 +12,14 @@ use loopguard::detect::{Level, Settings, replay};
 use loopguard::dialect::Dialect;
 use serde_json::{Value, json};
 
-/// The four dialects.
-pub const ALL: [Dialect; 4] = [
+/// The dialects the scenarios are rendered into (Ollama's `/api/chat`
+/// among them; `/api/generate` carries no tool calls).
+pub const ALL: [Dialect; 5] = [
     Dialect::OpenaiChat,
     Dialect::OpenaiResponses,
     Dialect::Gemini,
     Dialect::Anthropic,
+    Dialect::OllamaChat,
 ];
 
 /// What a tool returned.
