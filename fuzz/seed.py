@@ -168,6 +168,9 @@ def main():
     for path in sorted((ROOT / "config").glob("*.toml")):
         put("config", path.read_bytes())
     put("config", b'[[routes]]\nprefix = "/v1"\nprovider = "openai"\nupstream = "http://127.0.0.1:1"\n')
+    # Ollama: the hand-made NDJSON fixtures of tests/fixtures/ollama.
+    for i, path in enumerate(sorted((ROOT / "tests" / "fixtures" / "ollama").glob("*.ndjson"))):
+        put("ndjson", bytes([i * 29 % 256]) + path.read_bytes())
     for target in sorted(p.name for p in OUT.iterdir()):
         print(f"{target}: {len(list((OUT / target).iterdir()))} seeds")
 

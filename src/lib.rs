@@ -15,7 +15,7 @@
 //!   `forward` → `reply`; the holder (`hold`) and the side tap (`tap`)
 //!   that parses what passes.
 //! - [`http_client`]: the upstream HTTP client (also the semantic check's).
-//! - [`sse`], [`json_array`]: framing — split a response body into events,
+//! - [`sse`], [`json_array`], [`ndjson`]: framing — split a response body into events,
 //!   keeping each event's raw bytes.
 //! - [`dialect`]: one folder per wire protocol (`dialect/<name>/`: `parse`,
 //!   `write`, `ending`, `sample`): request body → [`transcript`], response
@@ -59,6 +59,7 @@ pub mod guard;
 pub mod http_client;
 pub mod json_array;
 pub mod listen;
+pub mod ndjson;
 pub mod plan;
 pub mod proxy;
 pub mod recording;

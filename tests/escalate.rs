@@ -28,6 +28,7 @@ fn config(upstream: &str, detection: &str) -> String {
         ("/v1", "openai", false),
         ("/v1beta", "gemini", false),
         ("/anthropic", "anthropic", true),
+        ("/ollama", "ollama", true),
     ] {
         text.push_str(&format!(
             "[[routes]]\nprefix = \"{prefix}\"\nprovider = \"{provider}\"\nupstream = \"{upstream}\"\nstrip_prefix = {strip}\nescalate_model = \"strong\"\n\n"
@@ -124,7 +125,11 @@ async fn an_escalated_loop_ends_in_the_other_model_and_the_person_brings_the_mod
         .iter()
         .filter(|e| e["fields"]["step"] == "Began" || e["step"] == "Began")
         .count();
-    assert_eq!(began, 4, "one escalation per dialect: {events:?}");
+    assert_eq!(
+        began,
+        Dialect::ALL.len(),
+        "one escalation per dialect: {events:?}"
+    );
 }
 
 /// After `requests` escalated requests the agent's model is back (the

@@ -125,6 +125,8 @@ pub enum Provider {
     Gemini,
     /// Anthropic Messages.
     Anthropic,
+    /// Ollama's native API (`/api/chat`, `/api/generate`).
+    Ollama,
 }
 
 impl Provider {
@@ -134,6 +136,7 @@ impl Provider {
             Self::Openai => "openai",
             Self::Gemini => "gemini",
             Self::Anthropic => "anthropic",
+            Self::Ollama => "ollama",
         }
     }
 
@@ -142,6 +145,7 @@ impl Provider {
             "openai" => Some(Self::Openai),
             "gemini" => Some(Self::Gemini),
             "anthropic" => Some(Self::Anthropic),
+            "ollama" => Some(Self::Ollama),
             _ => None,
         }
     }

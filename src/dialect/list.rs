@@ -7,7 +7,7 @@ use serde_json::Value;
 use super::ending::Kept;
 use super::write::{Answer, Mode, Signed};
 use super::{DialectError, ParsedRequest, SplitRequest, StreamEvent};
-use super::{anthropic, gemini, openai_chat, openai_responses};
+use super::{anthropic, gemini, ollama, openai_chat, openai_responses};
 
 /// The wire protocol of a request, chosen from its path (DESIGN §8).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
@@ -21,6 +21,10 @@ pub enum Dialect {
     OpenaiResponses,
     /// Anthropic Messages: `POST …/messages`.
     Anthropic,
+    /// Ollama native chat: `POST …/api/chat` (NDJSON streams).
+    OllamaChat,
+    /// Ollama native completion: `POST …/api/generate` (no tool calls).
+    OllamaGenerate,
 }
 
 impl Dialect {
@@ -32,15 +36,19 @@ impl Dialect {
             Self::Gemini => "gemini",
             Self::OpenaiResponses => "openai-responses",
             Self::Anthropic => "anthropic",
+            Self::OllamaChat => "ollama-chat",
+            Self::OllamaGenerate => "ollama-generate",
         }
     }
 
     /// Every dialect, in the order they are documented.
-    pub const ALL: [Self; 4] = [
+    pub const ALL: [Self; 6] = [
         Self::OpenaiChat,
         Self::Gemini,
         Self::OpenaiResponses,
         Self::Anthropic,
+        Self::OllamaChat,
+        Self::OllamaGenerate,
     ];
 
     /// Picks the dialect for a request path (without query), or `None` for
@@ -56,6 +64,12 @@ impl Dialect {
         }
         if path.ends_with("/messages") {
             return Some(Self::Anthropic);
+        }
+        if path.ends_with("/api/chat") {
+            return Some(Self::OllamaChat);
+        }
+        if path.ends_with("/api/generate") {
+            return Some(Self::OllamaGenerate);
         }
         let last = path.rsplit('/').next().unwrap_or_default();
         if let Some((_model, method)) = last.split_once(':') {
@@ -78,6 +92,8 @@ impl Dialect {
             Self::Gemini => gemini::parse_request(body),
             Self::OpenaiResponses => openai_responses::parse_request(body),
             Self::Anthropic => anthropic::parse_request(body),
+            Self::OllamaChat => ollama::parse_chat(body),
+            Self::OllamaGenerate => ollama::parse_generate(body),
         }
     }
 
@@ -95,6 +111,8 @@ impl Dialect {
             Self::Gemini => Some(gemini::split_request(body)),
             Self::Anthropic => Some(anthropic::split_request(body)),
             Self::OpenaiResponses => Some(openai_responses::split_request(body)),
+            Self::OllamaChat => Some(ollama::split_chat(body)),
+            Self::OllamaGenerate => None,
         }
     }
 
@@ -115,6 +133,10 @@ impl Dialect {
             Self::Gemini => gemini::resume_request(body, from),
             Self::Anthropic => anthropic::resume_request(body, from),
             Self::OpenaiResponses => openai_responses::resume_request(body, from),
+            Self::OllamaChat => ollama::resume_chat(body, from),
+            Self::OllamaGenerate => Err(DialectError::Shape(
+                "`/api/generate` has no history to resume".to_owned(),
+            )),
         }
     }
 
@@ -123,7 +145,7 @@ impl Dialect {
     /// `input`.
     pub fn history_key(self) -> &'static str {
         match self {
-            Self::OpenaiChat | Self::Anthropic => "messages",
+            Self::OpenaiChat | Self::Anthropic | Self::OllamaChat | Self::OllamaGenerate => "messages",
             Self::Gemini => "contents",
             Self::OpenaiResponses => "input",
         }
@@ -138,6 +160,12 @@ impl Dialect {
                 StreamParser::OpenaiResponses(openai_responses::ResponseParser::default())
             }
             Self::Anthropic => StreamParser::Anthropic(anthropic::ResponseParser::default()),
+            Self::OllamaChat => {
+                StreamParser::Ollama(ollama::Endpoint::Chat, ollama::ResponseParser::default())
+            }
+            Self::OllamaGenerate => {
+                StreamParser::Ollama(ollama::Endpoint::Generate, ollama::ResponseParser::default())
+            }
         }
     }
 
@@ -148,6 +176,7 @@ impl Dialect {
             Self::OpenaiChat | Self::OpenaiResponses => "openai",
             Self::Gemini => "gemini",
             Self::Anthropic => "anthropic",
+            Self::OllamaChat | Self::OllamaGenerate => "ollama",
         }
     }
 
@@ -168,6 +197,8 @@ impl Dialect {
             Self::Gemini => Mode::Whole,
             Self::OpenaiResponses | Self::Anthropic if stream => Mode::Sse,
             Self::OpenaiResponses | Self::Anthropic => Mode::Whole,
+            Self::OllamaChat | Self::OllamaGenerate if stream => Mode::Ndjson,
+            Self::OllamaChat | Self::OllamaGenerate => Mode::Whole,
         }
     }
 
@@ -196,6 +227,7 @@ impl Dialect {
             Self::Gemini => gemini::write::inject_warning(body, warning),
             Self::OpenaiResponses => openai_responses::write::inject_warning(body, warning),
             Self::Anthropic => anthropic::write::inject_warning(body, warning),
+            Self::OllamaChat | Self::OllamaGenerate => ollama::write::inject_warning(body, warning),
         }
     }
 
@@ -217,6 +249,10 @@ impl Dialect {
                 anthropic::model::set_model(body, model);
                 None
             }
+            Self::OllamaChat | Self::OllamaGenerate => {
+                ollama::model::set_model(body, model);
+                None
+            }
         }
     }
 
@@ -233,6 +269,7 @@ impl Dialect {
             Self::Gemini => gemini::model::strip_foreign_signatures(body, foreign),
             Self::OpenaiResponses => openai_responses::model::strip_foreign_signatures(body, foreign),
             Self::Anthropic => anthropic::model::strip_foreign_signatures(body, foreign),
+            Self::OllamaChat | Self::OllamaGenerate => ollama::model::strip_foreign_signatures(body, foreign),
         }
     }
 
@@ -245,6 +282,7 @@ impl Dialect {
             Self::Gemini => gemini::model::set_credential(headers, url, secret),
             Self::OpenaiResponses => openai_responses::model::set_credential(headers, url, secret),
             Self::Anthropic => anthropic::model::set_credential(headers, url, secret),
+            Self::OllamaChat | Self::OllamaGenerate => ollama::model::set_credential(headers, url, secret),
         }
     }
 
@@ -257,6 +295,10 @@ impl Dialect {
             Self::Gemini => gemini::write::block_answer(mode, model, message),
             Self::OpenaiResponses => openai_responses::write::block_answer(mode, model, message),
             Self::Anthropic => anthropic::write::block_answer(mode, model, message),
+            Self::OllamaChat => ollama::write::block_answer(ollama::Endpoint::Chat, mode, model, message),
+            Self::OllamaGenerate => {
+                ollama::write::block_answer(ollama::Endpoint::Generate, mode, model, message)
+            }
         }
     }
 
@@ -268,6 +310,7 @@ impl Dialect {
             Self::Gemini => gemini::write::abort_body(message),
             Self::OpenaiResponses => openai_responses::write::abort_body(message),
             Self::Anthropic => anthropic::write::abort_body(message),
+            Self::OllamaChat | Self::OllamaGenerate => ollama::write::abort_body(message),
         }
     }
 
@@ -311,6 +354,7 @@ impl Dialect {
             Self::Gemini => gemini::sample::demo_request(proxy),
             Self::OpenaiResponses => openai_responses::sample::demo_request(proxy),
             Self::Anthropic => anthropic::sample::demo_request(proxy),
+            Self::OllamaChat | Self::OllamaGenerate => ollama::sample::demo_request(proxy),
         }
     }
 
@@ -322,6 +366,9 @@ impl Dialect {
             Self::Gemini => gemini::sample::push_call_turn(body, n, name, args, result),
             Self::OpenaiResponses => openai_responses::sample::push_call_turn(body, n, name, args, result),
             Self::Anthropic => anthropic::sample::push_call_turn(body, n, name, args, result),
+            Self::OllamaChat | Self::OllamaGenerate => {
+                ollama::sample::push_call_turn(body, n, name, args, result)
+            }
         }
     }
 
@@ -332,6 +379,7 @@ impl Dialect {
             Self::Gemini => gemini::sample::push_user_turn(body, text),
             Self::OpenaiResponses => openai_responses::sample::push_user_turn(body, text),
             Self::Anthropic => anthropic::sample::push_user_turn(body, text),
+            Self::OllamaChat | Self::OllamaGenerate => ollama::sample::push_user_turn(body, text),
         }
     }
 }
@@ -360,6 +408,8 @@ pub enum StreamParser {
     OpenaiResponses(openai_responses::ResponseParser),
     /// `anthropic` responses.
     Anthropic(anthropic::ResponseParser),
+    /// `ollama-chat` and `ollama-generate` answers (one line at a time).
+    Ollama(ollama::Endpoint, ollama::ResponseParser),
 }
 
 impl StreamParser {
@@ -374,6 +424,7 @@ impl StreamParser {
             Self::Gemini(p) => p.payload(payload, out),
             Self::OpenaiResponses(p) => p.payload(payload, out),
             Self::Anthropic(p) => p.payload(payload, out),
+            Self::Ollama(_, p) => p.payload(payload, out),
         }
     }
 
@@ -384,6 +435,7 @@ impl StreamParser {
         match self {
             Self::OpenaiChat(p) => p.meta(),
             Self::Gemini(p) => p.meta(),
+            Self::Ollama(_, p) => p.meta(),
             Self::OpenaiResponses(_) | Self::Anthropic(_) => None,
         }
     }
@@ -395,6 +447,7 @@ impl StreamParser {
             Self::Gemini(p) => p.end(out),
             Self::OpenaiResponses(p) => p.end(out),
             Self::Anthropic(p) => p.end(out),
+            Self::Ollama(_, p) => p.end(out),
         }
     }
 
@@ -405,7 +458,7 @@ impl StreamParser {
         match self {
             Self::OpenaiResponses(p) => openai_responses::ending::anchor(p.state()),
             Self::Anthropic(p) => anthropic::ending::anchor(p.state()),
-            Self::OpenaiChat(_) | Self::Gemini(_) => (None, None),
+            Self::OpenaiChat(_) | Self::Gemini(_) | Self::Ollama(..) => (None, None),
         }
     }
 
@@ -417,6 +470,7 @@ impl StreamParser {
             Self::Gemini(_) => gemini::ending::block(kept, message),
             Self::OpenaiResponses(p) => openai_responses::ending::block(p.state(), kept, message),
             Self::Anthropic(p) => anthropic::ending::block(p.state(), kept, message),
+            Self::Ollama(e, p) => ollama::write::block(*e, p.identity(), kept, message),
         }
     }
 
@@ -428,6 +482,7 @@ impl StreamParser {
             Self::Gemini(_) => gemini::ending::error(kept, message),
             Self::OpenaiResponses(p) => openai_responses::ending::error(p.state(), kept, message),
             Self::Anthropic(_) => anthropic::ending::error(kept, message),
+            Self::Ollama(..) => ollama::write::error(kept, message),
         }
     }
 
@@ -440,6 +495,7 @@ impl StreamParser {
             Self::Gemini(_) => gemini::ending::cut(kept, message),
             Self::OpenaiResponses(p) => openai_responses::ending::cut(p.state(), kept, message),
             Self::Anthropic(p) => anthropic::ending::cut(p.state(), kept, message),
+            Self::Ollama(e, p) => ollama::write::cut(*e, p.identity(), kept, message),
         }
     }
 }

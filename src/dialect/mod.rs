@@ -13,6 +13,7 @@ pub mod event;
 pub mod gemini;
 mod list;
 pub mod meta;
+pub mod ollama;
 pub mod openai_chat;
 pub mod openai_responses;
 pub mod splice;

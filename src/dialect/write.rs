@@ -22,6 +22,8 @@ pub enum Mode {
     Sse,
     /// One JSON array streamed element by element (Gemini without `alt=sse`).
     JsonArray,
+    /// Newline-delimited JSON, one object per line (Ollama).
+    Ndjson,
 }
 
 /// A response loopguard writes in the upstream's place.

@@ -140,6 +140,7 @@ const RETRY_AFTER_SECS: &str = "1";
 /// - OpenAI: `{"error":{"message","type","code","param":null}}`
 /// - Gemini: `{"error":{"code":<int>,"message","status"}}`
 /// - Anthropic: `{"type":"error","error":{"type","message"}}`
+/// - Ollama: `{"error":"…"}`
 pub fn error_response(status: StatusCode, provider: Option<Provider>, code: &str, message: &str) -> Response {
     let body = match provider.unwrap_or(Provider::Openai) {
         Provider::Openai => json!({
@@ -157,6 +158,7 @@ pub fn error_response(status: StatusCode, provider: Option<Provider>, code: &str
                 "status": google_status(status),
             }
         }),
+        Provider::Ollama => json!({"error": format!("{code}: {message}")}),
         Provider::Anthropic => json!({
             "type": "error",
             "error": {

@@ -98,6 +98,11 @@ pub fn is_event_stream(headers: &HeaderMap) -> bool {
     content_type_starts_with(headers, "text/event-stream")
 }
 
+/// The response is newline-delimited JSON (`application/x-ndjson`, Ollama's streams).
+pub fn is_ndjson(headers: &HeaderMap) -> bool {
+    content_type_starts_with(headers, "application/x-ndjson")
+}
+
 /// The response's media type starts with `prefix` (case-insensitive).
 pub fn content_type_starts_with(headers: &HeaderMap, prefix: &str) -> bool {
     headers

@@ -175,7 +175,9 @@ impl Holder {
                 b": loopguard: holding a tool call for review\n\n",
             )),
             Mode::JsonArray => Some(Bytes::from_static(b" ")),
-            Mode::Whole => None,
+            // NDJSON clients parse every line they get, and a blank one is
+            // no JSON: no keep-alive (see README, Ollama).
+            Mode::Ndjson | Mode::Whole => None,
         }
     }
 

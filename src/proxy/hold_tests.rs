@@ -330,8 +330,13 @@ fn a_whole_answer_keeps_the_models_text_and_usage_when_its_calls_are_blocked() {
             arguments: serde_json::json!({"path": "."}),
         }],
     };
-    for dialect in Dialect::ALL {
+    // `/api/generate` answers carry no calls: nothing to withhold.
+    for dialect in Dialect::ALL.into_iter().filter(|d| *d != Dialect::OllamaGenerate) {
         let body = match dialect {
+            Dialect::OllamaChat | Dialect::OllamaGenerate => {
+                String::from_utf8_lossy(&crate::tools::mock::ollama::whole(&turn, "mock-7", false))
+                    .into_owned()
+            }
             Dialect::Anthropic => crate::tools::mock::script::anthropic_whole(&turn, "m", 7),
             Dialect::OpenaiResponses => crate::tools::mock::script::responses_whole(&turn, "m", 7),
             Dialect::OpenaiChat => crate::tools::mock::script::openai_whole(&turn, "m", 7),
@@ -359,6 +364,7 @@ fn a_whole_answer_keeps_the_models_text_and_usage_when_its_calls_are_blocked() {
         let output_tokens = match dialect {
             Dialect::OpenaiChat => &answer["usage"]["completion_tokens"],
             Dialect::Gemini => &answer["usageMetadata"]["candidatesTokenCount"],
+            Dialect::OllamaChat => &answer["eval_count"],
             _ => &answer["usage"]["output_tokens"],
         };
         assert!(

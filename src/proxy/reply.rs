@@ -254,9 +254,12 @@ fn framing(dialect: Dialect, path: &str, query: &Option<String>, headers: &http:
     if headers::is_event_stream(headers) {
         return Mode::Sse;
     }
-    match dialect.mode(path, query.as_deref(), false) {
+    match dialect.mode(path, query.as_deref(), true) {
         Mode::JsonArray => Mode::JsonArray,
-        Mode::Sse | Mode::Whole => Mode::Whole,
+        // Ollama: a stream says so by its content type (`stream: false`
+        // answers, and errors, are one JSON document).
+        Mode::Ndjson if headers::is_ndjson(headers) => Mode::Ndjson,
+        Mode::Sse | Mode::Ndjson | Mode::Whole => Mode::Whole,
     }
 }
 

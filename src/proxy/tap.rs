@@ -7,11 +7,13 @@ use std::collections::VecDeque;
 
 use crate::dialect::{Dialect, Mode, StreamEvent, StreamParser};
 use crate::json_array::{ArrayElement, ArraySplitter};
+use crate::ndjson::{Line, LineSplitter};
 use crate::sse::{SseDecoder, SseEvent};
 
 enum Framer {
     Sse(SseDecoder),
     Array(ArraySplitter),
+    Lines(LineSplitter),
     Json { buf: Vec<u8>, cap: usize },
 }
 
@@ -63,6 +65,7 @@ pub struct Tap {
     seen: Seen,
     sse_scratch: Vec<SseEvent>,
     array_scratch: Vec<ArrayElement>,
+    line_scratch: Vec<Line>,
     /// Framed payloads not parsed yet: stream end offset and payload (`None`
     /// for a truncated SSE event, which yields an empty frame).
     pending: VecDeque<(u64, Option<String>)>,
@@ -88,6 +91,7 @@ impl Tap {
         let framer = match framing {
             Mode::Sse => Framer::Sse(SseDecoder::new()),
             Mode::JsonArray => Framer::Array(ArraySplitter::new()),
+            Mode::Ndjson => Framer::Lines(LineSplitter::new()),
             Mode::Whole => Framer::Json {
                 buf: Vec::new(),
                 cap: max_json_bytes,
@@ -102,6 +106,7 @@ impl Tap {
             seen: Seen::default(),
             sse_scratch: Vec::new(),
             array_scratch: Vec::new(),
+            line_scratch: Vec::new(),
             pending: VecDeque::new(),
             recording: None,
         }
@@ -176,6 +181,16 @@ impl Tap {
                 }
                 // One element past the cap is never kept whole, whatever
                 // the holder does (it may pass bytes through already).
+                if splitter.buffered() > self.max_frame {
+                    frame_too_large = true;
+                }
+            }
+            Framer::Lines(splitter) => {
+                splitter.push(chunk, &mut self.line_scratch);
+                for line in self.line_scratch.drain(..) {
+                    self.pending.push_back((line.end, Some(line.text)));
+                }
+                // One line past the cap is never kept whole (as an array element).
                 if splitter.buffered() > self.max_frame {
                     frame_too_large = true;
                 }
@@ -291,6 +306,14 @@ impl Tap {
                 None => None,
             },
             Framer::Array(splitter) => splitter.finish().err().map(|e| e.to_string()),
+            // A last line without its newline still counts (Ollama's own
+            // client reads it); whether the answer was done says the rest.
+            Framer::Lines(splitter) => {
+                if let Some(line) = splitter.finish() {
+                    events = self.frame(total, &line.text).events;
+                }
+                None
+            }
             Framer::Json { buf, .. } => {
                 // Borrowed when the body is valid UTF-8 (a copy only to replace bad bytes).
                 let text = String::from_utf8_lossy(buf);

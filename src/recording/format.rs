@@ -113,6 +113,7 @@ pub fn mode_name(mode: crate::dialect::Mode) -> &'static str {
         crate::dialect::Mode::Sse => "sse",
         crate::dialect::Mode::Whole => "whole",
         crate::dialect::Mode::JsonArray => "array",
+        crate::dialect::Mode::Ndjson => "ndjson",
     }
 }
 
@@ -121,6 +122,7 @@ pub fn mode_of(name: &str) -> crate::dialect::Mode {
     match name {
         "sse" => crate::dialect::Mode::Sse,
         "array" => crate::dialect::Mode::JsonArray,
+        "ndjson" => crate::dialect::Mode::Ndjson,
         _ => crate::dialect::Mode::Whole,
     }
 }

@@ -64,7 +64,8 @@ pub fn response(body: &[u8], mode: Mode) -> String {
     let joined = match mode {
         Mode::Sse => sse(&text),
         Mode::JsonArray => array(&text),
-        Mode::Whole => None,
+        // Each line is a whole object: masked as one text.
+        Mode::Ndjson | Mode::Whole => None,
     };
     redact(joined.as_deref().unwrap_or(&text))
 }

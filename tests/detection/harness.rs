@@ -13,12 +13,14 @@ use loopguard::detect::{Level, Settings, replay};
 use loopguard::dialect::Dialect;
 use serde_json::{Value, json};
 
-/// The four dialects.
-pub const ALL: [Dialect; 4] = [
+/// The dialects the scenarios are rendered into (Ollama's `/api/chat`
+/// among them; `/api/generate` carries no tool calls).
+pub const ALL: [Dialect; 5] = [
     Dialect::OpenaiChat,
     Dialect::OpenaiResponses,
     Dialect::Gemini,
     Dialect::Anthropic,
+    Dialect::OllamaChat,
 ];
 
 /// What a tool returned.
@@ -120,6 +122,10 @@ impl Scenario {
             ),
             Dialect::Gemini => items.push(json!({"role": "user", "parts": [{"text": task}]})),
             Dialect::Anthropic => items.push(json!({"role": "user", "content": task})),
+            Dialect::OllamaChat | Dialect::OllamaGenerate => {
+                items.push(json!({"role": "system", "content": "You are a coding agent."}));
+                items.push(json!({"role": "user", "content": task}));
+            }
         }
         for step in &self.steps[..n] {
             if let Step::Compacted(summary) = step {
@@ -145,6 +151,8 @@ impl Scenario {
                 json!({"model": "m", "max_tokens": 1024, "system": "You are a coding agent.", "messages": items,
                 "tools": names.iter().map(|t| json!({"name": t, "input_schema": {"type": "object"}})).collect::<Vec<_>>()})
             }
+            Dialect::OllamaChat | Dialect::OllamaGenerate => json!({"model": "m", "messages": items,
+                "tools": names.iter().map(|t| json!({"type": "function", "function": {"name": t, "parameters": {"type": "object"}}})).collect::<Vec<_>>()}),
         }
     }
 
@@ -271,14 +279,14 @@ fn render(d: Dialect, step: &Step, id: &mut usize, items: &mut Vec<Value>) {
     match step {
         Step::Compacted(_) => {}
         Step::User(t) => items.push(match d {
-            Dialect::OpenaiChat | Dialect::Anthropic => json!({"role": "user", "content": t}),
+            Dialect::OpenaiChat | Dialect::Anthropic | Dialect::OllamaChat | Dialect::OllamaGenerate => json!({"role": "user", "content": t}),
             Dialect::OpenaiResponses => {
                 json!({"type": "message", "role": "user", "content": [{"type": "input_text", "text": t}]})
             }
             Dialect::Gemini => json!({"role": "user", "parts": [{"text": t}]}),
         }),
         Step::Said(t) => items.push(match d {
-            Dialect::OpenaiChat => json!({"role": "assistant", "content": t}),
+            Dialect::OpenaiChat | Dialect::OllamaChat | Dialect::OllamaGenerate => json!({"role": "assistant", "content": t}),
             Dialect::Anthropic => json!({"role": "assistant", "content": [{"type": "text", "text": t}]}),
             Dialect::OpenaiResponses => {
                 json!({"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": t}]})
@@ -288,7 +296,9 @@ fn render(d: Dialect, step: &Step, id: &mut usize, items: &mut Vec<Value>) {
         Step::ServerSearch { query, result } => {
             *id += 1;
             match d {
-                Dialect::OpenaiChat => items.push(json!({"role": "assistant", "content": format!("Searched: {query}")})),
+                Dialect::OpenaiChat | Dialect::OllamaChat | Dialect::OllamaGenerate => {
+                    items.push(json!({"role": "assistant", "content": format!("Searched: {query}")}));
+                }
                 Dialect::OpenaiResponses => {
                     items.push(json!({"type": "web_search_call", "id": format!("ws_{id}"), "status": "completed",
                         "action": {"type": "search", "query": query}}));
@@ -330,6 +340,10 @@ fn render(d: Dialect, step: &Step, id: &mut usize, items: &mut Vec<Value>) {
                         };
                         results.push(json!({"functionResponse": {"name": name, "response": response}}));
                     }
+                    Dialect::OllamaChat | Dialect::OllamaGenerate => {
+                        turn.push(json!({"function": {"name": name, "arguments": args}}));
+                        results.push(json!({"role": "tool", "tool_name": name, "content": result_text(res)}));
+                    }
                     Dialect::Anthropic => {
                         turn.push(json!({"type": "tool_use", "id": cid, "name": name, "input": args}));
                         results.push(json!({"type": "tool_result", "tool_use_id": cid, "content": result_text(res), "is_error": is_error}));
@@ -339,6 +353,10 @@ fn render(d: Dialect, step: &Step, id: &mut usize, items: &mut Vec<Value>) {
             match d {
                 Dialect::OpenaiChat => {
                     items.push(json!({"role": "assistant", "content": null, "tool_calls": turn}));
+                    items.extend(results);
+                }
+                Dialect::OllamaChat | Dialect::OllamaGenerate => {
+                    items.push(json!({"role": "assistant", "content": "", "tool_calls": turn}));
                     items.extend(results);
                 }
                 Dialect::OpenaiResponses => items.extend(results),
@@ -394,6 +412,15 @@ pub fn answer_stream(d: Dialect, deltas: &[String]) -> String {
                     Some("response.output_text.delta"),
                     json!({"type": "response.output_text.delta", "sequence_number": i + 2,
                     "item_id": "m", "output_index": 0, "content_index": 0, "delta": t}),
+                );
+            }
+        }
+        // Ollama's lines, each framed as one SSE payload for the harness.
+        Dialect::OllamaChat | Dialect::OllamaGenerate => {
+            for t in deltas {
+                event(
+                    None,
+                    json!({"model": "m", "created_at": "t", "message": {"role": "assistant", "content": t}, "done": false}),
                 );
             }
         }

@@ -93,6 +93,12 @@ provider = "anthropic"
 upstream = "{mock.url}"
 strip_prefix = true
 
+[[routes]]
+prefix = "/ollama"
+provider = "ollama"
+upstream = "{mock.url}"
+strip_prefix = true
+
 {extra}
 """
     path = tempfile.NamedTemporaryFile(prefix="loopguard-py-", suffix=".toml", delete=False)

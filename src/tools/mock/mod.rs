@@ -3,7 +3,8 @@
 //! demos (`loopguard mock-upstream`).
 //!
 //! It answers every `POST …/chat/completions`, `…/responses`, `…/messages`,
-//! `…:generateContent` and `…:streamGenerateContent` with either a recorded
+//! `…:generateContent`, `…:streamGenerateContent` and Ollama's `…/api/chat`
+//! and `…/api/generate` (NDJSON unless `stream: false`, see [`ollama`]) with either a recorded
 //! fixture or a scripted turn (see [`script`]), in the mode the request
 //! asked for (SSE — named events for Responses and Anthropic —, streamed
 //! JSON array, or one JSON document). Per-request behaviour is set by
@@ -40,6 +41,7 @@
 //! completed or was dropped by the client), `GET /_mock/stats`.
 
 pub mod fixture;
+pub mod ollama;
 pub mod script;
 pub mod signatures;
 
@@ -293,6 +295,8 @@ enum Mode {
     Sse,
     Array,
     Whole,
+    /// Ollama's newline-delimited JSON.
+    Lines,
 }
 
 struct CancelGuard<'a> {
@@ -361,6 +365,8 @@ async fn answer(State(st): State<Arc<MockState>>, request: Request) -> Response 
     let path = parts.uri.path();
     let query = parts.uri.query().unwrap_or_default();
     let gemini = path.contains(":generateContent") || path.contains(":streamGenerateContent");
+    let ollama_generate = path.ends_with("/api/generate");
+    let ollama = ollama_generate || path.ends_with("/api/chat");
     let named = if path.ends_with("/responses") {
         Some(Named::Responses)
     } else if path.ends_with("/messages") {
@@ -376,6 +382,13 @@ async fn answer(State(st): State<Arc<MockState>>, request: Request) -> Response 
         } else {
             Mode::Array
         }
+    } else if ollama {
+        // Ollama streams unless told not to.
+        if json_body.get("stream").and_then(Value::as_bool) == Some(false) {
+            Mode::Whole
+        } else {
+            Mode::Lines
+        }
     } else if json_body.get("stream").and_then(Value::as_bool) == Some(true) {
         Mode::Sse
     } else {
@@ -385,6 +398,7 @@ async fn answer(State(st): State<Arc<MockState>>, request: Request) -> Response 
     let pieces = match header_str(&parts.headers, "x-mock-fixture") {
         Some(name) => match fixture::read(&st.fixtures, name) {
             Ok(bytes) if mode == Mode::Array => fixture::json_array_pieces(&fixture::sse_payloads(&bytes)),
+            Ok(bytes) if name.ends_with(".ndjson") => ollama::fixture_lines(&bytes),
             Ok(bytes) => fixture::sse_events(&bytes),
             Err(e) => return (StatusCode::NOT_FOUND, e).into_response(),
         },
@@ -426,6 +440,8 @@ async fn answer(State(st): State<Arc<MockState>>, request: Request) -> Response 
             let turn = script.answer(&json_body);
             let seq = st.seq.fetch_add(1, Ordering::SeqCst);
             match named {
+                _ if ollama && mode == Mode::Lines => ollama::stream(&turn, &model, ollama_generate),
+                _ if ollama => vec![ollama::whole(&turn, &model, ollama_generate)],
                 Some(named) => named_pieces(named, &turn, &model, seq, mode),
                 None => scripted_pieces(
                     &turn,
@@ -441,7 +457,11 @@ async fn answer(State(st): State<Arc<MockState>>, request: Request) -> Response 
     };
     // A recorded stream is served as the stream it is, whatever the request asked.
     let recorded_stream = mode != Mode::Array && header_str(&parts.headers, "x-mock-fixture").is_some();
-    let content_type = if mode == Mode::Sse || recorded_stream {
+    let ndjson = mode == Mode::Lines
+        || header_str(&parts.headers, "x-mock-fixture").is_some_and(|n| n.ends_with(".ndjson"));
+    let content_type = if ndjson {
+        "application/x-ndjson"
+    } else if mode == Mode::Sse || recorded_stream {
         "text/event-stream"
     } else {
         "application/json"
@@ -561,7 +581,7 @@ fn scripted_pieces(
             .map(|p| format!("data: {p}\r\n\r\n").into_bytes())
             .collect(),
         (true, Mode::Array) => fixture::json_array_pieces(&script::gemini_stream(turn, model)),
-        (true, Mode::Whole) => vec![script::gemini_whole(turn, model).into_bytes()],
+        (true, Mode::Whole | Mode::Lines) => vec![script::gemini_whole(turn, model).into_bytes()],
     }
 }
 

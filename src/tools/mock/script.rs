@@ -153,7 +153,7 @@ impl Script {
 }
 
 /// Splits text into deltas of a few words each, keeping every character.
-fn deltas(text: &str) -> Vec<String> {
+pub(crate) fn deltas(text: &str) -> Vec<String> {
     let mut out = Vec::new();
     let mut current = String::new();
     let mut words = 0;
