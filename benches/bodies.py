@@ -5,6 +5,13 @@ distinct fingerprinted session), ending in one tool result; with SIZE > 0,
 about SIZE bytes of distinct earlier tool cycles.
 
     python3 benches/bodies.py SIZE COUNT FILE [SHAPE]
+    python3 benches/bodies.py cycles C COUNT BEFORE AFTER
+
+The `cycles` form (benches/instructions.sh's CYCLES, issue #37's growth
+curve) writes COUNT conversations twice: to BEFORE with C short tool cycles
+each, to AFTER the same conversations with one cycle more (the turn that
+follows), so that a run that sends BEFORE first and counts AFTER counts
+requests that add one tool cycle to a conversation of C cycles.
 
 SHAPE `calls` (the default): each cycle an assistant tool call and its
 `tool` result. SHAPE `text`: each cycle shaped as a text-protocol agent's
@@ -15,6 +22,25 @@ the agent's wrappers.
 import json
 import sys
 
+
+
+def cycles_bodies(cycles, count, before, after):
+    with open(before, "w") as out_before, open(after, "w") as out_after:
+        for n in range(count):
+            messages = [{"role": "system", "content": "You are a coding agent."},
+                        {"role": "user", "content": f"Task {n}: tidy the parser module."}]
+            for i in range(cycles + 1):
+                if i == cycles:
+                    out_before.write(json.dumps({"model": "m", "messages": messages}, separators=(",", ":")) + "\n")
+                messages += [{"role": "assistant", "content": None, "tool_calls": [{"id": f"c{n}_{i}", "type": "function",
+                              "function": {"name": "read_file", "arguments": json.dumps({"path": f"src/f{i}.rs"})}}]},
+                             {"role": "tool", "tool_call_id": f"c{n}_{i}", "content": f"a{i}.txt\nb{i}.txt"}]
+            out_after.write(json.dumps({"model": "m", "messages": messages}, separators=(",", ":")) + "\n")
+
+
+if sys.argv[1] == "cycles":
+    cycles_bodies(int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5])
+    sys.exit(0)
 size, count, path = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
 shape = sys.argv[4] if len(sys.argv) > 4 else "calls"
 code = "fn f() { let x = \"a\\nb\"; if a < b { g::<T>(x) } }\n" * 14

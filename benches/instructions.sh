@@ -13,6 +13,7 @@
 #   N=5000 OUT=/tmp/lg.callgrind benches/instructions.sh   # then callgrind_annotate "$OUT".1
 #   HISTORY=500000 N=300 benches/instructions.sh  # large histories (see below; WARMUP=300 requests first)
 #   HISTORY=500000 SHAPE=text N=100 benches/instructions.sh  # the same, shaped as a text-protocol agent's
+#   CYCLES=300 N=100 benches/instructions.sh     # a turn adding one tool cycle to conversations of 300 (issue #37's growth curve)
 #
 # Requests: N (default 2,000) one-tool-cycle chat completions, each a new
 # conversation (a distinct first user message), 4 at a time, after a
@@ -23,7 +24,11 @@
 # resent in turn (40 conversations whose chains are kept: parse_cache_mib =
 # 512, as there); with SHAPE=text, each tool cycle is shaped as a
 # text-protocol agent's (Cline's): the call in the assistant's text, its
-# result a user message in the agent's wrappers. Needs valgrind, `oha` (cargo install oha --locked),
+# result a user message in the agent's wrappers. With CYCLES, N conversations
+# of CYCLES short tool cycles each are sent once (the warm-up), then each
+# conversation's next turn, one tool cycle more, is counted, one request at
+# a time in order (not oha, whose -Z picks lines at random) (parse_cache_mib
+# = 512, so every conversation's chain is kept). Needs valgrind, `oha` (cargo install oha --locked),
 # python3 and nginx (see benches/nginx.sh).
 #
 # valgrind's CPU has no SHA extensions: SHA-256 (session keys) runs in
@@ -40,12 +45,12 @@ command -v valgrind >/dev/null || { echo "valgrind not found: apt-get install va
 
 . benches/common.sh
 . benches/nginx.sh
-bench_setup "${HISTORY:+max_request_bytes = 67108864}"
+bench_setup "${HISTORY:+max_request_bytes = 67108864}${CYCLES:+max_request_bytes = 67108864}"
 nginx_setup
 # bench_setup's config, its route sent to nginx's canned answer instead.
 sed -i "s#upstream = \"$MOCK\"#upstream = \"$CANNED\"#" "$WORK/lg.toml"
 printf '[loop_detection.replay_storm]\nenabled = false\n' >>"$WORK/lg.toml"
-if [ -n "${HISTORY:-}" ]; then printf '[sessions]\nparse_cache_mib = 512\n' >>"$WORK/lg.toml"; fi
+if [ -n "${HISTORY:-}${CYCLES:-}" ]; then printf '[sessions]\nparse_cache_mib = 512\n' >>"$WORK/lg.toml"; fi
 
 rm -f "$OUT" "$OUT".*
 if [ -n "${PLAIN_NGINX:-}" ]; then
@@ -78,10 +83,35 @@ for _ in $(seq 1 120); do [ -n "$(address)" ] && break; sleep 0.5; done
 URL="http://$(address)${URL_PATH:-/v1/chat/completions}"
 
 if [ "${HISTORY:-0}" != 0 ]; then COUNT=40; else COUNT=20000; fi
-python3 benches/bodies.py "${HISTORY:-0}" "$COUNT" "$WORK/bodies.txt" "${SHAPE:-calls}"
-load() { "$OHA" -n "$1" -c 4 --no-tui -m POST -H 'content-type: application/json' -Z "$WORK/bodies.txt" \
+BODIES="$WORK/bodies.txt"
+if [ -n "${CYCLES:-}" ]; then
+  python3 benches/bodies.py cycles "$CYCLES" "$N" "$WORK/before.txt" "$WORK/bodies.txt"
+else
+  python3 benches/bodies.py "${HISTORY:-0}" "$COUNT" "$WORK/bodies.txt" "${SHAPE:-calls}"
+fi
+load() { "$OHA" -n "$1" -c 4 --no-tui -m POST -H 'content-type: application/json' -Z "$BODIES" \
   --output-format json "$URL" >"$WORK/oha.json"; }
-load "${WARMUP:-300}"
+if [ -n "${CYCLES:-}" ]; then
+  # oha's -Z picks a random line for each request: the turns must come in
+  # order, each conversation once, so these go one at a time from Python.
+  load() {
+    python3 - "$BODIES" "$URL" "$WORK/oha.json" <<'PY'
+import http.client, json, sys, urllib.parse
+url = urllib.parse.urlsplit(sys.argv[2])
+conn = http.client.HTTPConnection(url.hostname, url.port)
+ok = 0
+for line in open(sys.argv[1], "rb"):
+    conn.request("POST", url.path, body=line.rstrip(b"\n"), headers={"content-type": "application/json"})
+    response = conn.getresponse()
+    response.read()
+    ok += response.status == 200
+json.dump({"statusCodeDistribution": {"200": ok}}, open(sys.argv[3], "w"))
+PY
+  }
+  BODIES="$WORK/before.txt" load
+else
+  load "${WARMUP:-300}"
+fi
 callgrind_control -z "$PROXY_PID" >/dev/null
 load "$N"
 callgrind_control -d "$PROXY_PID" >/dev/null
