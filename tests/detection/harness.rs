@@ -129,7 +129,12 @@ impl Scenario {
         }
         for step in &self.steps[..n] {
             if let Step::Compacted(summary) = step {
-                items.truncate(usize::from(d == Dialect::OpenaiChat));
+                // The system message stays where the dialect carries it in the list.
+                let system = matches!(
+                    d,
+                    Dialect::OpenaiChat | Dialect::OllamaChat | Dialect::OllamaGenerate
+                );
+                items.truncate(usize::from(system));
                 render(d, &Step::User(summary.clone()), &mut id, &mut items);
                 continue;
             }
