@@ -16,8 +16,7 @@
 //! [`MAX_PIECES`] pieces are kept per call, longest first. Successes are
 //! never rewritten: their text is what the agent learned.
 
-use serde_json::Value;
-
+use super::outcome::strings;
 use crate::transcript::{Arguments, ToolCall};
 
 /// Shortest piece, bytes (a `/`-led path piece: 2).
@@ -41,15 +40,6 @@ pub(crate) fn pieces(call: &ToolCall) -> Vec<String> {
     out.dedup();
     out.truncate(MAX_PIECES);
     out
-}
-
-fn strings(value: &Value, f: &mut impl FnMut(&str)) {
-    match value {
-        Value::String(s) => f(s),
-        Value::Array(items) => items.iter().for_each(|v| strings(v, f)),
-        Value::Object(map) => map.values().for_each(|v| strings(v, f)),
-        _ => {}
-    }
 }
 
 fn keep(piece: &str, out: &mut Vec<String>) {
@@ -153,7 +143,7 @@ pub(crate) fn without(text: &str, pieces: &[String]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use serde_json::{Value, json};
 
     fn call(args: Value) -> ToolCall {
         ToolCall::new(None, "fetch", Arguments::Json(args))

@@ -52,12 +52,7 @@ pub(crate) fn of(call: &ToolCall, settings: &Settings) -> Signature {
     let Arguments::Json(Value::Object(map)) = &call.arguments else {
         return call.signature;
     };
-    let ignored: Vec<&str> = settings
-        .call_identity
-        .iter()
-        .filter(|(tool, _)| tool == "*" || *tool == call.name)
-        .flat_map(|(_, args)| args.iter().map(String::as_str))
-        .collect();
+    let ignored = ignored_args(call, settings);
     // Nothing to drop or undo (most calls of most tools): the identity is
     // the raw signature, already computed when the call was parsed.
     if map
@@ -67,6 +62,17 @@ pub(crate) fn of(call: &ToolCall, settings: &Settings) -> Signature {
         return call.signature;
     }
     normalised(&call.name, map, &ignored)
+}
+
+/// The arguments of `call`'s tool that do not identify it
+/// (`[loop_detection.call_identity]`).
+fn ignored_args<'s>(call: &ToolCall, settings: &'s Settings) -> Vec<&'s str> {
+    settings
+        .call_identity
+        .iter()
+        .filter(|(tool, _)| tool == "*" || *tool == call.name)
+        .flat_map(|(_, args)| args.iter().map(String::as_str))
+        .collect()
 }
 
 /// The signature of `map` with the `ignored` keys dropped and every value
@@ -301,12 +307,7 @@ pub(crate) fn loose(call: &ToolCall, settings: &Settings) -> u64 {
     let mut words: Vec<u64> = Vec::new();
     match &call.arguments {
         Arguments::Json(Value::Object(map)) => {
-            let ignored: Vec<&str> = settings
-                .call_identity
-                .iter()
-                .filter(|(tool, _)| tool == "*" || *tool == call.name)
-                .flat_map(|(_, args)| args.iter().map(String::as_str))
-                .collect();
+            let ignored = ignored_args(call, settings);
             for (key, value) in map.iter().filter(|(k, _)| !ignored.contains(&k.as_str())) {
                 loose_words(key, value, &mut words);
             }
@@ -344,8 +345,8 @@ fn loose_words(key: &str, value: &Value, out: &mut Vec<u64>) {
 /// `./` (borrowed when there is nothing to rewrite, the common case).
 fn loose_token(word: &str) -> std::borrow::Cow<'_, str> {
     use std::borrow::Cow;
-    let plain = !word.starts_with("./") && !(word.len() > 1 && word.ends_with('/')) && !word.contains("://");
-    if plain {
+    let rewritten = word.starts_with("./") || word.contains("://") || word.len() > 1 && word.ends_with('/');
+    if !rewritten {
         return Cow::Borrowed(word);
     }
     let t = token(word);

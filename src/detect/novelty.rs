@@ -12,10 +12,10 @@
 //! - **new** when its result was not received before in the epoch (a
 //!   success by its normalised outcome hash, a failure by its error
 //!   fingerprint: which error, not the echoed URL or token, see
-//!   [`super::echo`]), or
+//!   `detect::echo`), or
 //! - **stale** when it was, and it is a failure (whatever the arguments)
 //!   or the call respells one already made (its spelling-free key,
-//!   [`super::identity::loose`], was seen), or
+//!   `detect::identity::loose`, was seen), or
 //! - **neutral** when it was, from a call to another target (`git add
 //!   a.py`, `git add b.py` → the same empty output; eight `__init__.py`
 //!   files with the same licence header: batch work, not a loop). A

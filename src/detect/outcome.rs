@@ -211,7 +211,8 @@ pub(crate) fn echo_lines(call: Option<&ToolCall>) -> impl Iterator<Item = u64> {
     lines.into_iter()
 }
 
-fn strings(value: &Value, f: &mut impl FnMut(&str)) {
+/// Calls `f` with every string of a JSON value, at any depth.
+pub(crate) fn strings(value: &Value, f: &mut impl FnMut(&str)) {
     match value {
         Value::String(s) => f(s),
         Value::Array(items) => items.iter().for_each(|v| strings(v, f)),
