@@ -221,25 +221,8 @@ impl ResponseParser {
             }
         }
         if let Some(message) = line.get("message") {
-            if let Some(thinking) = message
-                .get("thinking")
-                .and_then(Value::as_str)
-                .filter(|t| !t.is_empty())
-            {
-                out.push(StreamEvent::ReasoningDelta {
-                    choice: 0,
-                    text: thinking.to_owned(),
-                });
-            }
-            if let Some(text) = message
-                .get("content")
-                .and_then(Value::as_str)
-                .filter(|t| !t.is_empty())
-            {
-                out.push(StreamEvent::TextDelta {
-                    choice: 0,
-                    text: text.to_owned(),
-                });
+            if let Some(fields) = message.as_object() {
+                push_deltas(fields, "content", out);
             }
             for call in calls_of(message) {
                 let index = self.next_index;
@@ -247,26 +230,7 @@ impl ResponseParser {
                 crate::dialect::push_whole_call(out, index, call);
             }
         }
-        if let Some(thinking) = line
-            .get("thinking")
-            .and_then(Value::as_str)
-            .filter(|t| !t.is_empty())
-        {
-            out.push(StreamEvent::ReasoningDelta {
-                choice: 0,
-                text: thinking.to_owned(),
-            });
-        }
-        if let Some(text) = line
-            .get("response")
-            .and_then(Value::as_str)
-            .filter(|t| !t.is_empty())
-        {
-            out.push(StreamEvent::TextDelta {
-                choice: 0,
-                text: text.to_owned(),
-            });
-        }
+        push_deltas(&line, "response", out);
         if line.get("done").and_then(Value::as_bool) == Some(true) {
             let usage: Map<String, Value> = COUNTERS
                 .iter()
@@ -297,6 +261,25 @@ impl ResponseParser {
     /// `model` and `created_at` of the first line.
     pub fn identity(&self) -> &Identity {
         &self.identity
+    }
+}
+
+/// The reasoning (`thinking`) and text (under `text_key`: a chat line's
+/// `message.content`, a generate line's `response`) deltas of `object`, in
+/// that order; empty strings carry none.
+fn push_deltas(object: &Map<String, Value>, text_key: &str, out: &mut Vec<StreamEvent>) {
+    let text = |key: &str| object.get(key).and_then(Value::as_str).filter(|t| !t.is_empty());
+    if let Some(thinking) = text("thinking") {
+        out.push(StreamEvent::ReasoningDelta {
+            choice: 0,
+            text: thinking.to_owned(),
+        });
+    }
+    if let Some(delta) = text(text_key) {
+        out.push(StreamEvent::TextDelta {
+            choice: 0,
+            text: delta.to_owned(),
+        });
     }
 }
 
