@@ -16,7 +16,10 @@ requests that add one tool cycle to a conversation of C cycles.
 SHAPE `calls` (the default): each cycle an assistant tool call and its
 `tool` result. SHAPE `text`: each cycle shaped as a text-protocol agent's
 (Cline's): the call in the assistant's text, its result a user message in
-the agent's wrappers.
+the agent's wrappers. SHAPE `agent`: as `calls`, with what a real coding
+agent sends on every request of every conversation: a 20 KB system prompt
+and 40 tool definitions of about 1 KB each (Claude Code's and Codex's are
+of that order).
 """
 
 import json
@@ -44,9 +47,18 @@ if sys.argv[1] == "cycles":
 size, count, path = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
 shape = sys.argv[4] if len(sys.argv) > 4 else "calls"
 code = "fn f() { let x = \"a\\nb\"; if a < b { g::<T>(x) } }\n" * 14
+# SHAPE agent: one agent's system prompt and tool list, the same on every request.
+agent_system = "You are a coding agent. Follow the repository's conventions; run the tests before you finish.\n" * 220
+agent_tools = [{"type": "function", "function": {
+    "name": f"tool_{t}", "description": f"Tool {t}: " + "reads or changes the workspace as its parameters say. " * 14,
+    "parameters": {"type": "object", "properties": {
+        "path": {"type": "string", "description": "A path relative to the workspace root."},
+        "content": {"type": "string", "description": "The text to write, whole."}},
+        "required": ["path"]}}} for t in range(40)]
 with open(path, "w") as out:
     for n in range(count):
-        messages = [{"role": "system", "content": "You are a coding agent."},
+        system = agent_system if shape == "agent" else "You are a coding agent."
+        messages = [{"role": "system", "content": system},
                     {"role": "user", "content": f"Task {n}: tidy the parser module."}]
         i = total = 0
         while True:
@@ -65,4 +77,7 @@ with open(path, "w") as out:
             i += 1
             if total >= size:
                 break
-        out.write(json.dumps({"model": "m", "messages": messages}, separators=(",", ":")) + "\n")
+        body = {"model": "m", "messages": messages}
+        if shape == "agent":
+            body["tools"] = agent_tools
+        out.write(json.dumps(body, separators=(",", ":")) + "\n")

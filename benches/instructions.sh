@@ -14,6 +14,7 @@
 #   HISTORY=500000 N=300 benches/instructions.sh  # large histories (see below; WARMUP=300 requests first)
 #   HISTORY=500000 SHAPE=text N=100 benches/instructions.sh  # the same, shaped as a text-protocol agent's
 #   CYCLES=300 N=100 benches/instructions.sh     # a turn adding one tool cycle to conversations of 300 (issue #37's growth curve)
+#   SHAPE=agent N=1000 benches/instructions.sh   # small requests of a real agent: 20 KB system prompt, 40 tools (63 KB bodies)
 #
 # Requests: N (default 2,000) one-tool-cycle chat completions, each a new
 # conversation (a distinct first user message), 4 at a time, after a
@@ -82,7 +83,8 @@ for _ in $(seq 1 120); do [ -n "$(address)" ] && break; sleep 0.5; done
 [ -n "$(address)" ] || { echo "the proxy did not start under valgrind:" >&2; cat "$WORK/lg.err" >&2; exit 1; }
 URL="http://$(address)${URL_PATH:-/v1/chat/completions}"
 
-if [ "${HISTORY:-0}" != 0 ]; then COUNT=40; else COUNT=20000; fi
+# 3,000 distinct 63 KB bodies for SHAPE=agent (190 MB, which oha holds in memory).
+if [ "${HISTORY:-0}" != 0 ]; then COUNT=40; elif [ "${SHAPE:-}" = agent ]; then COUNT=3000; else COUNT=20000; fi
 BODIES="$WORK/bodies.txt"
 if [ -n "${CYCLES:-}" ]; then
   python3 benches/bodies.py cycles "$CYCLES" "$N" "$WORK/before.txt" "$WORK/bodies.txt"

@@ -104,6 +104,11 @@ impl LoopDetection {
         &'a self,
         headers: impl IntoIterator<Item = (&'h str, &'h str)>,
     ) -> (Option<&'a str>, &'a Arc<Settings>) {
+        // No `[[agents]]`: the headers are not read at all (this runs twice
+        // for every request).
+        if self.agents.is_empty() {
+            return (None, &self.defaults);
+        }
         let headers: Vec<(&str, &str)> = headers.into_iter().collect();
         let agent = self.agents.iter().find(|a| match &a.rule {
             AgentMatch::Header { name, value } => headers

@@ -23,6 +23,7 @@
 //! `compaction_trigger` items, `x-claude-code-compaction`) are the proxy's to
 //! check; they never reach a transcript.
 
+use super::memo::{Kind, hash64_parts_memo, memoised};
 use super::outcome::hash64;
 use super::settings::Settings;
 use super::step::{UserText, classify_user, own_text};
@@ -50,8 +51,8 @@ impl RequestSummary {
     /// Summarises a request.
     pub fn of(transcript: &Transcript, settings: &Settings) -> Self {
         Self {
-            system: hash64(transcript.system.as_bytes()),
-            tools: hash64(transcript.tools.join("\u{0}").as_bytes()),
+            system: hash64_parts_memo(&[transcript.system.as_bytes()]),
+            tools: tools_hash(&transcript.tools),
             first_user: first_real_user(transcript, settings).map_or(0, |t| hash64(t.as_bytes())),
             messages: transcript.messages.len(),
             compactions: transcript.compactions,
@@ -64,6 +65,20 @@ impl RequestSummary {
                 .map_or(0, |id| hash64(id.as_bytes())),
         }
     }
+}
+
+/// [`hash64`] of the declared tools joined by NUL, without joining them
+/// (an agent's tool list is tens of KB, the same on every request: see
+/// [`hash64_parts_memo`]).
+fn tools_hash(tools: &[String]) -> u64 {
+    let mut parts = Vec::with_capacity(tools.len() * 2);
+    for (i, tool) in tools.iter().enumerate() {
+        if i > 0 {
+            parts.push(&b"\0"[..]);
+        }
+        parts.push(tool.as_bytes());
+    }
+    hash64_parts_memo(&parts)
 }
 
 /// How a request relates to the lane's previous one.
@@ -95,11 +110,25 @@ pub enum Evidence {
 
 /// Whether a request is a summarizer request: its last user message or its
 /// system text matches a known summarizer prompt.
+///
+/// The system text (an agent's, tens of KB on every request) is searched
+/// once per text and pattern list ([`memoised`]).
 pub fn is_summarizer(transcript: &Transcript, settings: &Settings) -> bool {
     let patterns = &settings.compaction.summarizer;
     let last_user = transcript.messages.iter().rev().find(|m| m.role == Role::User);
-    last_user.is_some_and(|m| patterns.iter().any(|r| r.is_match(&m.text)))
-        || patterns.iter().any(|r| r.is_match(&transcript.system))
+    if last_user.is_some_and(|m| patterns.iter().any(|r| r.is_match(&m.text))) {
+        return true;
+    }
+    if patterns.is_empty() {
+        return false;
+    }
+    let list = patterns.iter().fold(0, |seed, r| {
+        xxhash_rust::xxh3::xxh3_64_with_seed(r.as_str().as_bytes(), seed).rotate_left(7)
+    });
+    let system = transcript.system.as_bytes();
+    memoised(Kind::Summarizer(list), &[system], || {
+        u64::from(patterns.iter().any(|r| r.is_match(&transcript.system)))
+    }) == 1
 }
 
 /// Classifies a request given the summary of the lane's previous request.
@@ -176,4 +205,23 @@ fn first_real_user(transcript: &Transcript, settings: &Settings) -> Option<Strin
         .map(|m| classify_user(&m.text, settings))
         .find(|(kind, _)| *kind != UserText::Synthetic)
         .map(|(_, own)| own)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Lanes and fingerprinted session keys are made of this hash and kept
+    /// by replicas of other versions: it stays the hash of the joined list.
+    #[test]
+    fn the_tools_hash_is_the_hash_of_the_joined_list() {
+        let long = "x".repeat(3000);
+        for tools in [
+            vec![],
+            vec!["a".to_owned()],
+            vec!["a".to_owned(), "b".to_owned(), long],
+        ] {
+            assert_eq!(tools_hash(&tools), hash64(tools.join("\u{0}").as_bytes()));
+        }
+    }
 }

@@ -16,6 +16,7 @@ pub mod meta;
 pub mod ollama;
 pub mod openai_chat;
 pub mod openai_responses;
+mod slim;
 pub mod splice;
 pub mod split;
 pub mod write;

@@ -105,7 +105,7 @@ pub fn split_with<'a>(
     head: HeadParser,
     parse: ItemParser,
 ) -> Result<SplitRequest<'a>, DialectError> {
-    let (envelope, items, once) = split_fields(body, key)?;
+    let (envelope, items, once) = split_fields(body, key, Envelope::Slim)?;
     let history_end = if once {
         items.last().map(|raw| end_in(body, raw))
     } else {
@@ -158,7 +158,7 @@ pub fn resume_with<'a>(
         if name == key {
             break;
         }
-        let (value, next) = next_value::<Value>(body, at)?;
+        let (value, next) = next_field(&name, body, at)?;
         envelope.insert(name, value);
         at = expect(body, next, b',')?;
     }
@@ -194,7 +194,7 @@ pub fn resume_with<'a>(
                     return Err(shape("the history key repeats"));
                 }
                 at = expect(body, next, b':')?;
-                let (value, next) = next_value::<Value>(body, at)?;
+                let (value, next) = next_field(&name, body, at)?;
                 // Read on its own, a value may nest one level deeper than
                 // inside the body's object: the full split refuses that.
                 if nesting(&value) >= MAX_NESTING {
@@ -255,6 +255,16 @@ fn expect(body: &[u8], at: usize, byte: u8) -> Result<usize, DialectError> {
 
 /// One JSON value of type `T` starting at `at` (after optional whitespace),
 /// and the offset just past it.
+/// The value of envelope field `name` at `at` ([`next_value`]), read as
+/// [`split_with`] reads it: slim for the declared tools ([`super::slim`]).
+fn next_field(name: &str, body: &[u8], at: usize) -> Result<(Value, usize), DialectError> {
+    if !super::slim::is_slim(name) {
+        return next_value::<Value>(body, at);
+    }
+    let (super::slim::SlimValue(value), next) = next_value(body, at)?;
+    Ok((value, next))
+}
+
 fn next_value<'a, T: serde::Deserialize<'a>>(body: &'a [u8], at: usize) -> Result<(T, usize), DialectError> {
     let rest = body.get(at..).unwrap_or_default();
     let mut values = serde_json::Deserializer::from_slice(rest).into_iter::<T>();
@@ -430,17 +440,26 @@ pub fn split_object<'a>(
     body: &'a [u8],
     key: &str,
 ) -> Result<(Map<String, Value>, Vec<&'a RawValue>), DialectError> {
-    let (envelope, items, _) = split_fields(body, key)?;
+    let (envelope, items, _) = split_fields(body, key, Envelope::Whole)?;
     Ok((envelope, items))
 }
 
 /// A body's other fields, its history items, and whether the key came once.
 type Fields<'a> = (Map<String, Value>, Vec<&'a RawValue>, bool);
 
+/// How the envelope's fields are read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Envelope {
+    /// Each as a whole `Value` (a caller that writes the body again).
+    Whole,
+    /// The declared tools slim ([`super::slim`]): for the dialects' `head`s.
+    Slim,
+}
+
 /// [`split_object`], and whether the key came once.
-fn split_fields<'a>(body: &'a [u8], key: &str) -> Result<Fields<'a>, DialectError> {
+fn split_fields<'a>(body: &'a [u8], key: &str, read: Envelope) -> Result<Fields<'a>, DialectError> {
     let mut de = serde_json::Deserializer::from_slice(body);
-    let (envelope, items, once) = de.deserialize_map(SplitVisitor { key })?;
+    let (envelope, items, once) = de.deserialize_map(SplitVisitor { key, read })?;
     de.end()?;
     let items = items.ok_or_else(|| DialectError::Shape(format!("no `{key}` array")))?;
     Ok((envelope, items, once))
@@ -448,6 +467,7 @@ fn split_fields<'a>(body: &'a [u8], key: &str) -> Result<Fields<'a>, DialectErro
 
 struct SplitVisitor<'k> {
     key: &'k str,
+    read: Envelope,
 }
 
 impl<'de> Visitor<'de> for SplitVisitor<'_> {
@@ -466,6 +486,9 @@ impl<'de> Visitor<'de> for SplitVisitor<'_> {
             if key == self.key {
                 items = Some(map.next_value::<Vec<&'de RawValue>>()?);
                 seen += 1;
+            } else if self.read == Envelope::Slim && super::slim::is_slim(&key) {
+                let value = map.next_value_seed(super::slim::Slim)?;
+                envelope.insert(key, value);
             } else {
                 let value = map.next_value::<Value>()?;
                 envelope.insert(key, value);

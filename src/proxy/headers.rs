@@ -5,32 +5,36 @@
 
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 
-/// Hop-by-hop headers (RFC 9110 §7.6.1 plus the de-facto ones): never forwarded.
-const HOP_BY_HOP: [&str; 9] = [
-    "connection",
-    "keep-alive",
-    "proxy-connection",
-    "proxy-authenticate",
-    "proxy-authorization",
-    "te",
-    "trailer",
-    "transfer-encoding",
-    "upgrade",
+/// Hop-by-hop headers (RFC 9110 §7.6.1 plus the de-facto ones): never
+/// forwarded. (Names, not text: a standard name compares as a number.)
+const HOP_BY_HOP: [HeaderName; 9] = [
+    header::CONNECTION,
+    HeaderName::from_static("keep-alive"),
+    HeaderName::from_static("proxy-connection"),
+    header::PROXY_AUTHENTICATE,
+    header::PROXY_AUTHORIZATION,
+    header::TE,
+    header::TRAILER,
+    header::TRANSFER_ENCODING,
+    header::UPGRADE,
 ];
 
-fn is_hop_by_hop(name: &HeaderName, listed: &[String]) -> bool {
-    HOP_BY_HOP.contains(&name.as_str()) || listed.iter().any(|l| l == name.as_str())
+fn is_hop_by_hop(name: &HeaderName, listed: &[&str]) -> bool {
+    HOP_BY_HOP.contains(name) || listed.iter().any(|l| l.eq_ignore_ascii_case(name.as_str()))
 }
 
-/// Names listed in the `Connection` header (also hop-by-hop), lowercased.
-fn connection_listed(headers: &HeaderMap) -> Vec<String> {
+/// Names listed in the `Connection` header (also hop-by-hop), in the case
+/// they were sent in. Those already hop-by-hop are left out (`keep-alive`,
+/// which nearly every `Connection` header says), so the usual list is
+/// empty and takes no allocation.
+fn connection_listed(headers: &HeaderMap) -> Vec<&str> {
     headers
         .get_all(header::CONNECTION)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(','))
-        .map(|s| s.trim().to_ascii_lowercase())
-        .filter(|s| !s.is_empty())
+        .map(str::trim)
+        .filter(|s| !s.is_empty() && !HOP_BY_HOP.iter().any(|h| s.eq_ignore_ascii_case(h.as_str())))
         .collect()
 }
 
@@ -108,7 +112,10 @@ pub fn content_type_starts_with(headers: &HeaderMap, prefix: &str) -> bool {
     headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.trim_start().to_ascii_lowercase().starts_with(prefix))
+        .is_some_and(|v| {
+            let v = v.trim_start().as_bytes();
+            v.len() >= prefix.len() && v[..prefix.len()].eq_ignore_ascii_case(prefix.as_bytes())
+        })
 }
 
 #[cfg(test)]
@@ -120,7 +127,7 @@ mod tests {
         let mut h = HeaderMap::new();
         h.insert(
             header::CONNECTION,
-            HeaderValue::from_static("keep-alive, x-private"),
+            HeaderValue::from_static("keep-alive, X-Private"),
         );
         h.insert("x-private", HeaderValue::from_static("1"));
         h.insert(header::TRANSFER_ENCODING, HeaderValue::from_static("chunked"));

@@ -315,8 +315,12 @@ impl Tap {
                 None
             }
             Framer::Json { buf, .. } => {
-                // Borrowed when the body is valid UTF-8 (a copy only to replace bad bytes).
-                let text = String::from_utf8_lossy(buf);
+                // Borrowed when the body is valid UTF-8 (a copy only to
+                // replace bad bytes); checked by `from_utf8` first, which
+                // reads ASCII a word at a time where the lossy reading goes
+                // a character at a time.
+                let text = std::str::from_utf8(buf)
+                    .map_or_else(|_| String::from_utf8_lossy(buf), std::borrow::Cow::Borrowed);
                 if let Err(e) = self.parser.payload(&text, &mut events) {
                     self.failed = Some(format!("response body: {e}"));
                     return TapEnd::Unknown;

@@ -9,34 +9,53 @@
 //! another's session; sub-agent headers make a child key.
 
 use http::HeaderMap;
-use http::header::{AsHeaderName, HeaderName};
+use http::header::HeaderName;
 use sha2::{Digest, Sha256};
 
 use crate::detect::compaction::RequestSummary;
 
-/// Agent headers that carry a conversation id, in priority order. (Header
-/// names are constants, not text: a lookup by text parses the name first.)
-const AGENT_HEADERS: [HeaderName; 9] = [
-    HeaderName::from_static("x-claude-code-session-id"),
-    HeaderName::from_static("session_id"),
-    HeaderName::from_static("session-id"),
-    HeaderName::from_static("conversation_id"),
-    HeaderName::from_static("thread-id"),
-    HeaderName::from_static("x-session-affinity"),
-    HeaderName::from_static("x-opencode-session"),
-    HeaderName::from_static("x-session-id"),
-    HeaderName::from_static("x-task-id"),
-];
+/// Where a header counts in a session key ([`slot`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Slot {
+    /// An agent header that carries a conversation id; the number is its
+    /// priority (0 first).
+    Agent(usize),
+    /// Codex's window header: `<conversation>:<window>`.
+    CodexWindow,
+    /// A header naming a sub-agent within a session, by priority.
+    Subagent(usize),
+    /// `User-Agent` (Codex's `prompt_cache_key` counts only from Codex).
+    UserAgent,
+}
 
-/// Codex's window header: `<conversation>:<window>`.
-const CODEX_WINDOW_HEADER: HeaderName = HeaderName::from_static("x-codex-window-id");
+/// Agent headers of [`Slot::Agent`].
+const AGENT_HEADERS: usize = 9;
+/// Sub-agent headers of [`Slot::Subagent`].
+const SUBAGENT_HEADERS: usize = 3;
 
-/// Headers naming a sub-agent within a session.
-const SUBAGENT_HEADERS: [HeaderName; 3] = [
-    HeaderName::from_static("x-claude-code-agent-id"),
-    HeaderName::from_static("x-openai-subagent"),
-    HeaderName::from_static("x-parent-session-id"),
-];
+/// The slot of a (lowercase) header name, if it has one: the agent headers
+/// in priority order, Codex's window header, the sub-agent headers. One
+/// `match`, so a request's header is compared with these names once, not
+/// with each in turn.
+fn slot(name: &str) -> Option<Slot> {
+    Some(match name {
+        "x-claude-code-session-id" => Slot::Agent(0),
+        "session_id" => Slot::Agent(1),
+        "session-id" => Slot::Agent(2),
+        "conversation_id" => Slot::Agent(3),
+        "thread-id" => Slot::Agent(4),
+        "x-session-affinity" => Slot::Agent(5),
+        "x-opencode-session" => Slot::Agent(6),
+        "x-session-id" => Slot::Agent(7),
+        "x-task-id" => Slot::Agent(8),
+        "x-codex-window-id" => Slot::CodexWindow,
+        "x-claude-code-agent-id" => Slot::Subagent(0),
+        "x-openai-subagent" => Slot::Subagent(1),
+        "x-parent-session-id" => Slot::Subagent(2),
+        "user-agent" => Slot::UserAgent,
+        _ => return None,
+    })
+}
 
 /// Headers and query parameters that carry a credential.
 const CREDENTIAL_HEADERS: [HeaderName; 5] = [
@@ -97,27 +116,160 @@ fn feed(h: &mut Sha256, pieces: &[&[u8]]) {
 /// `name=value`) and a `key` query parameter, so two tenants never share a
 /// key. Keys stay the same across versions, which replicas sharing state
 /// rely on.
+///
+/// The SHA-256 runs once per credential: its result is kept in a small
+/// memo under a secret-keyed hash of the same parts (see
+/// [`CredentialMemo`]), so a caller that sends one credential all day (a
+/// sidecar's agent, a gateway's teams) pays a keyed hash per request.
 pub fn tenant(headers: &HeaderMap, query: Option<&str>) -> String {
+    let memo = CredentialMemo::global();
+    let id = memo.id(headers, query);
+    if let Some(hit) = memo.get(id) {
+        return hit;
+    }
+    let hash = credential_hash(headers, query);
+    memo.put(id, &hash);
+    hash
+}
+
+/// [`tenant`] without the memo: the SHA-256 of the credential's parts.
+fn credential_hash(headers: &HeaderMap, query: Option<&str>) -> String {
     let mut h = Sha256::new();
     for name in &CREDENTIAL_HEADERS {
         for v in headers.get_all(name) {
             feed(&mut h, &[name.as_str().as_bytes(), b"=", v.as_bytes()]);
         }
     }
-    if let Some(q) = query {
-        for kv in q.split('&').filter(|kv| kv.starts_with("key=")) {
-            feed(&mut h, &[kv.as_bytes()]);
-        }
+    for kv in query_keys(query) {
+        feed(&mut h, &[kv.as_bytes()]);
     }
     hex::encode(&h.finalize()[..8])
 }
 
-fn header_value(headers: &HeaderMap, name: impl AsHeaderName) -> Option<&str> {
-    headers
-        .get(name)
+/// The query's `key=` parameters (Gemini's API key), in order.
+fn query_keys(query: Option<&str>) -> impl Iterator<Item = &str> {
+    query
+        .into_iter()
+        .flat_map(|q| q.split('&'))
+        .filter(|kv| kv.starts_with("key="))
+}
+
+/// Credential hashes ([`tenant`]) already computed, by a 128-bit id of the
+/// credential's parts: two SipHash-1-3 keyed with this process's random
+/// keys (std's `RandomState`, which std's maps use against chosen
+/// collisions), so no caller can craft a credential whose id is another's,
+/// and no credential is kept in memory. At most [`MEMO_ENTRIES`] entries;
+/// a full memo is emptied and refills (a gateway with more credentials
+/// than that pays the SHA-256 again now and then).
+struct CredentialMemo {
+    keys: [std::hash::RandomState; 2],
+    hashes: std::sync::Mutex<std::collections::HashMap<u128, String>>,
+}
+
+/// Entries the credential memo holds at most.
+const MEMO_ENTRIES: usize = 1024;
+
+impl CredentialMemo {
+    fn global() -> &'static Self {
+        static MEMO: std::sync::LazyLock<CredentialMemo> = std::sync::LazyLock::new(|| CredentialMemo {
+            keys: [std::hash::RandomState::new(), std::hash::RandomState::new()],
+            hashes: std::sync::Mutex::new(std::collections::HashMap::new()),
+        });
+        &MEMO
+    }
+
+    /// The id of a request's credential parts: its credential headers in
+    /// the order the map holds them (another order gives another id, whose
+    /// entry holds the same hash), then the query's keys; each part framed
+    /// by its length.
+    fn id(&self, headers: &HeaderMap, query: Option<&str>) -> u128 {
+        use std::hash::{BuildHasher, Hasher};
+        let mut h = self.keys.each_ref().map(BuildHasher::build_hasher);
+        let mut part = |pieces: &[&[u8]]| {
+            for h in &mut h {
+                h.write_usize(pieces.iter().map(|p| p.len()).sum());
+                for p in pieces {
+                    h.write(p);
+                }
+            }
+        };
+        for (name, value) in headers {
+            if CREDENTIAL_HEADERS.contains(name) {
+                part(&[name.as_str().as_bytes(), b"=", value.as_bytes()]);
+            }
+        }
+        for kv in query_keys(query) {
+            part(&[b"?", kv.as_bytes()]);
+        }
+        let [a, b] = h.map(|h| h.finish());
+        (u128::from(a) << 64) | u128::from(b)
+    }
+
+    fn get(&self, id: u128) -> Option<String> {
+        let hashes = self
+            .hashes
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        hashes.get(&id).cloned()
+    }
+
+    fn put(&self, id: u128, hash: &str) {
+        let mut hashes = self
+            .hashes
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if hashes.len() >= MEMO_ENTRIES {
+            hashes.clear();
+        }
+        hashes.insert(id, hash.to_owned());
+    }
+}
+
+/// A header's value, trimmed, if it is text and not empty.
+fn header_text(value: Option<&http::HeaderValue>) -> Option<&str> {
+    value
         .and_then(|v| v.to_str().ok())
         .map(str::trim)
         .filter(|v| !v.is_empty())
+}
+
+/// The headers a session key is read from, found in one pass over the
+/// request's headers (a lookup by name hashes the name: the fifteen lookups
+/// cost more than the pass). Each holds its name's first value, as a lookup
+/// by name gives.
+#[derive(Default)]
+struct SessionHeaders<'h> {
+    configured: Option<&'h http::HeaderValue>,
+    agent: [Option<&'h http::HeaderValue>; AGENT_HEADERS],
+    codex_window: Option<&'h http::HeaderValue>,
+    subagent: [Option<&'h http::HeaderValue>; SUBAGENT_HEADERS],
+    user_agent: Option<&'h http::HeaderValue>,
+}
+
+impl<'h> SessionHeaders<'h> {
+    /// `configured` is `[sessions] header`, in any case.
+    fn of(headers: &'h HeaderMap, configured: &str) -> Self {
+        fn first<'h>(slot: &mut Option<&'h http::HeaderValue>, value: &'h http::HeaderValue) {
+            slot.get_or_insert(value);
+        }
+        let mut found = Self::default();
+        for (name, value) in headers {
+            if name.as_str().eq_ignore_ascii_case(configured) {
+                first(&mut found.configured, value);
+            }
+            let slot = match slot(name.as_str()) {
+                None => continue,
+                Some(Slot::Agent(i)) => found.agent.get_mut(i),
+                Some(Slot::Subagent(i)) => found.subagent.get_mut(i),
+                Some(Slot::CodexWindow) => Some(&mut found.codex_window),
+                Some(Slot::UserAgent) => Some(&mut found.user_agent),
+            };
+            if let Some(slot) = slot {
+                first(slot, value);
+            }
+        }
+        found
+    }
 }
 
 fn body_session_id(ids: &BodyIds, user_agent: &str) -> Option<String> {
@@ -168,12 +320,13 @@ pub fn resolve_for(
     route: &str,
     summary: &RequestSummary,
 ) -> SessionKey {
-    let user_agent = header_value(headers, http::header::USER_AGENT).unwrap_or_default();
-    let (source, value) = if let Some(v) = header_value(headers, configured) {
+    let found = SessionHeaders::of(headers, configured);
+    let user_agent = header_text(found.user_agent).unwrap_or_default();
+    let (source, value) = if let Some(v) = header_text(found.configured) {
         (KeySource::Header, v.to_owned())
-    } else if let Some(v) = AGENT_HEADERS.iter().find_map(|h| header_value(headers, h)) {
+    } else if let Some(v) = found.agent.iter().find_map(|v| header_text(*v)) {
         (KeySource::AgentHeader, v.to_owned())
-    } else if let Some(v) = header_value(headers, &CODEX_WINDOW_HEADER) {
+    } else if let Some(v) = header_text(found.codex_window) {
         let conversation = v.split(':').next().unwrap_or(v);
         (KeySource::AgentHeader, conversation.to_owned())
     } else if let Some(v) = body_session_id(&ids(), user_agent) {
@@ -202,7 +355,7 @@ pub fn resolve_for(
         KeySource::Fingerprint => "f",
     };
     let mut key = format!("{tenant}:{source_name}:{}", short_hash(&[value.as_bytes()]));
-    if let Some(child) = SUBAGENT_HEADERS.iter().find_map(|h| header_value(headers, h)) {
+    if let Some(child) = found.subagent.iter().find_map(|v| header_text(*v)) {
         key.push('/');
         key.push_str(&short_hash(&[child.as_bytes()]));
     }
@@ -278,6 +431,106 @@ mod tests {
         };
         let k = resolve(&h, query, "x-loopguard-session", BodyIds::default, "/v1", &s);
         assert_eq!(k.key, "037809e79cecc09e:f:4177bbcd6ceaedaf");
+    }
+
+    /// The memo gives what the SHA-256 gives, for every credential shape,
+    /// on a miss and on a hit, and tells credentials apart.
+    #[test]
+    fn memo_gives_each_credential_its_own_hash() {
+        let mut one = HeaderMap::new();
+        one.append("authorization", HeaderValue::from_static("Bearer sk-1"));
+        let mut two = HeaderMap::new();
+        two.append("x-api-key", HeaderValue::from_static("a"));
+        two.append("x-api-key", HeaderValue::from_static("b"));
+        two.append("authorization", HeaderValue::from_static("Bearer sk-1"));
+        let mut swapped = HeaderMap::new();
+        swapped.append("x-api-key", HeaderValue::from_static("b"));
+        swapped.append("x-api-key", HeaderValue::from_static("a"));
+        swapped.append("authorization", HeaderValue::from_static("Bearer sk-1"));
+        let cases = [
+            (HeaderMap::new(), None),
+            (HeaderMap::new(), Some("key=q")),
+            (HeaderMap::new(), Some("x=1&key=q&key=r")),
+            (one.clone(), None),
+            (one, Some("key=q")),
+            (two, None),
+            (swapped, None),
+        ];
+        let mut seen = std::collections::HashSet::new();
+        for (headers, query) in &cases {
+            let expected = credential_hash(headers, *query);
+            assert_eq!(tenant(headers, *query), expected, "a miss");
+            assert_eq!(tenant(headers, *query), expected, "a hit");
+            assert!(seen.insert(expected), "two credentials, one hash");
+        }
+    }
+
+    /// One pass over the headers reads what lookups by name read: a name's
+    /// first value only, and the configured name in any case.
+    #[test]
+    fn session_headers_are_read_as_lookups_read_them() {
+        let mut h = HeaderMap::new();
+        h.append("session_id", HeaderValue::from_static(" "));
+        h.append("session_id", HeaderValue::from_static("later"));
+        h.append("x-task-id", HeaderValue::from_static("task"));
+        let k = resolve(&h, None, "x", BodyIds::default, "/v1", &summary(1));
+        let task = resolve(
+            &headers(&[("x-task-id", "task")]),
+            None,
+            "x",
+            BodyIds::default,
+            "/v1",
+            &summary(2),
+        );
+        assert_eq!(
+            k.key, task.key,
+            "a blank first value is no value, as a lookup reads it"
+        );
+        let mixed = resolve(
+            &headers(&[("x-loopguard-session", "abc")]),
+            None,
+            "X-LoopGuard-Session",
+            BodyIds::default,
+            "/v1",
+            &summary(1),
+        );
+        assert_eq!(mixed.source, KeySource::Header);
+    }
+
+    /// Every agent header names the session, and the first in priority
+    /// order wins whatever order the request sends them in.
+    #[test]
+    fn agent_headers_count_in_priority_order() {
+        let names = [
+            "x-claude-code-session-id",
+            "session_id",
+            "session-id",
+            "conversation_id",
+            "thread-id",
+            "x-session-affinity",
+            "x-opencode-session",
+            "x-session-id",
+            "x-task-id",
+        ];
+        let alone = |name: &'static str| {
+            resolve(
+                &headers(&[(name, name)]),
+                None,
+                "x",
+                BodyIds::default,
+                "/v1",
+                &summary(1),
+            )
+        };
+        for (i, name) in names.iter().enumerate() {
+            assert_eq!(alone(name).source, KeySource::AgentHeader, "{name}");
+            let mut all = HeaderMap::new();
+            for later in names[i..].iter().rev() {
+                all.append(*later, HeaderValue::from_static(later));
+            }
+            let k = resolve(&all, None, "x", BodyIds::default, "/v1", &summary(1));
+            assert_eq!(k.key, alone(name).key, "{name} comes before the ones after it");
+        }
     }
 
     #[test]

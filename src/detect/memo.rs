@@ -1,0 +1,120 @@
+//! Values computed from long texts, computed once per text: a system
+//! prompt or a tool list is tens of KB that every request of a
+//! conversation (and every conversation of an agent) carries again.
+//! [`hash64_parts`] reads it a byte at a time (about four instructions a
+//! byte), a summarizer pattern search goes over all of it: each value is
+//! kept under an xxh3-128 of the same bytes and of what else the value
+//! depends on, seeded per process, which reads them some thirty times
+//! faster. The values are those computed directly, so nothing stored
+//! changes.
+
+use std::collections::HashMap;
+use std::hash::BuildHasher;
+use std::sync::{LazyLock, Mutex, PoisonError};
+
+use xxhash_rust::xxh3::Xxh3;
+
+use super::outcome::hash64_parts;
+
+/// Parts shorter than this, all together, are hashed directly: the memo's
+/// lock and lookup cost more than the bytes.
+const DIRECT_BYTES: usize = 1024;
+
+/// Texts the memo holds at most; a full memo is emptied and refills.
+const ENTRIES: usize = 4096;
+
+struct Memo {
+    seed: u64,
+    values: Mutex<HashMap<u128, u64>>,
+}
+
+static MEMO: LazyLock<Memo> = LazyLock::new(|| Memo {
+    seed: std::hash::RandomState::new().hash_one(0_u64),
+    values: Mutex::new(HashMap::new()),
+});
+
+/// What a memoised value is of (part of its key).
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Kind {
+    /// [`hash64_parts`] of the text.
+    Hash64,
+    /// Whether the text matches one of the summarizer patterns
+    /// fingerprinted by this number.
+    Summarizer(u64),
+}
+
+/// [`hash64_parts`] of `parts`, from the memo when the text was hashed
+/// before. (Two texts whose xxh3-128 collide would share a value; with a
+/// secret seed that is no easier to arrange than a collision of the 64-bit
+/// FNV value itself.)
+pub(crate) fn hash64_parts_memo(parts: &[&[u8]]) -> u64 {
+    memoised(Kind::Hash64, parts, || hash64_parts(parts))
+}
+
+/// `compute()`, a value of `kind` of the text `parts` make, from the memo
+/// when it was computed before. Short texts are computed directly.
+pub(crate) fn memoised(kind: Kind, parts: &[&[u8]], compute: impl FnOnce() -> u64) -> u64 {
+    let len: usize = parts.iter().map(|p| p.len()).sum();
+    if len < DIRECT_BYTES {
+        return compute();
+    }
+    let mut id = Xxh3::with_seed(MEMO.seed);
+    match kind {
+        Kind::Hash64 => id.update(&[0]),
+        Kind::Summarizer(patterns) => {
+            id.update(&[1]);
+            id.update(&patterns.to_le_bytes());
+        }
+    }
+    for p in parts {
+        id.update(p);
+    }
+    let id = id.digest128();
+    let known = MEMO
+        .values
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .get(&id)
+        .copied();
+    if let Some(value) = known {
+        return value;
+    }
+    let value = compute();
+    let mut values = MEMO.values.lock().unwrap_or_else(PoisonError::into_inner);
+    if values.len() >= ENTRIES {
+        values.clear();
+    }
+    values.insert(id, value);
+    value
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A value of another kind of the same text is another entry.
+    #[test]
+    fn kinds_are_kept_apart() {
+        let long = "summarize ".repeat(200);
+        let parts = [long.as_bytes()];
+        assert_eq!(memoised(Kind::Summarizer(1), &parts, || 7), 7);
+        assert_eq!(memoised(Kind::Summarizer(1), &parts, || 8), 7, "a hit");
+        assert_eq!(memoised(Kind::Summarizer(2), &parts, || 8), 8);
+        assert_eq!(hash64_parts_memo(&parts), hash64_parts(&parts));
+    }
+
+    /// The memo gives what the direct hash gives, short or long, on a miss
+    /// and on a hit, however the text is cut into parts.
+    #[test]
+    fn the_memo_gives_the_direct_value() {
+        let long = "tool schema ".repeat(400);
+        for text in ["", "short", long.as_str(), &long[1..]] {
+            let bytes = text.as_bytes();
+            let direct = hash64_parts(&[bytes]);
+            assert_eq!(hash64_parts_memo(&[bytes]), direct, "a miss");
+            assert_eq!(hash64_parts_memo(&[bytes]), direct, "a hit");
+            let (a, b) = bytes.split_at(bytes.len() / 3);
+            assert_eq!(hash64_parts_memo(&[a, b]), direct, "in parts");
+        }
+    }
+}
