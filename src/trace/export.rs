@@ -127,11 +127,13 @@ pub async fn flush(timeout: Duration) {
 async fn run(exporter: opentelemetry_otlp::SpanExporter, mut rx: mpsc::Receiver<Item>) {
     let mut batch: Vec<SpanData> = Vec::new();
     let mut failing = false;
+    // When the batch's first span came plus the delay.
+    let mut due = tokio::time::Instant::now();
     loop {
         let item = if batch.is_empty() {
             rx.recv().await
         } else {
-            match tokio::time::timeout(BATCH_DELAY, rx.recv()).await {
+            match tokio::time::timeout_at(due, rx.recv()).await {
                 Ok(item) => item,
                 Err(_) => {
                     export(&exporter, &mut batch, &mut failing).await;
@@ -141,6 +143,9 @@ async fn run(exporter: opentelemetry_otlp::SpanExporter, mut rx: mpsc::Receiver<
         };
         match item {
             Some(Item::Span(span)) => {
+                if batch.is_empty() {
+                    due = tokio::time::Instant::now() + BATCH_DELAY;
+                }
                 batch.push(*span);
                 if batch.len() >= MAX_BATCH {
                     export(&exporter, &mut batch, &mut failing).await;
