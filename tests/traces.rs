@@ -31,6 +31,7 @@ const READ_LOOP: &str =
 struct Received {
     spans: Vec<(String, Span)>,
     content_types: Vec<String>,
+    headers: Vec<http::HeaderMap>,
 }
 
 /// A minimal OTLP/HTTP trace receiver on an ephemeral loopback port.
@@ -56,6 +57,7 @@ impl Receiver {
                         .and_then(|v| v.to_str().ok())
                         .unwrap_or("");
                     got.content_types.push(content_type.to_owned());
+                    got.headers.push(headers.clone());
                     for resource_spans in request.resource_spans {
                         let service = resource_spans
                             .resource
@@ -476,4 +478,79 @@ async fn sigterm_flushes_the_queued_spans() {
         .unwrap_or_else(|e| panic!("{e}"));
     assert!(exit.success(), "{exit:?}");
     assert_eq!(receiver.spans().len(), 1, "the span went out before the exit");
+}
+
+/// Headers a hosted backend needs (an API key) come from the standard
+/// `OTEL_EXPORTER_OTLP_HEADERS` variable and go with every export.
+#[tokio::test(flavor = "multi_thread")]
+async fn export_headers_come_from_the_standard_variable() {
+    let receiver = Receiver::start().await;
+    let mock = mock();
+    let lg = loopguard_with_env(
+        &with_telemetry(&mock.url(), &format!("otlp_endpoint = \"{}\"", receiver.url)),
+        &[(
+            "OTEL_EXPORTER_OTLP_HEADERS",
+            "x-otlp-token=s3cret,x-tenant=team-a",
+        )],
+    );
+    let (status, _) = send(&lg, &history(0)).await;
+    assert_eq!(status, 200);
+    assert_eq!(receiver.wait_spans(1).await.len(), 1);
+    let got = receiver
+        .got
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    for headers in &got.headers {
+        assert_eq!(
+            headers.get("x-otlp-token").and_then(|v| v.to_str().ok()),
+            Some("s3cret")
+        );
+        assert_eq!(
+            headers.get("x-tenant").and_then(|v| v.to_str().ok()),
+            Some("team-a")
+        );
+    }
+    drop(got);
+    assert!(
+        !lg.logs().contains("s3cret"),
+        "the header's value is never logged"
+    );
+}
+
+/// A history that already shows the loop is blocked at request time,
+/// answered by loopguard without calling the upstream: its span says so,
+/// with the request-time verdict as its event.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_request_time_block_is_traced() {
+    let receiver = Receiver::start().await;
+    let mock = mock();
+    let lg = loopguard(&with_telemetry(
+        &mock.url(),
+        &format!("otlp_endpoint = \"{}\"", receiver.url),
+    ));
+    let (status, body) = send(&lg, &history(6)).await;
+    assert_eq!(status, 200);
+    assert!(body.contains("[loopguard]"), "{body}");
+    assert!(
+        common::mock_requests(&mock).await.is_empty(),
+        "the upstream was not called"
+    );
+    let spans = receiver.wait_spans(1).await;
+    assert_eq!(spans.len(), 1);
+    let span = &spans[0];
+    assert_eq!(span.name, "chat gpt-test");
+    assert_eq!(
+        text_of(&span.attributes, "loopguard.outcome").as_deref(),
+        Some("answered_by_loopguard")
+    );
+    assert!(text_of(&span.attributes, "loopguard.verdict").is_some_and(|v| v.starts_with("block;")));
+    assert_eq!(int_of(&span.attributes, "http.response.status_code"), Some(200));
+    let found = verdicts(span);
+    assert!(
+        found
+            .iter()
+            .any(|v| v.0 == "identical_call" && v.2 == "block" && v.4 == "request"),
+        "{found:?}"
+    );
+    assert_ne!(span.status.as_ref().map_or(0, |s| s.code), STATUS_CODE_ERROR);
 }

@@ -228,6 +228,28 @@ impl Trace {
     }
 }
 
+/// A request whose span nobody finished (a client that went away while a
+/// whole answer was read, which writes no log line): ended here, when its
+/// last holder lets go, as `client_disconnected`.
+impl Drop for Trace {
+    fn drop(&mut self) {
+        if let Some(span) = self.unfinished() {
+            export::submit(span);
+        }
+    }
+}
+
+impl Trace {
+    /// What dropping the trace exports: its span as `client_disconnected`
+    /// when nobody finished it, else nothing.
+    fn unfinished(&self) -> Option<SpanData> {
+        self.finished(&End {
+            outcome: "client_disconnected",
+            ..End::default()
+        })
+    }
+}
+
 /// The finished span of a request.
 fn span(open: Open, end: &End<'_>) -> SpanData {
     let Open {

@@ -228,3 +228,22 @@ fn a_traceparent_header_parents_the_span() {
         assert_eq!(span.parent_span_id, SpanId::INVALID, "{bad}");
     }
 }
+
+/// A trace dropped unfinished (the client went away mid-answer) still ends,
+/// as `client_disconnected`; a finished one sends nothing more when dropped.
+#[test]
+fn a_trace_dropped_unfinished_ends_as_client_disconnected() {
+    let (headers, url) = (http::HeaderMap::new(), upstream());
+    let trace = opened(&request(&headers, &url));
+    let Some(span) = trace.unfinished() else {
+        panic!("no span")
+    };
+    assert_eq!(
+        attribute(&span, "loopguard.outcome").map(|v| v.as_str().into_owned()),
+        Some("client_disconnected".to_owned())
+    );
+    assert_eq!(attribute(&span, "http.response.status_code"), None);
+    let finished = opened(&request(&headers, &url));
+    assert!(finished.finished(&End::default()).is_some());
+    assert!(finished.unfinished().is_none());
+}
