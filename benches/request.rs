@@ -106,6 +106,7 @@ fn chat_view<'a>(
         parsed,
         budget,
         resolved: None,
+        trace: None,
     }
 }
 

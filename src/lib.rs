@@ -45,6 +45,9 @@
 //!   about tool calls (verdicts, logs, admin, the judge's prompt).
 //! - [`reload`]: hot reload of the config file (SIGHUP, `POST /admin/reload`).
 //! - [`telemetry`]: logging setup and the fail-open counter.
+//! - [`trace`]: opt-in OpenTelemetry traces (`[telemetry] otlp_endpoint`):
+//!   one GenAI span per proxied request, verdicts and tool calls as events,
+//!   exported over OTLP/HTTP from a bounded queue.
 //! - [`task`]: the one way to start a background task (counted).
 //! - [`tools`]: apart from the product — `loopguard demo`, the scripted mock
 //!   upstream, `loopguard replay` (and its `--summary`).
@@ -74,6 +77,7 @@ pub mod state;
 pub mod task;
 pub mod telemetry;
 pub mod tools;
+pub mod trace;
 pub mod transcript;
 pub mod upstream_pool;
 pub mod workers;

@@ -66,6 +66,11 @@ pub async fn serve(
     config_path: Option<PathBuf>,
     metrics: Option<PrometheusHandle>,
 ) -> Result<(), ServeError> {
+    // Traces: off without an endpoint; a failure to start them never stops
+    // the proxy (fail open, logged).
+    if let Err(e) = crate::trace::install(&config.telemetry) {
+        tracing::error!(error = %e, "traces: not exporting");
+    }
     let config = Arc::new(config);
     let shared: SharedConfig = Arc::new(ArcSwap::from(Arc::clone(&config)));
     let reloader = Reloader::new(config_path, Arc::clone(&shared));
@@ -132,6 +137,8 @@ pub async fn serve(
     ready.store(false, Ordering::Release);
     // The drain timeout is applied (and reported) by each worker's listener.
     proxy_workers.stop().await;
+    // The spans of the requests just drained go out before the process ends.
+    crate::trace::flush(config.telemetry.export_timeout).await;
     let _ = admin_stop_tx.send(true);
     let _ = tokio::time::timeout(std::time::Duration::from_secs(2), admin_task).await;
     Ok(())

@@ -16,6 +16,7 @@ pub mod recording;
 pub mod semantic;
 mod shape;
 pub mod state;
+pub mod telemetry;
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -45,6 +46,8 @@ pub struct Config {
     pub recording: recording::RecordingConfig,
     /// `[state]`.
     pub state: state::StateConfig,
+    /// `[telemetry]` (read at start; a reload does not change it).
+    pub telemetry: telemetry::TelemetryConfig,
 }
 
 /// Validated `[server]`.
@@ -349,6 +352,7 @@ fn validate(raw: &RawConfig, problems: &mut Problems) -> Config {
     let loop_detection = detection::validate(&raw.loop_detection, &raw.agents, problems);
     let recording = recording::validate(&raw.recording, problems);
     let state = state::validate(&raw.state, problems);
+    let telemetry = telemetry::validate(&raw.telemetry, problems);
     Config {
         server,
         routes,
@@ -356,6 +360,7 @@ fn validate(raw: &RawConfig, problems: &mut Problems) -> Config {
         loop_detection,
         recording,
         state,
+        telemetry,
     }
 }
 

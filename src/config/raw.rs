@@ -33,6 +33,9 @@ pub struct RawConfig {
     /// `[recording]`.
     #[serde(default)]
     pub recording: super::recording::RawRecording,
+    /// `[telemetry]`.
+    #[serde(default)]
+    pub telemetry: super::telemetry::RawTelemetry,
 }
 
 /// `[server]`: listeners, limits and timeouts.

@@ -111,8 +111,18 @@ pub struct Guard {
     shared: Option<Arc<crate::state::Shared>>,
 }
 
-/// Logs a verdict and counts it.
-pub fn record(verdict: &Verdict, session: &str, agent: Option<&str>, at: &'static str) {
+/// Logs a verdict, counts it, and adds it to the request's span (while
+/// traces are on).
+pub fn record(
+    verdict: &Verdict,
+    session: &str,
+    agent: Option<&str>,
+    at: &'static str,
+    trace: Option<&crate::trace::Trace>,
+) {
+    if let Some(trace) = trace {
+        trace.verdict(verdict, at);
+    }
     tracing::warn!(
         session,
         agent = agent.unwrap_or(""),
@@ -397,9 +407,10 @@ impl Guard {
         self.follow_up(&located, ticket, &session_key, settings, echo, echoes);
         if echo.tells() && !verdicts.is_empty() {
             let (told, key, agent) = (verdicts.clone(), session_key.clone(), agent.map(str::to_owned));
+            let trace = request.trace.cloned();
             echoes.push(move || {
                 for v in &told {
-                    record(v, &key, agent.as_deref(), "request");
+                    record(v, &key, agent.as_deref(), "request", trace.as_deref());
                 }
             });
         }
@@ -669,7 +680,8 @@ impl Guard {
                     .get(TEST_PANIC_HEADER)
                     .is_some_and(|v| v == "stream"),
         )
-        .with_outbox(outbox);
+        .with_outbox(outbox)
+        .with_trace(request.trace.cloned());
         Box::new(if request.dialect.chains_responses() {
             let root = !request.carries_only_new() && located.key.source == key::KeySource::Fingerprint;
             judge.for_responses(located.tenant, located.stateful, root)

@@ -39,6 +39,8 @@ pub struct RequestView<'a> {
     /// store's probe, [`crate::guard::shared`]); `None`: detection computes
     /// them.
     pub resolved: Option<&'a Resolved>,
+    /// The request's span, while traces are on: its verdicts become events.
+    pub trace: Option<&'a std::sync::Arc<crate::trace::Trace>>,
 }
 
 /// What locating a request's session computes from the request alone: its

@@ -33,6 +33,8 @@ pub struct StreamReviewer {
     outbox: Option<Arc<crate::state::Outbox>>,
     /// `[recording]`: the recorder and this response's lane.
     recording: Option<(crate::recording::Recorder, crate::recording::LaneId)>,
+    /// The request's span, while traces are on: verdicts become its events.
+    trace: Option<Arc<crate::trace::Trace>>,
 }
 
 /// What a Responses response leaves for a request that chains to it.
@@ -80,6 +82,7 @@ impl StreamReviewer {
             chain: None,
             outbox: None,
             recording: None,
+            trace: None,
         }
     }
 
@@ -98,6 +101,13 @@ impl StreamReviewer {
                 level: verdict.level,
             });
         }
+    }
+
+    /// While traces are on: the response's verdicts go to its span too.
+    #[must_use]
+    pub fn with_trace(mut self, trace: Option<Arc<crate::trace::Trace>>) -> Self {
+        self.trace = trace;
+        self
     }
 
     /// With shared state: the response's additions also go to `outbox`.
@@ -206,7 +216,13 @@ impl StreamJudge for StreamReviewer {
         let arm = crate::escalate::experiment::arm(&self.settings.experiment, &self.key);
         crate::escalate::experiment::apply(arm, &mut verdicts);
         for v in &verdicts {
-            record(v, &self.key, self.agent.as_deref(), "stream");
+            record(
+                v,
+                &self.key,
+                self.agent.as_deref(),
+                "stream",
+                self.trace.as_deref(),
+            );
             if let Some(outbox) = &self.outbox {
                 outbox.note_verdict(self.lane, v);
             }
@@ -228,7 +244,13 @@ impl StreamJudge for StreamReviewer {
             return Decision::Pass;
         };
         self.chanting_reported = true;
-        record(&verdict, &self.key, self.agent.as_deref(), "stream");
+        record(
+            &verdict,
+            &self.key,
+            self.agent.as_deref(),
+            "stream",
+            self.trace.as_deref(),
+        );
         self.record_verdict(&verdict);
         if let Ok(mut session) = self.session.lock() {
             session.lane(self.lane).remember(&verdict);

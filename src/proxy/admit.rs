@@ -51,12 +51,40 @@ pub(super) struct Admitted<'c> {
     /// What the body holds of `server.max_request_bytes_in_flight`, given
     /// back when the request is done (on drop).
     pub(super) _body_budget: crate::session::budget::Reservation,
+    /// The request's span, while traces are on ([`crate::trace`]).
+    pub(super) trace: Option<std::sync::Arc<crate::trace::Trace>>,
 }
 
 impl Admitted<'_> {
     /// The parsed body, when detection applies.
     pub(super) fn parsed(&self) -> Option<&ParsedRequest> {
         self.side.as_ref().map(|(_, p)| p)
+    }
+
+    /// Begins the request's span (`None` while traces are off): the model
+    /// is the parsed body's, or Gemini's path segment `models/{model}:…`.
+    pub(super) fn traced(&self, started: Instant) -> Option<std::sync::Arc<crate::trace::Trace>> {
+        let dialect = self.matched.dialect;
+        let from_path = || {
+            (dialect == Some(crate::dialect::Dialect::Gemini))
+                .then(|| {
+                    self.path
+                        .rsplit('/')
+                        .next()
+                        .and_then(|last| last.split(':').next())
+                })
+                .flatten()
+        };
+        crate::trace::begin(&crate::trace::Begin {
+            started,
+            method: &self.parts.method,
+            headers: &self.parts.headers,
+            route: &self.matched.route.prefix,
+            provider: self.provider,
+            dialect,
+            upstream: &self.matched.upstream_url,
+            model: self.parsed().and_then(|p| p.model.as_deref()).or_else(from_path),
+        })
     }
 }
 
@@ -164,6 +192,7 @@ pub(super) async fn admit<'c>(
         side,
         parse_budget: budget,
         _body_budget: body_budget,
+        trace: None,
     })
 }
 

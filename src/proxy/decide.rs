@@ -87,6 +87,7 @@ fn view_of<'a>(admitted: &'a Admitted<'_>) -> Option<RequestView<'a>> {
         parsed,
         budget: Some(&admitted.parse_budget),
         resolved: None,
+        trace: admitted.trace.as_ref(),
     })
 }
 
@@ -158,6 +159,9 @@ pub(super) async fn decide<'a>(
         }
     };
     decided.session.clone_from(&key);
+    if let (Some(trace), Some(key)) = (&admitted.trace, &key) {
+        trace.session(key);
+    }
     let settle = Settle {
         pending: begun.map(|begun| Pending {
             guard,

@@ -62,13 +62,14 @@ pub struct ProxyState {
 pub async fn handle(State(state): State<Arc<ProxyState>>, request: Request) -> Response {
     let started = Instant::now();
     let config: Arc<Config> = state.config.load_full();
-    let admitted = match admit::admit(&state.guard, &state.offload, &config, request).await {
+    let mut admitted = match admit::admit(&state.guard, &state.offload, &config, request).await {
         Ok(admitted) => admitted,
-        Err(response) => return logged(*response, started),
+        Err(response) => return logged(*response, started, None),
     };
+    admitted.trace = admitted.traced(started);
     let (decided, settle) = match decide::decide(&state.guard, &state.offload, &config, &admitted).await {
         Ok(decided) => decided,
-        Err(answered) => return logged(*answered, started),
+        Err(answered) => return logged(*answered, started, admitted.trace.as_deref()),
     };
     let upstream_and_reply = async {
         let sending = forward::Sending {
@@ -82,7 +83,7 @@ pub async fn handle(State(state): State<Arc<ProxyState>>, request: Request) -> R
         };
         match forward::forward(clients, &config, &admitted, sending).await {
             Ok(upstream) => reply::reply(&config, &admitted, upstream, decided, started).await,
-            Err(response) => logged(*response, started),
+            Err(response) => logged(*response, started, admitted.trace.as_deref()),
         }
     };
     // The shared state's write goes beside the upstream request and the
@@ -125,8 +126,8 @@ fn counted(route: &str, dialect: &'static str, mut response: Response) -> Respon
 
 /// Writes the `request` event of an answer of loopguard's own (no route,
 /// unsafe path, misrouted, body too large, upstream unreachable or timed
-/// out, a request-time block or abort).
-fn logged(mut response: Response, started: Instant) -> Response {
+/// out, a request-time block or abort), and ends its span.
+fn logged(mut response: Response, started: Instant, trace: Option<&crate::trace::Trace>) -> Response {
     let own = response.extensions_mut().remove::<OwnAnswer>();
     let outcome = if response.extensions_mut().remove::<ClientGone>().is_some() {
         "client_disconnected"
@@ -148,6 +149,14 @@ fn logged(mut response: Response, started: Instant) -> Response {
         outcome,
         "request"
     );
+    if let Some(trace) = trace {
+        trace.finish(&crate::trace::End {
+            status: response.status().as_u16(),
+            outcome,
+            verdict: Some(verdict).filter(|v| !v.is_empty()),
+            ..crate::trace::End::default()
+        });
+    }
     response
 }
 

@@ -51,6 +51,7 @@ pub(super) async fn reply(
         session: decided.session.take(),
         overhead,
         verdict: decided.verdict,
+        trace: admitted.trace.clone(),
     };
     let outbox = decided.outbox.clone();
     let Some(dialect) = dialect.filter(|_| status.is_success()) else {
@@ -74,6 +75,9 @@ pub(super) async fn reply(
         return with_headers(status, body, out_headers);
     }
     let mut tap = Tap::new(dialect, mode, config.server.max_response_bytes);
+    if admitted.trace.is_some() {
+        tap.keep_for_trace();
+    }
     if let Some(mut copy) = decided.judge.recording() {
         copy.framed(mode);
         tap.record_into(copy);

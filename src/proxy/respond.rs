@@ -323,6 +323,19 @@ fn finish_log(holder: &Holder, log: &RequestLog, spent: Duration, verdict: Optio
         outcome,
         "request"
     );
+    if let Some(trace) = &log.trace {
+        let meta = holder.tap().meta();
+        trace.finish(&crate::trace::End {
+            // An abort before the headers answered HTTP 400 in the upstream's place.
+            status: if outcome == "aborted" { 400 } else { log.status },
+            outcome,
+            verdict: verdict.or(log.verdict.as_deref()),
+            response_model: meta.and_then(|m| m.model.as_deref().or(m.model_version.as_deref())),
+            tokens: seen.tokens,
+            finish_reasons: &seen.finish,
+            tool_calls: &seen.calls,
+        });
+    }
 }
 
 /// How a whole (non-streaming) answer ended.

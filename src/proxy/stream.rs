@@ -33,6 +33,8 @@ pub struct RequestLog {
     pub overhead: std::time::Duration,
     /// The request-time verdict that let the request go (observe, warn).
     pub verdict: Option<String>,
+    /// The request's span, while traces are on: ended with the log line.
+    pub trace: Option<std::sync::Arc<crate::trace::Trace>>,
 }
 
 /// Sees a copy of every chunk that passes (and the end), without changing
@@ -92,6 +94,14 @@ impl Drop for State {
             outcome,
             "request"
         );
+        if let Some(trace) = &self.log.trace {
+            trace.finish(&crate::trace::End {
+                status: self.log.status,
+                outcome,
+                verdict: self.log.verdict.as_deref(),
+                ..crate::trace::End::default()
+            });
+        }
     }
 }
 

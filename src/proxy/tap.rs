@@ -50,6 +50,12 @@ pub struct Seen {
     pub tool_calls: Vec<String>,
     /// Finish reasons, in order.
     pub finish: Vec<String>,
+    /// Input and output tokens the usage reported (last report of each
+    /// wins); kept only for a traced request ([`Tap::keep_for_trace`]).
+    pub tokens: (Option<u64>, Option<u64>),
+    /// The completed tool calls with their ids and when they completed;
+    /// kept only for a traced request.
+    pub calls: Vec<crate::trace::Call>,
 }
 
 pub use crate::dialect::Meta;
@@ -71,6 +77,8 @@ pub struct Tap {
     pending: VecDeque<(u64, Option<String>)>,
     /// `[recording]`: a copy of the bytes, sent to the recorder when the tap drops.
     recording: Option<crate::recording::ResponseCopy>,
+    /// The request is traced: [`Seen`] keeps the calls' ids and the usage.
+    traced: bool,
 }
 
 impl std::fmt::Debug for Tap {
@@ -109,7 +117,14 @@ impl Tap {
             line_scratch: Vec::new(),
             pending: VecDeque::new(),
             recording: None,
+            traced: false,
         }
+    }
+
+    /// Keeps what the request's span needs in [`Seen`]: the tool calls'
+    /// ids and the usage's token counts.
+    pub fn keep_for_trace(&mut self) {
+        self.traced = true;
     }
 
     /// Copies every byte that passes into `copy` (recorded when the tap drops).
@@ -273,7 +288,21 @@ impl Tap {
         for event in events {
             match event {
                 StreamEvent::TextDelta { text, .. } => self.seen.text_chars += text.chars().count(),
-                StreamEvent::ToolCallComplete { call, .. } => self.seen.tool_calls.push(call.name.clone()),
+                StreamEvent::ToolCallComplete { call, .. } => {
+                    self.seen.tool_calls.push(call.name.clone());
+                    if self.traced {
+                        self.seen.calls.push(crate::trace::Call {
+                            name: call.name.clone(),
+                            id: call.id.clone(),
+                            at: std::time::SystemTime::now(),
+                        });
+                    }
+                }
+                StreamEvent::Usage { usage } if self.traced => {
+                    let (input, output) = crate::trace::genai::tokens(usage);
+                    self.seen.tokens.0 = input.or(self.seen.tokens.0);
+                    self.seen.tokens.1 = output.or(self.seen.tokens.1);
+                }
                 StreamEvent::Finish { reason, .. } => {
                     self.saw_end = true;
                     self.seen.finish.push(reason.clone());
