@@ -5,7 +5,7 @@ distinct fingerprinted session), ending in one tool result; with SIZE > 0,
 about SIZE bytes of distinct earlier tool cycles.
 
     python3 benches/bodies.py SIZE COUNT FILE [SHAPE]
-    python3 benches/bodies.py cycles C COUNT BEFORE AFTER
+    python3 benches/bodies.py cycles C COUNT BEFORE AFTER [SHAPE]
 
 The `cycles` form (benches/instructions.sh's CYCLES, issue #37's growth
 curve) writes COUNT conversations twice: to BEFORE with C short tool cycles
@@ -27,26 +27,6 @@ import sys
 
 
 
-def cycles_bodies(cycles, count, before, after):
-    with open(before, "w") as out_before, open(after, "w") as out_after:
-        for n in range(count):
-            messages = [{"role": "system", "content": "You are a coding agent."},
-                        {"role": "user", "content": f"Task {n}: tidy the parser module."}]
-            for i in range(cycles + 1):
-                if i == cycles:
-                    out_before.write(json.dumps({"model": "m", "messages": messages}, separators=(",", ":")) + "\n")
-                messages += [{"role": "assistant", "content": None, "tool_calls": [{"id": f"c{n}_{i}", "type": "function",
-                              "function": {"name": "read_file", "arguments": json.dumps({"path": f"src/f{i}.rs"})}}]},
-                             {"role": "tool", "tool_call_id": f"c{n}_{i}", "content": f"a{i}.txt\nb{i}.txt"}]
-            out_after.write(json.dumps({"model": "m", "messages": messages}, separators=(",", ":")) + "\n")
-
-
-if sys.argv[1] == "cycles":
-    cycles_bodies(int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5])
-    sys.exit(0)
-size, count, path = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
-shape = sys.argv[4] if len(sys.argv) > 4 else "calls"
-code = "fn f() { let x = \"a\\nb\"; if a < b { g::<T>(x) } }\n" * 14
 # SHAPE agent: one agent's system prompt and tool list, the same on every request.
 agent_system = "You are a coding agent. Follow the repository's conventions; run the tests before you finish.\n" * 220
 agent_tools = [{"type": "function", "function": {
@@ -55,6 +35,33 @@ agent_tools = [{"type": "function", "function": {
         "path": {"type": "string", "description": "A path relative to the workspace root."},
         "content": {"type": "string", "description": "The text to write, whole."}},
         "required": ["path"]}}} for t in range(40)]
+
+
+def cycles_bodies(cycles, count, before, after, shape="calls"):
+    def body(messages):
+        out = {"model": "m", "messages": messages}
+        if shape == "agent":
+            out["tools"] = agent_tools
+        return json.dumps(out, separators=(",", ":")) + "\n"
+    with open(before, "w") as out_before, open(after, "w") as out_after:
+        for n in range(count):
+            system = agent_system if shape == "agent" else "You are a coding agent."
+            messages = [{"role": "system", "content": system},
+                        {"role": "user", "content": f"Task {n}: tidy the parser module."}]
+            for i in range(cycles + 1):
+                if i == cycles:
+                    out_before.write(body(messages))
+                messages += [{"role": "assistant", "content": None, "tool_calls": [{"id": f"c{n}_{i}", "type": "function",
+                              "function": {"name": "read_file", "arguments": json.dumps({"path": f"src/f{i}.rs"})}}]},
+                             {"role": "tool", "tool_call_id": f"c{n}_{i}", "content": f"a{i}.txt\nb{i}.txt"}]
+            out_after.write(body(messages))
+
+if sys.argv[1] == "cycles":
+    cycles_bodies(int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5], *sys.argv[6:7])
+    sys.exit(0)
+size, count, path = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+shape = sys.argv[4] if len(sys.argv) > 4 else "calls"
+code = "fn f() { let x = \"a\\nb\"; if a < b { g::<T>(x) } }\n" * 14
 with open(path, "w") as out:
     for n in range(count):
         system = agent_system if shape == "agent" else "You are a coding agent."

@@ -15,6 +15,7 @@
 #   HISTORY=500000 SHAPE=text N=100 benches/instructions.sh  # the same, shaped as a text-protocol agent's
 #   CYCLES=300 N=100 benches/instructions.sh     # a turn adding one tool cycle to conversations of 300 (issue #37's growth curve)
 #   SHAPE=agent N=1000 benches/instructions.sh   # small requests of a real agent: 20 KB system prompt, 40 tools (63 KB bodies)
+#   CYCLES=30 SHAPE=agent N=100 benches/instructions.sh  # that agent's turn in a conversation of 30 cycles
 #
 # Requests: N (default 2,000) one-tool-cycle chat completions, each a new
 # conversation (a distinct first user message), 4 at a time, after a
@@ -87,7 +88,7 @@ URL="http://$(address)${URL_PATH:-/v1/chat/completions}"
 if [ "${HISTORY:-0}" != 0 ]; then COUNT=40; elif [ "${SHAPE:-}" = agent ]; then COUNT=3000; else COUNT=20000; fi
 BODIES="$WORK/bodies.txt"
 if [ -n "${CYCLES:-}" ]; then
-  python3 benches/bodies.py cycles "$CYCLES" "$N" "$WORK/before.txt" "$WORK/bodies.txt"
+  python3 benches/bodies.py cycles "$CYCLES" "$N" "$WORK/before.txt" "$WORK/bodies.txt" "${SHAPE:-calls}"
 else
   python3 benches/bodies.py "${HISTORY:-0}" "$COUNT" "$WORK/bodies.txt" "${SHAPE:-calls}"
 fi

@@ -23,7 +23,7 @@
 //! `compaction_trigger` items, `x-claude-code-compaction`) are the proxy's to
 //! check; they never reach a transcript.
 
-use super::memo::{Kind, hash64_parts_memo, memoised};
+use super::memo::{self, Kind, hash64_parts_memo, memoised};
 use super::outcome::hash64;
 use super::settings::Settings;
 use super::step::{UserText, classify_user, own_text};
@@ -119,16 +119,15 @@ pub fn is_summarizer(transcript: &Transcript, settings: &Settings) -> bool {
     if last_user.is_some_and(|m| patterns.iter().any(|r| r.is_match(&m.text))) {
         return true;
     }
-    if patterns.is_empty() {
-        return false;
+    let search = || u64::from(patterns.iter().any(|r| r.is_match(&transcript.system)));
+    let system = [transcript.system.as_bytes()];
+    if patterns.is_empty() || !memo::kept(&system) {
+        return search() == 1;
     }
     let list = patterns.iter().fold(0, |seed, r| {
         xxhash_rust::xxh3::xxh3_64_with_seed(r.as_str().as_bytes(), seed).rotate_left(7)
     });
-    let system = transcript.system.as_bytes();
-    memoised(Kind::Summarizer(list), &[system], || {
-        u64::from(patterns.iter().any(|r| r.is_match(&transcript.system)))
-    }) == 1
+    memoised(Kind::Summarizer(list), &system, search) == 1
 }
 
 /// Classifies a request given the summary of the lane's previous request.
@@ -210,6 +209,31 @@ fn first_real_user(transcript: &Transcript, settings: &Settings) -> Option<Strin
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A system text long enough for the memo is searched as a short one
+    /// is, on a miss and a hit, under each pattern list its own answer.
+    #[test]
+    fn a_long_system_text_is_searched_as_a_short_one() {
+        let settings = Settings::default();
+        let filler = "x ".repeat(2000);
+        let asks = Transcript {
+            system: format!("{filler}create a detailed summary of the conversation so far"),
+            ..Transcript::default()
+        };
+        let plain = Transcript {
+            system: filler,
+            ..Transcript::default()
+        };
+        for _ in 0..2 {
+            assert!(is_summarizer(&asks, &settings));
+            assert!(!is_summarizer(&plain, &settings));
+        }
+        let mut without = settings.clone();
+        without.compaction.summarizer.clear();
+        assert!(!is_summarizer(&asks, &without));
+        without.compaction.summarizer = vec![regex::Regex::new("x x x").unwrap_or_else(|e| panic!("{e}"))];
+        assert!(is_summarizer(&plain, &without), "another list, another answer");
+    }
 
     /// Lanes and fingerprinted session keys are made of this hash and kept
     /// by replicas of other versions: it stays the hash of the joined list.

@@ -43,6 +43,12 @@ pub(crate) enum Kind {
     Summarizer(u64),
 }
 
+/// Whether `parts` are long enough for [`memoised`] to keep their value
+/// (shorter ones are computed directly: the memo costs more).
+pub(crate) fn kept(parts: &[&[u8]]) -> bool {
+    parts.iter().map(|p| p.len()).sum::<usize>() >= DIRECT_BYTES
+}
+
 /// [`hash64_parts`] of `parts`, from the memo when the text was hashed
 /// before. (Two texts whose xxh3-128 collide would share a value; with a
 /// secret seed that is no easier to arrange than a collision of the 64-bit
@@ -54,8 +60,7 @@ pub(crate) fn hash64_parts_memo(parts: &[&[u8]]) -> u64 {
 /// `compute()`, a value of `kind` of the text `parts` make, from the memo
 /// when it was computed before. Short texts are computed directly.
 pub(crate) fn memoised(kind: Kind, parts: &[&[u8]], compute: impl FnOnce() -> u64) -> u64 {
-    let len: usize = parts.iter().map(|p| p.len()).sum();
-    if len < DIRECT_BYTES {
+    if !kept(parts) {
         return compute();
     }
     let mut id = Xxh3::with_seed(MEMO.seed);

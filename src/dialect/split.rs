@@ -117,12 +117,38 @@ pub fn split_with<'a>(
 }
 
 /// Where a body's history array is taken up again ([`resume_with`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Resume {
     /// Byte offset just past the last item already known.
     pub at: usize,
     /// How many items come before `at`.
     pub items: usize,
+    /// The fields after the earlier body's history, as they were read: taken
+    /// as they are when this body's bytes after its history are the same.
+    pub after: Option<Arc<AfterHistory>>,
+}
+
+/// The fields after a body's history, as [`resume_with`] read them, by the
+/// bytes they were read from: most agents send their tool list after the
+/// history (and Anthropic's `system` too), tens of KB the same on every
+/// turn, so the next body whose bytes after its history are the same takes
+/// these instead of reading them again (issue #37).
+#[derive(Debug, Clone, PartialEq)]
+pub struct AfterHistory {
+    /// Bytes from just past the history array's `]` to the body's end.
+    pub len: usize,
+    /// xxh3-128 of those bytes.
+    pub digest: u128,
+    /// The fields, in order, each read as the split reads it.
+    pub fields: Vec<(String, Value)>,
+}
+
+impl AfterHistory {
+    /// What the fields weigh kept: about their text's bytes twice (the
+    /// parsed values and their keys).
+    pub fn weight(&self) -> usize {
+        self.len.saturating_mul(2)
+    }
 }
 
 /// The split of a body whose bytes up to `from.at` are those of an earlier
@@ -184,7 +210,20 @@ pub fn resume_with<'a>(
         Some(raw) => end_in(body, raw),
         None => from.at,
     };
-    // The fields after the history.
+    // The fields after the history: taken as read before when their bytes
+    // are the same, else read.
+    let tail = body.get(at + 1..).unwrap_or_default();
+    let digest = xxhash_rust::xxh3::xxh3_128(tail);
+    if let Some(known) = from.after.filter(|k| k.len == tail.len() && k.digest == digest) {
+        for (name, value) in &known.fields {
+            envelope.insert(name.clone(), value.clone());
+        }
+        let mut split = SplitRequest::new(head(&envelope), items, parse);
+        split.history_end = Some(history_end);
+        split.after = Some(known);
+        return Ok(split);
+    }
+    let mut after = Vec::new();
     at = skip_space(body, at + 1);
     loop {
         match body.get(at) {
@@ -200,6 +239,7 @@ pub fn resume_with<'a>(
                 if nesting(&value) >= MAX_NESTING {
                     return Err(shape("a field nests past serde_json's limit"));
                 }
+                after.push((name.clone(), value.clone()));
                 envelope.insert(name, value);
                 at = skip_space(body, next);
             }
@@ -212,6 +252,11 @@ pub fn resume_with<'a>(
     }
     let mut split = SplitRequest::new(head(&envelope), items, parse);
     split.history_end = Some(history_end);
+    split.after = Some(Arc::new(AfterHistory {
+        len: tail.len(),
+        digest,
+        fields: after,
+    }));
     Ok(split)
 }
 
@@ -288,6 +333,9 @@ pub struct SplitRequest<'a> {
     /// and its history key once (a later request that repeats these bytes
     /// can be resumed there, [`resume_with`]).
     pub history_end: Option<usize>,
+    /// The fields after the history with the bytes they were read from,
+    /// when the split was resumed ([`resume_with`]): for the next body.
+    pub after: Option<Arc<AfterHistory>>,
     parse: ItemParser,
     raw: Option<RawItemParser>,
 }
@@ -299,6 +347,7 @@ impl<'a> SplitRequest<'a> {
             head,
             items,
             history_end: None,
+            after: None,
             parse,
             raw: None,
         }
@@ -547,6 +596,7 @@ mod tests {
         let from = Resume {
             at: earlier.history_end.unwrap(),
             items: earlier.items.len(),
+            after: None,
         };
         (d.split_request(new).unwrap(), d.resume_request(new, from))
     }
@@ -568,6 +618,53 @@ mod tests {
             let raw = |s: &SplitRequest<'_>| s.items[2..].iter().map(|r| r.get().to_owned()).collect::<Vec<_>>();
             assert_eq!(raw(&resumed), raw(&full));
         }
+    }
+
+    /// The fields after the history are taken unread only when their
+    /// bytes are those they were read from; either way the split is the
+    /// full split's.
+    #[test]
+    fn fields_after_the_history_are_taken_only_for_the_same_bytes() {
+        let d = crate::dialect::Dialect::OpenaiChat;
+        let turn = |n: usize, tail: &str| -> &'static [u8] {
+            let items: Vec<String> = (0..n)
+                .map(|i| format!(r#"{{"role":"user","content":"m{i}"}}"#))
+                .collect();
+            let body = format!(r#"{{"model":"m","messages":[{}]{tail}"#, items.join(","));
+            Box::leak(body.into_bytes().into_boxed_slice())
+        };
+        let tools =
+            r#","tools":[{"type":"function","function":{"name":"ls","description":"lists"}}],"stream":true}"#;
+        let renamed =
+            r#","tools":[{"type":"function","function":{"name":"cd","description":"lists"}}],"stream":true}"#;
+        let resume = |old: &SplitRequest<'_>, new: &'static [u8], after| {
+            let from = Resume {
+                at: old.history_end.unwrap(),
+                items: old.items.len(),
+                after,
+            };
+            d.resume_request(new, from).unwrap()
+        };
+        let first = d.split_request(turn(1, tools)).unwrap().unwrap();
+        assert!(
+            first.after.is_none(),
+            "a full split does not know where its history ends"
+        );
+        let second = resume(&first, turn(2, tools), None);
+        let known = second.after.clone().unwrap();
+        assert_eq!(known.fields.len(), 2);
+        // The same bytes after the history: taken, as they were read.
+        let third = resume(&second, turn(3, tools), Some(Arc::clone(&known)));
+        assert!(Arc::ptr_eq(third.after.as_ref().unwrap(), &known));
+        assert_eq!(third.head, d.split_request(turn(3, tools)).unwrap().unwrap().head);
+        // Other bytes of the same length: read again.
+        let changed = resume(&second, turn(3, renamed), Some(Arc::clone(&known)));
+        assert!(!Arc::ptr_eq(changed.after.as_ref().unwrap(), &known));
+        assert_eq!(
+            changed.head,
+            d.split_request(turn(3, renamed)).unwrap().unwrap().head
+        );
+        assert_eq!(changed.head.transcript.tools, ["cd"]);
     }
 
     #[test]

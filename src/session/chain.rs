@@ -525,6 +525,10 @@ struct Chain {
     /// Where the body of the request that left it here ended its history,
     /// for the next request that repeats those bytes ([`ChainStore::resume`]).
     bytes: Option<BytePrefix>,
+    /// That body's fields after its history, when its split was resumed:
+    /// the next resumed body whose bytes after its history are the same
+    /// takes them unread.
+    after: Option<Arc<crate::dialect::split::AfterHistory>>,
 }
 
 /// The bytes of a kept chain's last body up to its last history item, by
@@ -553,7 +557,7 @@ impl Chain {
 
     /// What the chain weighs in the store: its items and its turns.
     fn kept_weight(&self) -> usize {
-        self.weight() + self.turns_bytes
+        self.weight() + self.turns_bytes + self.after.as_ref().map_or(0, |a| a.weight())
     }
 
     /// What building the turns of the items that have none adds, bytes.
@@ -693,6 +697,7 @@ impl ChainStore {
         let from = crate::dialect::split::Resume {
             at: prefix.len,
             items: chain.items.len(),
+            after: chain.after.clone(),
         };
         let resumed = dialect
             .resume_request(body, from)
@@ -843,6 +848,7 @@ impl ChainStore {
             // large to keep, or past the budget: the items are moved into
             // the request, not copied.
             let unbuilt = chain.unbuilt_bytes();
+            chain.after = split.after.clone();
             let kept = chain.kept_weight() + unbuilt;
             let parsed = if kept <= self.budget && budget.hold(kept) {
                 chain.build_turns(unbuilt);
