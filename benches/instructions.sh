@@ -27,8 +27,9 @@
 # 512, as there); with SHAPE=text, each tool cycle is shaped as a
 # text-protocol agent's (Cline's): the call in the assistant's text, its
 # result a user message in the agent's wrappers. With CYCLES, N conversations
-# of CYCLES short tool cycles each are sent once (the warm-up), then each
-# conversation's next turn, one tool cycle more, is counted, one request at
+# of CYCLES short tool cycles each are sent, each after its turn before (one
+# cycle fewer: the warm-up), then each conversation's next turn, one tool
+# cycle more, is counted, one request at
 # a time in order (not oha, whose -Z picks lines at random) (parse_cache_mib
 # = 512, so every conversation's chain is kept). Needs valgrind, `oha` (cargo install oha --locked),
 # python3 and nginx (see benches/nginx.sh).
@@ -89,6 +90,12 @@ if [ "${HISTORY:-0}" != 0 ]; then COUNT=40; elif [ "${SHAPE:-}" = agent ]; then 
 BODIES="$WORK/bodies.txt"
 if [ -n "${CYCLES:-}" ]; then
   python3 benches/bodies.py cycles "$CYCLES" "$N" "$WORK/before.txt" "$WORK/bodies.txt" "${SHAPE:-calls}"
+  # The turn before, one cycle fewer, first: the warm-up's turn then
+  # continues a kept chain as every turn of a running conversation does.
+  if [ "$CYCLES" -gt 0 ]; then
+    python3 benches/bodies.py cycles "$((CYCLES - 1))" "$N" "$WORK/prior.txt" "$WORK/prior_next.txt" "${SHAPE:-calls}"
+    cmp -s "$WORK/prior_next.txt" "$WORK/before.txt" || { echo "bodies.py: the turns do not follow one another" >&2; exit 1; }
+  fi
 else
   python3 benches/bodies.py "${HISTORY:-0}" "$COUNT" "$WORK/bodies.txt" "${SHAPE:-calls}"
 fi
@@ -111,6 +118,7 @@ for line in open(sys.argv[1], "rb"):
 json.dump({"statusCodeDistribution": {"200": ok}}, open(sys.argv[3], "w"))
 PY
   }
+  if [ -f "$WORK/prior.txt" ]; then BODIES="$WORK/prior.txt" load; fi
   BODIES="$WORK/before.txt" load
 else
   load "${WARMUP:-300}"

@@ -128,26 +128,28 @@ pub struct Resume {
     pub after: Option<Arc<AfterHistory>>,
 }
 
-/// The fields after a body's history, as [`resume_with`] read them, by the
-/// bytes they were read from: most agents send their tool list after the
-/// history (and Anthropic's `system` too), tens of KB the same on every
-/// turn, so the next body whose bytes after its history are the same takes
-/// these instead of reading them again (issue #37).
+/// A resumed body's envelope as read, by the bytes after its history:
+/// most agents send their tool list after the history (and Anthropic's
+/// `system` too), tens of KB the same on every turn. A resumed body's bytes
+/// up to its known items are the earlier body's (the fields before the
+/// history included), so when its bytes after the history are the same
+/// too its whole envelope is, and it takes this head instead of reading
+/// those fields again (issue #37).
 #[derive(Debug, Clone, PartialEq)]
 pub struct AfterHistory {
     /// Bytes from just past the history array's `]` to the body's end.
     pub len: usize,
     /// xxh3-128 of those bytes.
     pub digest: u128,
-    /// The fields, in order, each read as the split reads it.
-    pub fields: Vec<(String, Value)>,
+    /// The envelope's head, as the dialect's `head` read it.
+    pub head: ParsedRequest,
 }
 
 impl AfterHistory {
-    /// What the fields weigh kept: about their text's bytes twice (the
-    /// parsed values and their keys).
+    /// What it weighs kept, bytes: at most about the fields' text (the
+    /// head keeps their names and texts, not their schemas).
     pub fn weight(&self) -> usize {
-        self.len.saturating_mul(2)
+        self.len
     }
 }
 
@@ -215,15 +217,11 @@ pub fn resume_with<'a>(
     let tail = body.get(at + 1..).unwrap_or_default();
     let digest = xxhash_rust::xxh3::xxh3_128(tail);
     if let Some(known) = from.after.filter(|k| k.len == tail.len() && k.digest == digest) {
-        for (name, value) in &known.fields {
-            envelope.insert(name.clone(), value.clone());
-        }
-        let mut split = SplitRequest::new(head(&envelope), items, parse);
+        let mut split = SplitRequest::new(known.head.clone(), items, parse);
         split.history_end = Some(history_end);
         split.after = Some(known);
         return Ok(split);
     }
-    let mut after = Vec::new();
     at = skip_space(body, at + 1);
     loop {
         match body.get(at) {
@@ -239,7 +237,6 @@ pub fn resume_with<'a>(
                 if nesting(&value) >= MAX_NESTING {
                     return Err(shape("a field nests past serde_json's limit"));
                 }
-                after.push((name.clone(), value.clone()));
                 envelope.insert(name, value);
                 at = skip_space(body, next);
             }
@@ -250,13 +247,15 @@ pub fn resume_with<'a>(
     if skip_space(body, at + 1) != body.len() {
         return Err(shape("trailing characters"));
     }
-    let mut split = SplitRequest::new(head(&envelope), items, parse);
-    split.history_end = Some(history_end);
-    split.after = Some(Arc::new(AfterHistory {
+    let head = head(&envelope);
+    let after = AfterHistory {
         len: tail.len(),
         digest,
-        fields: after,
-    }));
+        head: head.clone(),
+    };
+    let mut split = SplitRequest::new(head, items, parse);
+    split.history_end = Some(history_end);
+    split.after = Some(Arc::new(after));
     Ok(split)
 }
 
@@ -652,7 +651,7 @@ mod tests {
         );
         let second = resume(&first, turn(2, tools), None);
         let known = second.after.clone().unwrap();
-        assert_eq!(known.fields.len(), 2);
+        assert_eq!(known.head.transcript.tools, ["ls"]);
         // The same bytes after the history: taken, as they were read.
         let third = resume(&second, turn(3, tools), Some(Arc::clone(&known)));
         assert!(Arc::ptr_eq(third.after.as_ref().unwrap(), &known));
