@@ -19,7 +19,10 @@ pub enum Dialect {
     Gemini,
     /// OpenAI Responses: `POST …/responses` (and `…/responses/compact`).
     OpenaiResponses,
-    /// Anthropic Messages: `POST …/messages`.
+    /// Anthropic Messages: `POST …/messages`, and Claude on Vertex AI
+    /// (`POST …/publishers/anthropic/models/{model}:rawPredict` and
+    /// `:streamRawPredict`, the same body with `anthropic_version` and no
+    /// `model`).
     Anthropic,
     /// Ollama native chat: `POST …/api/chat` (NDJSON streams).
     OllamaChat,
@@ -75,6 +78,12 @@ impl Dialect {
         if let Some((_model, method)) = last.split_once(':') {
             if method == "generateContent" || method == "streamGenerateContent" {
                 return Some(Self::Gemini);
+            }
+            // Claude on Vertex AI: Anthropic's Messages body, model in the path.
+            if (method == "rawPredict" || method == "streamRawPredict")
+                && path.contains("/publishers/anthropic/models/")
+            {
+                return Some(Self::Anthropic);
             }
         }
         None

@@ -169,6 +169,26 @@ mod tests {
         assert_eq!(Dialect::from_path("/v1/messages"), Some(Dialect::Anthropic));
         assert_eq!(Dialect::from_path("/v1/messages/count_tokens"), None);
         assert_eq!(Dialect::from_path("/v1/embeddings"), None);
+        assert_eq!(
+            Dialect::from_path(
+                "/v1/projects/p/locations/us-east5/publishers/anthropic/models/claude-x:streamRawPredict"
+            ),
+            Some(Dialect::Anthropic)
+        );
+        assert_eq!(
+            Dialect::from_path(
+                "/v1/projects/p/locations/us-east5/publishers/anthropic/models/claude-x:rawPredict"
+            ),
+            Some(Dialect::Anthropic)
+        );
+        assert_eq!(
+            Dialect::from_path("/v1/projects/p/locations/l/publishers/google/models/g:streamGenerateContent"),
+            Some(Dialect::Gemini)
+        );
+        assert_eq!(
+            Dialect::from_path("/v1/projects/p/locations/l/publishers/anthropic/models/claude-x:countTokens"),
+            None
+        );
     }
 }
 
