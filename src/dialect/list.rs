@@ -191,7 +191,9 @@ impl Dialect {
 
     /// How the answer is framed, from the path, the query and the body's
     /// `stream` flag: Gemini says it in its method (`:streamGenerateContent`,
-    /// a JSON array unless `alt=sse`), the others in the body.
+    /// a JSON array unless `alt=sse`), and so does Claude on Vertex AI
+    /// (`:streamRawPredict` streams SSE whether or not the body says
+    /// `"stream": true`); the others in the body.
     pub fn mode(self, path: &str, query: Option<&str>, stream: bool) -> Mode {
         match self {
             Self::OpenaiChat if stream => Mode::Sse,
@@ -204,6 +206,7 @@ impl Dialect {
                 }
             }
             Self::Gemini => Mode::Whole,
+            Self::Anthropic if path.ends_with(":streamRawPredict") => Mode::Sse,
             Self::OpenaiResponses | Self::Anthropic if stream => Mode::Sse,
             Self::OpenaiResponses | Self::Anthropic => Mode::Whole,
             Self::OllamaChat | Self::OllamaGenerate if stream => Mode::Ndjson,

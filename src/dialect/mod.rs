@@ -190,6 +190,19 @@ mod tests {
             None
         );
     }
+
+    /// Claude on Vertex AI says "stream" in its method: `:streamRawPredict`
+    /// answers SSE even for a body without `"stream": true`; `:rawPredict`
+    /// follows the body, as `/v1/messages` does.
+    #[test]
+    fn vertex_claude_streams_by_method() {
+        let stream = "/v1/projects/p/locations/l/publishers/anthropic/models/c:streamRawPredict";
+        let raw = "/v1/projects/p/locations/l/publishers/anthropic/models/c:rawPredict";
+        assert_eq!(Dialect::Anthropic.mode(stream, None, false), Mode::Sse);
+        assert_eq!(Dialect::Anthropic.mode(stream, None, true), Mode::Sse);
+        assert_eq!(Dialect::Anthropic.mode(raw, None, false), Mode::Whole);
+        assert_eq!(Dialect::Anthropic.mode("/v1/messages", None, false), Mode::Whole);
+    }
 }
 
 /// Helpers of the dialects' unit tests.

@@ -3,7 +3,10 @@
 //! demos (`loopguard mock-upstream`).
 //!
 //! It answers every `POST …/chat/completions`, `…/responses`, `…/messages`,
-//! `…:generateContent`, `…:streamGenerateContent` and Ollama's `…/api/chat`
+//! `…:generateContent`, `…:streamGenerateContent` (also Gemini on Vertex AI,
+//! `…/publishers/google/models/{m}:…`), Claude on Vertex AI
+//! (`…/publishers/anthropic/models/{m}:rawPredict`, and `:streamRawPredict`,
+//! which streams whatever the body's `stream` says) and Ollama's `…/api/chat`
 //! and `…/api/generate` (NDJSON unless `stream: false`, see [`ollama`]) with either a recorded
 //! fixture or a scripted turn (see [`script`]), in the mode the request
 //! asked for (SSE — named events for Responses and Anthropic —, streamed
@@ -367,9 +370,13 @@ async fn answer(State(st): State<Arc<MockState>>, request: Request) -> Response 
     let gemini = path.contains(":generateContent") || path.contains(":streamGenerateContent");
     let ollama_generate = path.ends_with("/api/generate");
     let ollama = ollama_generate || path.ends_with("/api/chat");
+    // Claude on Vertex AI: Anthropic's answer; `:streamRawPredict` streams
+    // whatever the body says.
+    let vertex_claude = path.contains("/publishers/anthropic/models/")
+        && (path.ends_with(":rawPredict") || path.ends_with(":streamRawPredict"));
     let named = if path.ends_with("/responses") {
         Some(Named::Responses)
-    } else if path.ends_with("/messages") {
+    } else if path.ends_with("/messages") || vertex_claude {
         Some(Named::Anthropic)
     } else {
         None
@@ -389,7 +396,9 @@ async fn answer(State(st): State<Arc<MockState>>, request: Request) -> Response 
         } else {
             Mode::Lines
         }
-    } else if json_body.get("stream").and_then(Value::as_bool) == Some(true) {
+    } else if json_body.get("stream").and_then(Value::as_bool) == Some(true)
+        || path.ends_with(":streamRawPredict")
+    {
         Mode::Sse
     } else {
         Mode::Whole
@@ -418,7 +427,7 @@ async fn answer(State(st): State<Arc<MockState>>, request: Request) -> Response 
                 .and_then(Value::as_str)
                 .map(str::to_owned)
                 .or_else(|| {
-                    gemini
+                    (gemini || vertex_claude)
                         .then(|| path.rsplit('/').next().and_then(|last| last.split(':').next()))
                         .flatten()
                         .map(str::to_owned)
