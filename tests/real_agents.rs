@@ -1,7 +1,9 @@
 //! Real agent CLIs from npm, driven headless through loopguard in front of
 //! the mock upstream: Gemini CLI (`gemini` dialect), OpenCode
 //! (`openai-chat`), Codex (`openai-responses`) and Claude Code
-//! (`anthropic`). `make agents` installs the pinned versions
+//! (`anthropic`); Claude Code and Gemini CLI also on Vertex AI
+//! (`CLAUDE_WIRE=vertex`, `GEMINI_WIRE=vertex` in their run scripts, through
+//! the `/vertex-claude` and `/vertex` routes). `make agents` installs the pinned versions
 //! (`tests/agents/package.json`); `tests/agents/{gemini,opencode,codex,claude}.sh`
 //! hold each agent's headless setup (throw-away HOME, fake key, telemetry
 //! and updates off) and can be run by hand.
@@ -48,6 +50,12 @@ fn setup(agent: &str, detection: bool) -> (Proc, Proc) {
     let script = agents_dir().join(agent).join("script.json");
     let mock = common::mock_with_args(&["--script", &script.to_string_lossy()]);
     let mut config = common::config_for(&mock.url(), "");
+    // Gemini and Claude on Vertex AI, as in config/vertex.toml.
+    config.push_str(&format!(
+        "\n[[routes]]\nprefix = \"/vertex\"\nprovider = \"gemini\"\nupstream = \"{url}\"\nstrip_prefix = true\n\
+         \n[[routes]]\nprefix = \"/vertex-claude\"\nprovider = \"anthropic\"\nupstream = \"{url}\"\nstrip_prefix = true\n",
+        url = mock.url()
+    ));
     if !detection {
         config.push_str(DETECTION_OFF);
     }
@@ -86,6 +94,12 @@ fn tail(text: &str, max: usize) -> &str {
 /// Runs `tests/agents/{script}` against `base_url` in its own process group,
 /// killing the whole group after [`TIMEOUT`].
 fn run_agent(script: &str, base_url: &str) -> Run {
+    run_agent_with(script, base_url, &[])
+}
+
+/// [`run_agent`] with extra environment for the run script (e.g.
+/// `CLAUDE_WIRE=vertex`).
+fn run_agent_with(script: &str, base_url: &str, env: &[(&str, &str)]) -> Run {
     static RUNS: AtomicU64 = AtomicU64::new(0);
     let work = std::env::temp_dir().join(format!(
         "loopguard-agent-{}-{}-{}",
@@ -103,6 +117,7 @@ fn run_agent(script: &str, base_url: &str) -> Run {
     let mut child = Command::new(agents_dir().join(script))
         .arg(base_url)
         .env("AGENT_WORKDIR", &work)
+        .envs(env.iter().copied())
         .stdin(Stdio::null())
         .stdout(file(&out_path))
         .stderr(file(&err_path))
@@ -259,9 +274,24 @@ fn gemini_cli_on_its_own_stops_at_its_fifth_identical_call() {
 
 #[test]
 fn gemini_cli_is_stopped_by_loopguard_before_its_own_guard() {
+    gemini_cli_is_stopped_before_its_own_guard("", &[]);
+}
+
+/// Gemini CLI on Vertex AI (auth type `vertex-ai`, express-mode key,
+/// `GOOGLE_VERTEX_BASE_URL` at the `/vertex` route): it calls
+/// `/v1beta1/publishers/google/models/{m}:streamGenerateContent`, and is
+/// stopped as on the Gemini API.
+#[test]
+fn gemini_cli_on_vertex_is_stopped_by_loopguard_before_its_own_guard() {
+    gemini_cli_is_stopped_before_its_own_guard("/vertex", &[("GEMINI_WIRE", "vertex")]);
+}
+
+/// Gemini CLI pointed at `route` (after loopguard's URL) with `env` runs 4
+/// calls, then ends with loopguard's explanation, warned at the 3rd and 4th.
+fn gemini_cli_is_stopped_before_its_own_guard(route: &str, env: &[(&str, &str)]) {
     require_cli("gemini");
     let (mock, lg) = setup("gemini", true);
-    let run = run_agent("gemini.sh", &lg.url());
+    let run = run_agent_with("gemini.sh", &format!("{}{route}", lg.url()), env);
     assert!(run.status.success(), "{}", run.describe());
     let events = gemini_events(&run);
     assert_eq!(count_type(&events, "tool_use"), 4, "{}", run.describe());
@@ -276,6 +306,14 @@ fn gemini_cli_is_stopped_by_loopguard_before_its_own_guard() {
     assert_eq!(count_type(&events, "error"), 0, "{}", run.describe());
     assert!(!run.stdout.contains("Loop detected"), "{}", run.describe());
     let requests = recorded(&mock);
+    if !route.is_empty() {
+        assert!(
+            requests
+                .iter()
+                .all(|(path, _)| path.starts_with("/v1beta1/publishers/google/models/")),
+            "Vertex paths: {requests:?}"
+        );
+    }
     let loop_reqs = loop_requests(&requests);
     assert_eq!(gemini_calls_executed(&loop_reqs), 4);
     // Warned at the third and fourth call, inside the function response; no recovery turn.
@@ -415,6 +453,8 @@ struct Agent {
     script: &'static str,
     /// The route it is pointed at, after loopguard's URL.
     route: &'static str,
+    /// Extra environment for its run script.
+    env: &'static [(&'static str, &'static str)],
     /// What every path it calls ends with.
     path: &'static str,
     /// The run's final message (`None` when it reported an error).
@@ -428,6 +468,7 @@ const CODEX: Agent = Agent {
     name: "codex",
     script: "codex.sh",
     route: "/v1",
+    env: &[],
     path: "/responses",
     final_message: |run| codex_messages(run).pop(),
     executed: responses_calls_executed,
@@ -438,22 +479,39 @@ const CLAUDE_CODE: Agent = Agent {
     name: "claude",
     script: "claude.sh",
     route: "/anthropic",
+    env: &[],
     path: "/v1/messages",
-    final_message: |run| {
-        let result = claude_result(run);
-        (result["is_error"] == false)
-            .then(|| result["result"].as_str().map(str::to_owned))
-            .flatten()
-    },
+    final_message: claude_final_message,
     executed: anthropic_calls_executed,
 };
+
+/// Claude Code on Claude on Vertex AI (`CLAUDE_CODE_USE_VERTEX=1`, Google
+/// auth skipped), through the `/vertex-claude` route.
+const CLAUDE_CODE_VERTEX: Agent = Agent {
+    cli: "claude",
+    name: "claude",
+    script: "claude.sh",
+    route: "/vertex-claude/v1",
+    env: &[("CLAUDE_WIRE", "vertex")],
+    path: ":streamRawPredict",
+    final_message: claude_final_message,
+    executed: anthropic_calls_executed,
+};
+
+/// Claude Code's final result text, `None` when it reported an error.
+fn claude_final_message(run: &Run) -> Option<String> {
+    let result = claude_result(run);
+    (result["is_error"] == false)
+        .then(|| result["result"].as_str().map(str::to_owned))
+        .flatten()
+}
 
 /// Without detection the agent runs all 30 identical calls the mock asks
 /// for, then prints the mock's final text.
 fn runs_all_thirty_on_its_own(agent: &Agent) {
     require_cli(agent.cli);
     let (mock, lg) = setup(agent.name, false);
-    let run = run_agent(agent.script, &format!("{}{}", lg.url(), agent.route));
+    let run = run_agent_with(agent.script, &format!("{}{}", lg.url(), agent.route), agent.env);
     assert!(run.status.success(), "{}", run.describe());
     assert_eq!(
         (agent.final_message)(&run).as_deref(),
@@ -474,7 +532,7 @@ fn runs_all_thirty_on_its_own(agent: &Agent) {
 fn is_stopped_at_the_fifth(agent: &Agent, explanation: &str) {
     require_cli(agent.cli);
     let (mock, lg) = setup(agent.name, true);
-    let run = run_agent(agent.script, &format!("{}{}", lg.url(), agent.route));
+    let run = run_agent_with(agent.script, &format!("{}{}", lg.url(), agent.route), agent.env);
     assert!(run.status.success(), "{}", run.describe());
     let message = (agent.final_message)(&run).unwrap_or_default();
     assert!(message.starts_with(explanation), "{}", run.describe());
@@ -507,6 +565,19 @@ fn claude_code_on_its_own_runs_all_thirty_identical_calls() {
 fn claude_code_is_stopped_by_loopguard_at_the_fifth_identical_call() {
     is_stopped_at_the_fifth(
         &CLAUDE_CODE,
+        "[loopguard] identical_call (critical, count 5): `Bash` with ",
+    );
+}
+
+#[test]
+fn claude_code_on_vertex_on_its_own_runs_all_thirty_identical_calls() {
+    runs_all_thirty_on_its_own(&CLAUDE_CODE_VERTEX);
+}
+
+#[test]
+fn claude_code_on_vertex_is_stopped_by_loopguard_at_the_fifth_identical_call() {
+    is_stopped_at_the_fifth(
+        &CLAUDE_CODE_VERTEX,
         "[loopguard] identical_call (critical, count 5): `Bash` with ",
     );
 }
