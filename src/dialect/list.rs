@@ -7,7 +7,7 @@ use serde_json::Value;
 use super::ending::Kept;
 use super::write::{Answer, Mode, Signed};
 use super::{DialectError, ParsedRequest, SplitRequest, StreamEvent};
-use super::{anthropic, gemini, ollama, openai_chat, openai_responses};
+use super::{anthropic, bedrock, gemini, ollama, openai_chat, openai_responses};
 
 /// The wire protocol of a request, chosen from its path (DESIGN §8).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
@@ -28,6 +28,9 @@ pub enum Dialect {
     OllamaChat,
     /// Ollama native completion: `POST …/api/generate` (no tool calls).
     OllamaGenerate,
+    /// Claude on Amazon Bedrock: `POST …/model/{id}/invoke` and
+    /// `…/invoke-with-response-stream` (Anthropic's body; AWS event stream).
+    Bedrock,
 }
 
 impl Dialect {
@@ -41,17 +44,19 @@ impl Dialect {
             Self::Anthropic => "anthropic",
             Self::OllamaChat => "ollama-chat",
             Self::OllamaGenerate => "ollama-generate",
+            Self::Bedrock => "bedrock",
         }
     }
 
     /// Every dialect, in the order they are documented.
-    pub const ALL: [Self; 6] = [
+    pub const ALL: [Self; 7] = [
         Self::OpenaiChat,
         Self::Gemini,
         Self::OpenaiResponses,
         Self::Anthropic,
         Self::OllamaChat,
         Self::OllamaGenerate,
+        Self::Bedrock,
     ];
 
     /// Picks the dialect for a request path (without query), or `None` for
@@ -74,6 +79,16 @@ impl Dialect {
         if path.ends_with("/api/generate") {
             return Some(Self::OllamaGenerate);
         }
+        // Bedrock InvokeModel: `/model/{modelId}/invoke[-with-response-stream]`.
+        if let Some((head, method)) = path.rsplit_once('/') {
+            if matches!(method, "invoke" | "invoke-with-response-stream")
+                && head.rsplit_once('/').is_some_and(|(before, id)| {
+                    !id.is_empty() && (before == "/model" || before.ends_with("/model"))
+                })
+            {
+                return Some(Self::Bedrock);
+            }
+        }
         let last = path.rsplit('/').next().unwrap_or_default();
         if let Some((_model, method)) = last.split_once(':') {
             if method == "generateContent" || method == "streamGenerateContent" {
@@ -89,6 +104,18 @@ impl Dialect {
         None
     }
 
+    /// The model a request path names: Bedrock's `…/model/{modelId}/invoke…`
+    /// segment, else the last segment before a `:` (Gemini's
+    /// `models/{model}:generateContent`, Vertex's `…/models/{model}:rawPredict`).
+    pub fn path_model(self, path: &str) -> &str {
+        let mut segments = path.trim_end_matches('/').rsplit('/');
+        let last = segments.next().unwrap_or_default();
+        match self {
+            Self::Bedrock => segments.next().unwrap_or_default(),
+            _ => last.split(':').next().unwrap_or_default(),
+        }
+    }
+
     /// Parses a request body into what the detectors need.
     ///
     /// # Errors
@@ -100,7 +127,7 @@ impl Dialect {
             Self::OpenaiChat => openai_chat::parse_request(body),
             Self::Gemini => gemini::parse_request(body),
             Self::OpenaiResponses => openai_responses::parse_request(body),
-            Self::Anthropic => anthropic::parse_request(body),
+            Self::Anthropic | Self::Bedrock => anthropic::parse_request(body),
             Self::OllamaChat => ollama::parse_chat(body),
             Self::OllamaGenerate => ollama::parse_generate(body),
         }
@@ -118,7 +145,7 @@ impl Dialect {
         match self {
             Self::OpenaiChat => Some(openai_chat::split_request(body)),
             Self::Gemini => Some(gemini::split_request(body)),
-            Self::Anthropic => Some(anthropic::split_request(body)),
+            Self::Anthropic | Self::Bedrock => Some(anthropic::split_request(body)),
             Self::OpenaiResponses => Some(openai_responses::split_request(body)),
             Self::OllamaChat => Some(ollama::split_chat(body)),
             Self::OllamaGenerate => None,
@@ -140,7 +167,7 @@ impl Dialect {
         match self {
             Self::OpenaiChat => openai_chat::resume_request(body, from),
             Self::Gemini => gemini::resume_request(body, from),
-            Self::Anthropic => anthropic::resume_request(body, from),
+            Self::Anthropic | Self::Bedrock => anthropic::resume_request(body, from),
             Self::OpenaiResponses => openai_responses::resume_request(body, from),
             Self::OllamaChat => ollama::resume_chat(body, from),
             Self::OllamaGenerate => Err(DialectError::Shape(
@@ -154,7 +181,9 @@ impl Dialect {
     /// `input`.
     pub fn history_key(self) -> &'static str {
         match self {
-            Self::OpenaiChat | Self::Anthropic | Self::OllamaChat | Self::OllamaGenerate => "messages",
+            Self::OpenaiChat | Self::Anthropic | Self::OllamaChat | Self::OllamaGenerate | Self::Bedrock => {
+                "messages"
+            }
             Self::Gemini => "contents",
             Self::OpenaiResponses => "input",
         }
@@ -175,6 +204,7 @@ impl Dialect {
             Self::OllamaGenerate => {
                 StreamParser::Ollama(ollama::Endpoint::Generate, ollama::ResponseParser::default())
             }
+            Self::Bedrock => StreamParser::Bedrock(anthropic::ResponseParser::default()),
         }
     }
 
@@ -186,6 +216,7 @@ impl Dialect {
             Self::Gemini => "gemini",
             Self::Anthropic => "anthropic",
             Self::OllamaChat | Self::OllamaGenerate => "ollama",
+            Self::Bedrock => "bedrock",
         }
     }
 
@@ -211,6 +242,8 @@ impl Dialect {
             Self::OpenaiResponses | Self::Anthropic => Mode::Whole,
             Self::OllamaChat | Self::OllamaGenerate if stream => Mode::Ndjson,
             Self::OllamaChat | Self::OllamaGenerate => Mode::Whole,
+            Self::Bedrock if path.ends_with("/invoke-with-response-stream") => Mode::EventStream,
+            Self::Bedrock => Mode::Whole,
         }
     }
 
@@ -232,9 +265,11 @@ impl Dialect {
     /// `functionResponse.response` object; OpenAI Responses — appended to the
     /// last call output's `output`; Anthropic — a `text` block after the
     /// `tool_result` blocks of the last user message. Returns `false` (body
-    /// untouched) when the request carries no tool result to attach it to.
+    /// untouched) when the request carries no tool result to attach it to,
+    /// and always on Bedrock, whose bodies are SigV4-signed by the client.
     pub fn inject_warning(self, body: &mut Value, warning: &str) -> bool {
         match self {
+            Self::Bedrock => false,
             Self::OpenaiChat => openai_chat::write::inject_warning(body, warning),
             Self::Gemini => gemini::write::inject_warning(body, warning),
             Self::OpenaiResponses => openai_responses::write::inject_warning(body, warning),
@@ -265,6 +300,8 @@ impl Dialect {
                 ollama::model::set_model(body, model);
                 None
             }
+            // A signed request is never changed (the model is in its path).
+            Self::Bedrock => None,
         }
     }
 
@@ -282,6 +319,7 @@ impl Dialect {
             Self::OpenaiResponses => openai_responses::model::strip_foreign_signatures(body, foreign),
             Self::Anthropic => anthropic::model::strip_foreign_signatures(body, foreign),
             Self::OllamaChat | Self::OllamaGenerate => ollama::model::strip_foreign_signatures(body, foreign),
+            Self::Bedrock => Signed::default(),
         }
     }
 
@@ -295,6 +333,8 @@ impl Dialect {
             Self::OpenaiResponses => openai_responses::model::set_credential(headers, url, secret),
             Self::Anthropic => anthropic::model::set_credential(headers, url, secret),
             Self::OllamaChat | Self::OllamaGenerate => ollama::model::set_credential(headers, url, secret),
+            // SigV4 signs each request: a static secret cannot replace it.
+            Self::Bedrock => {}
         }
     }
 
@@ -311,6 +351,7 @@ impl Dialect {
             Self::OllamaGenerate => {
                 ollama::write::block_answer(ollama::Endpoint::Generate, mode, model, message)
             }
+            Self::Bedrock => bedrock::write::block_answer(mode, model, message),
         }
     }
 
@@ -323,6 +364,7 @@ impl Dialect {
             Self::OpenaiResponses => openai_responses::write::abort_body(message),
             Self::Anthropic => anthropic::write::abort_body(message),
             Self::OllamaChat | Self::OllamaGenerate => ollama::write::abort_body(message),
+            Self::Bedrock => bedrock::write::abort_body(message),
         }
     }
 
@@ -365,7 +407,7 @@ impl Dialect {
             Self::OpenaiChat => openai_chat::sample::demo_request(proxy),
             Self::Gemini => gemini::sample::demo_request(proxy),
             Self::OpenaiResponses => openai_responses::sample::demo_request(proxy),
-            Self::Anthropic => anthropic::sample::demo_request(proxy),
+            Self::Anthropic | Self::Bedrock => anthropic::sample::demo_request(proxy),
             Self::OllamaChat | Self::OllamaGenerate => ollama::sample::demo_request(proxy),
         }
     }
@@ -377,7 +419,7 @@ impl Dialect {
             Self::OpenaiChat => openai_chat::sample::push_call_turn(body, n, name, args, result),
             Self::Gemini => gemini::sample::push_call_turn(body, n, name, args, result),
             Self::OpenaiResponses => openai_responses::sample::push_call_turn(body, n, name, args, result),
-            Self::Anthropic => anthropic::sample::push_call_turn(body, n, name, args, result),
+            Self::Anthropic | Self::Bedrock => anthropic::sample::push_call_turn(body, n, name, args, result),
             Self::OllamaChat | Self::OllamaGenerate => {
                 ollama::sample::push_call_turn(body, n, name, args, result)
             }
@@ -390,7 +432,7 @@ impl Dialect {
             Self::OpenaiChat => openai_chat::sample::push_user_turn(body, text),
             Self::Gemini => gemini::sample::push_user_turn(body, text),
             Self::OpenaiResponses => openai_responses::sample::push_user_turn(body, text),
-            Self::Anthropic => anthropic::sample::push_user_turn(body, text),
+            Self::Anthropic | Self::Bedrock => anthropic::sample::push_user_turn(body, text),
             Self::OllamaChat | Self::OllamaGenerate => ollama::sample::push_user_turn(body, text),
         }
     }
@@ -422,6 +464,8 @@ pub enum StreamParser {
     Anthropic(anthropic::ResponseParser),
     /// `ollama-chat` and `ollama-generate` answers (one line at a time).
     Ollama(ollama::Endpoint, ollama::ResponseParser),
+    /// `bedrock` answers: Anthropic events, one per decoded `chunk`.
+    Bedrock(anthropic::ResponseParser),
 }
 
 impl StreamParser {
@@ -435,7 +479,7 @@ impl StreamParser {
             Self::OpenaiChat(p) => p.payload(payload, out),
             Self::Gemini(p) => p.payload(payload, out),
             Self::OpenaiResponses(p) => p.payload(payload, out),
-            Self::Anthropic(p) => p.payload(payload, out),
+            Self::Anthropic(p) | Self::Bedrock(p) => p.payload(payload, out),
             Self::Ollama(_, p) => p.payload(payload, out),
         }
     }
@@ -448,7 +492,7 @@ impl StreamParser {
             Self::OpenaiChat(p) => p.meta(),
             Self::Gemini(p) => p.meta(),
             Self::Ollama(_, p) => p.meta(),
-            Self::OpenaiResponses(_) | Self::Anthropic(_) => None,
+            Self::OpenaiResponses(_) | Self::Anthropic(_) | Self::Bedrock(_) => None,
         }
     }
 
@@ -458,7 +502,7 @@ impl StreamParser {
             Self::OpenaiChat(p) => p.end(out),
             Self::Gemini(p) => p.end(out),
             Self::OpenaiResponses(p) => p.end(out),
-            Self::Anthropic(p) => p.end(out),
+            Self::Anthropic(p) | Self::Bedrock(p) => p.end(out),
             Self::Ollama(_, p) => p.end(out),
         }
     }
@@ -469,7 +513,7 @@ impl StreamParser {
     pub fn anchor(&self) -> (Option<u64>, Option<u32>) {
         match self {
             Self::OpenaiResponses(p) => openai_responses::ending::anchor(p.state()),
-            Self::Anthropic(p) => anthropic::ending::anchor(p.state()),
+            Self::Anthropic(p) | Self::Bedrock(p) => anthropic::ending::anchor(p.state()),
             Self::OpenaiChat(_) | Self::Gemini(_) | Self::Ollama(..) => (None, None),
         }
     }
@@ -483,6 +527,7 @@ impl StreamParser {
             Self::OpenaiResponses(p) => openai_responses::ending::block(p.state(), kept, message),
             Self::Anthropic(p) => anthropic::ending::block(p.state(), kept, message),
             Self::Ollama(e, p) => ollama::write::block(*e, p.identity(), kept, message),
+            Self::Bedrock(p) => bedrock::ending::block(p.state(), kept, message),
         }
     }
 
@@ -495,6 +540,7 @@ impl StreamParser {
             Self::OpenaiResponses(p) => openai_responses::ending::error(p.state(), kept, message),
             Self::Anthropic(_) => anthropic::ending::error(kept, message),
             Self::Ollama(..) => ollama::write::error(kept, message),
+            Self::Bedrock(_) => bedrock::ending::error(kept, message),
         }
     }
 
@@ -508,6 +554,7 @@ impl StreamParser {
             Self::OpenaiResponses(p) => openai_responses::ending::cut(p.state(), kept, message),
             Self::Anthropic(p) => anthropic::ending::cut(p.state(), kept, message),
             Self::Ollama(e, p) => ollama::write::cut(*e, p.identity(), kept, message),
+            Self::Bedrock(p) => bedrock::ending::cut(p.state(), kept, message),
         }
     }
 }

@@ -8,6 +8,7 @@
 //! bytes; parsing works on a side copy.
 
 pub mod anthropic;
+pub mod bedrock;
 pub mod ending;
 pub mod event;
 pub mod gemini;

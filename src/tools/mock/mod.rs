@@ -6,7 +6,10 @@
 //! `…:generateContent`, `…:streamGenerateContent` (also Gemini on Vertex AI,
 //! `…/publishers/google/models/{m}:…`), Claude on Vertex AI
 //! (`…/publishers/anthropic/models/{m}:rawPredict`, and `:streamRawPredict`,
-//! which streams whatever the body's `stream` says) and Ollama's `…/api/chat`
+//! which streams whatever the body's `stream` says), Claude on Bedrock
+//! (`…/model/{id}/invoke`, and `…/invoke-with-response-stream`, whose
+//! Anthropic events — scripted, or an `anthropic/*.sse` fixture — are sent as
+//! AWS event-stream `chunk`s, one per event) and Ollama's `…/api/chat`
 //! and `…/api/generate` (NDJSON unless `stream: false`, see [`ollama`]) with either a recorded
 //! fixture or a scripted turn (see [`script`]), in the mode the request
 //! asked for (SSE — named events for Responses and Anthropic —, streamed
@@ -374,9 +377,13 @@ async fn answer(State(st): State<Arc<MockState>>, request: Request) -> Response 
     // whatever the body says.
     let vertex_claude = path.contains("/publishers/anthropic/models/")
         && (path.ends_with(":rawPredict") || path.ends_with(":streamRawPredict"));
+    // Claude on Bedrock: Anthropic's answer; `invoke-with-response-stream`
+    // streams its events as AWS event-stream `chunk`s.
+    let bedrock = crate::dialect::Dialect::from_path(path) == Some(crate::dialect::Dialect::Bedrock);
+    let bedrock_stream = bedrock && path.ends_with("/invoke-with-response-stream");
     let named = if path.ends_with("/responses") {
         Some(Named::Responses)
-    } else if path.ends_with("/messages") || vertex_claude {
+    } else if path.ends_with("/messages") || vertex_claude || bedrock {
         Some(Named::Anthropic)
     } else {
         None
@@ -396,6 +403,8 @@ async fn answer(State(st): State<Arc<MockState>>, request: Request) -> Response 
         } else {
             Mode::Lines
         }
+    } else if bedrock {
+        if bedrock_stream { Mode::Sse } else { Mode::Whole }
     } else if json_body.get("stream").and_then(Value::as_bool) == Some(true)
         || path.ends_with(":streamRawPredict")
     {
@@ -429,6 +438,13 @@ async fn answer(State(st): State<Arc<MockState>>, request: Request) -> Response 
                 .or_else(|| {
                     (gemini || vertex_claude)
                         .then(|| path.rsplit('/').next().and_then(|last| last.split(':').next()))
+                        .flatten()
+                        .map(str::to_owned)
+                })
+                .or_else(|| {
+                    // Bedrock: `/model/{modelId}/invoke…`.
+                    bedrock
+                        .then(|| path.rsplit('/').nth(1))
                         .flatten()
                         .map(str::to_owned)
                 })
@@ -468,7 +484,17 @@ async fn answer(State(st): State<Arc<MockState>>, request: Request) -> Response 
     let recorded_stream = mode != Mode::Array && header_str(&parts.headers, "x-mock-fixture").is_some();
     let ndjson = mode == Mode::Lines
         || header_str(&parts.headers, "x-mock-fixture").is_some_and(|n| n.ends_with(".ndjson"));
-    let content_type = if ndjson {
+    let pieces = if bedrock_stream {
+        pieces
+            .iter()
+            .map(|p| crate::dialect::bedrock::frames_from_sse(p))
+            .collect()
+    } else {
+        pieces
+    };
+    let content_type = if bedrock_stream {
+        crate::dialect::bedrock::EVENT_STREAM
+    } else if ndjson {
         "application/x-ndjson"
     } else if mode == Mode::Sse || recorded_stream {
         "text/event-stream"
