@@ -3,7 +3,8 @@
 //! (`openai-chat`), Codex (`openai-responses`) and Claude Code
 //! (`anthropic`); Claude Code and Gemini CLI also on Vertex AI
 //! (`CLAUDE_WIRE=vertex`, `GEMINI_WIRE=vertex` in their run scripts, through
-//! the `/vertex-claude` and `/vertex` routes). `make agents` installs the pinned versions
+//! the `/vertex-claude` and `/vertex` routes) and Claude Code on Bedrock
+//! (`CLAUDE_WIRE=bedrock`, the `/bedrock` route). `make agents` installs the pinned versions
 //! (`tests/agents/package.json`); `tests/agents/{gemini,opencode,codex,claude}.sh`
 //! hold each agent's headless setup (throw-away HOME, fake key, telemetry
 //! and updates off) and can be run by hand.
@@ -50,10 +51,12 @@ fn setup(agent: &str, detection: bool) -> (Proc, Proc) {
     let script = agents_dir().join(agent).join("script.json");
     let mock = common::mock_with_args(&["--script", &script.to_string_lossy()]);
     let mut config = common::config_for(&mock.url(), "");
-    // Gemini and Claude on Vertex AI, as in config/vertex.toml.
+    // Gemini and Claude on Vertex AI (config/vertex.toml), Claude on Bedrock
+    // (config/bedrock.toml).
     config.push_str(&format!(
         "\n[[routes]]\nprefix = \"/vertex\"\nprovider = \"gemini\"\nupstream = \"{url}\"\nstrip_prefix = true\n\
-         \n[[routes]]\nprefix = \"/vertex-claude\"\nprovider = \"anthropic\"\nupstream = \"{url}\"\nstrip_prefix = true\n",
+         \n[[routes]]\nprefix = \"/vertex-claude\"\nprovider = \"anthropic\"\nupstream = \"{url}\"\nstrip_prefix = true\n\
+         \n[[routes]]\nprefix = \"/bedrock\"\nprovider = \"bedrock\"\nupstream = \"{url}\"\nstrip_prefix = true\n",
         url = mock.url()
     ));
     if !detection {
@@ -457,6 +460,8 @@ struct Agent {
     env: &'static [(&'static str, &'static str)],
     /// What every path it calls ends with.
     path: &'static str,
+    /// Other paths it calls (control-plane look-ups), proxied unjudged.
+    side_paths: &'static [&'static str],
     /// The run's final message (`None` when it reported an error).
     final_message: fn(&Run) -> Option<String>,
     /// Calls executed, from the loop requests.
@@ -470,6 +475,7 @@ const CODEX: Agent = Agent {
     route: "/v1",
     env: &[],
     path: "/responses",
+    side_paths: &[],
     final_message: |run| codex_messages(run).pop(),
     executed: responses_calls_executed,
 };
@@ -481,6 +487,7 @@ const CLAUDE_CODE: Agent = Agent {
     route: "/anthropic",
     env: &[],
     path: "/v1/messages",
+    side_paths: &[],
     final_message: claude_final_message,
     executed: anthropic_calls_executed,
 };
@@ -494,6 +501,23 @@ const CLAUDE_CODE_VERTEX: Agent = Agent {
     route: "/vertex-claude/v1",
     env: &[("CLAUDE_WIRE", "vertex")],
     path: ":streamRawPredict",
+    side_paths: &[],
+    final_message: claude_final_message,
+    executed: anthropic_calls_executed,
+};
+
+/// Claude Code on Amazon Bedrock (`CLAUDE_CODE_USE_BEDROCK=1`, AWS auth
+/// skipped), through the `/bedrock` route: its turns are
+/// `InvokeModelWithResponseStream` calls answered as AWS event streams.
+const CLAUDE_CODE_BEDROCK: Agent = Agent {
+    cli: "claude",
+    name: "claude",
+    script: "claude.sh",
+    route: "/bedrock",
+    env: &[("CLAUDE_WIRE", "bedrock")],
+    path: "/invoke-with-response-stream",
+    // Claude Code lists the region's inference profiles first.
+    side_paths: &["/inference-profiles"],
     final_message: claude_final_message,
     executed: anthropic_calls_executed,
 };
@@ -524,7 +548,12 @@ fn runs_all_thirty_on_its_own(agent: &Agent) {
     let loop_reqs = loop_requests(&requests);
     assert_eq!(loop_reqs.len(), 31, "30 tool turns and the final text turn");
     assert_eq!((agent.executed)(&loop_reqs), 30);
-    assert!(requests.iter().all(|(path, _)| path.ends_with(agent.path)));
+    assert!(
+        requests
+            .iter()
+            .all(|(path, _)| path.ends_with(agent.path) || agent.side_paths.contains(&path.as_str())),
+        "{requests:?}"
+    );
 }
 
 /// Through loopguard the agent runs 4 calls and its run ends (exit 0) with
@@ -580,4 +609,63 @@ fn claude_code_on_vertex_is_stopped_by_loopguard_at_the_fifth_identical_call() {
         &CLAUDE_CODE_VERTEX,
         "[loopguard] identical_call (critical, count 5): `Bash` with ",
     );
+}
+
+#[test]
+fn claude_code_on_bedrock_on_its_own_runs_all_thirty_identical_calls() {
+    runs_all_thirty_on_its_own(&CLAUDE_CODE_BEDROCK);
+}
+
+/// On Bedrock no warning reaches the model (a signed body is never
+/// rewritten): the fifth identical call is blocked all the same, and the
+/// requests reach the upstream as Claude Code sent them.
+#[test]
+fn claude_code_on_bedrock_is_stopped_by_loopguard_at_the_fifth_identical_call() {
+    claude_code_on_bedrock_is_stopped_at_the_fifth("bedrock");
+}
+
+/// With a Bedrock API key (`AWS_BEARER_TOKEN_BEDROCK`) every request
+/// carries its bearer token to the upstream untouched, and the loop is
+/// stopped the same way.
+#[test]
+fn claude_code_on_bedrock_with_an_api_key_passes_its_token_and_is_stopped() {
+    let mock = claude_code_on_bedrock_is_stopped_at_the_fifth("bedrock-key");
+    let runtime = tokio::runtime::Runtime::new().unwrap_or_else(|e| panic!("runtime: {e}"));
+    let requests = runtime.block_on(common::mock_requests(&mock));
+    assert!(!requests.is_empty());
+    assert!(
+        requests
+            .iter()
+            .all(|r| r["headers"]["authorization"] == "Bearer ABSK-fake-key-for-loopguard-tests"),
+        "{requests:?}"
+    );
+}
+
+/// Claude Code on Bedrock (`CLAUDE_WIRE=wire`) runs 4 calls and ends with
+/// loopguard's explanation; returns the mock for more checks.
+fn claude_code_on_bedrock_is_stopped_at_the_fifth(wire: &str) -> Proc {
+    require_cli("claude");
+    let (mock, lg) = setup("claude", true);
+    let run = run_agent_with(
+        "claude.sh",
+        &format!("{}/bedrock", lg.url()),
+        &[("CLAUDE_WIRE", wire)],
+    );
+    assert!(run.status.success(), "{}", run.describe());
+    let message = claude_final_message(&run).unwrap_or_default();
+    assert!(
+        message.starts_with("[loopguard] identical_call (critical, count 5): `Bash` with "),
+        "{}",
+        run.describe()
+    );
+    let requests = recorded(&mock);
+    let loop_reqs = loop_requests(&requests);
+    assert_eq!(loop_reqs.len(), 5, "the run ends with the blocked fifth turn");
+    assert_eq!(anthropic_calls_executed(&loop_reqs), 4);
+    assert!(
+        loop_reqs.iter().all(|b| !b.to_string().contains("[loopguard]")),
+        "no warning injected into a signed body"
+    );
+    lg.wait_for_log("\"action\":\"block\"");
+    mock
 }

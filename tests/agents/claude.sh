@@ -16,7 +16,11 @@
 # CLAUDE_WIRE=vertex runs it on Claude on Vertex AI instead: BASE_URL is then
 # ANTHROPIC_VERTEX_BASE_URL (e.g. loopguard's /vertex-claude/v1; Claude Code
 # appends /projects/p/locations/us-east5/publishers/anthropic/models/{m}:streamRawPredict),
-# with Google auth skipped (no credential is sent).
+# with Google auth skipped (no credential is sent). CLAUDE_WIRE=bedrock runs
+# it on Amazon Bedrock: BASE_URL is ANTHROPIC_BEDROCK_BASE_URL (e.g.
+# loopguard's /bedrock; Claude Code appends /model/{id}/invoke-with-response-stream),
+# AWS auth skipped (no SigV4 signature is sent); CLAUDE_WIRE=bedrock-key the
+# same with a (fake) Bedrock API key, sent as a bearer token.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 base_url="${1:?usage: claude.sh BASE_URL [PROMPT]}"
@@ -35,6 +39,8 @@ cd "$work/project"
 unset ANTHROPIC_AUTH_TOKEN ANTHROPIC_MODEL ANTHROPIC_SMALL_FAST_MODEL \
   ANTHROPIC_CUSTOM_HEADERS ANTHROPIC_BETAS CLAUDE_CONFIG_DIR \
   CLAUDE_CODE_USE_BEDROCK CLAUDE_CODE_USE_VERTEX CLAUDE_CODE_USE_FOUNDRY \
+  ANTHROPIC_BEDROCK_BASE_URL ANTHROPIC_VERTEX_BASE_URL AWS_PROFILE AWS_ACCESS_KEY_ID \
+  AWS_SECRET_ACCESS_KEY AWS_SESSION_TOKEN AWS_BEARER_TOKEN_BEDROCK \
   CLAUDE_CODE_OAUTH_TOKEN CLAUDE_CODE_ENTRYPOINT CLAUDECODE
 export HOME="$work/home"
 case "${CLAUDE_WIRE:-anthropic}" in
@@ -48,8 +54,19 @@ case "${CLAUDE_WIRE:-anthropic}" in
     export ANTHROPIC_VERTEX_BASE_URL="$base_url"
     export ANTHROPIC_VERTEX_PROJECT_ID=p CLOUD_ML_REGION=us-east5
     ;;
+  bedrock)
+    unset ANTHROPIC_BASE_URL ANTHROPIC_API_KEY
+    export CLAUDE_CODE_USE_BEDROCK=1 CLAUDE_CODE_SKIP_BEDROCK_AUTH=1
+    export ANTHROPIC_BEDROCK_BASE_URL="$base_url" AWS_REGION=us-east-1
+    ;;
+  bedrock-key)
+    # A Bedrock API key: sent as `Authorization: Bearer`, not SigV4.
+    unset ANTHROPIC_BASE_URL ANTHROPIC_API_KEY
+    export CLAUDE_CODE_USE_BEDROCK=1 AWS_BEARER_TOKEN_BEDROCK="ABSK-fake-key-for-loopguard-tests"
+    export ANTHROPIC_BEDROCK_BASE_URL="$base_url" AWS_REGION=us-east-1
+    ;;
   *)
-    echo "claude.sh: unknown CLAUDE_WIRE=$CLAUDE_WIRE (anthropic or vertex)" >&2
+    echo "claude.sh: unknown CLAUDE_WIRE=$CLAUDE_WIRE (anthropic, vertex, bedrock or bedrock-key)" >&2
     exit 2
     ;;
 esac
