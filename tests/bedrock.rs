@@ -14,7 +14,7 @@
 
 mod common;
 
-use common::{Proc, client, config_for, fixtures_of, loopguard, mock, mock_requests};
+use common::{Proc, client, config_for, fixtures_of, loopguard, metric_value, metrics, mock, mock_requests};
 use loopguard::dialect::bedrock;
 use loopguard::eventstream::{Decoder, Message};
 use serde_json::{Value, json};
@@ -358,4 +358,36 @@ async fn a_stream_time_abort_is_an_error_status_or_an_exception_message() {
             .is_some_and(|m| m.starts_with("loop_detected"))
     );
     assert!(!has_calls(&events(&got.body)));
+}
+
+/// Fail open: an event stream whose first message fails its CRC is not
+/// judged and reaches the client byte for byte as the upstream sent it;
+/// the fail-open is counted.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_corrupt_event_stream_passes_unjudged_and_unchanged() {
+    let (mock, lg) = start("");
+    let body = history("walk the garden", 0);
+    let headers = [
+        ("x-mock-fixture", "anthropic/parallel-tool-use-same-tool.sse"),
+        ("x-mock-fault", "corrupt"),
+        ("x-mock-chunk", "random"),
+    ];
+    let direct = send(
+        &mock.url(),
+        STREAM.trim_start_matches("/bedrock"),
+        &body,
+        &headers,
+    )
+    .await;
+    let got = send(&lg.url(), STREAM, &body, &headers).await;
+    assert_eq!(got.status, 200);
+    assert!(got.body == direct.body, "byte for byte");
+    assert!(got.verdict.is_none());
+    let mut decoder = Decoder::default();
+    assert!(decoder.push(&got.body, &mut Vec::new()).is_err(), "still corrupt");
+    let text = metrics(&lg).await;
+    assert!(
+        metric_value(&text, "loopguard_fail_open_total{reason=\"response_unparsable\"}") >= 1.0,
+        "{text}"
+    );
 }

@@ -23,7 +23,7 @@
 //! | `x-mock-pace-ms: 50` | delay between events |
 //! | `x-mock-chunk: event\|random\|bytes\|whole` | write sizes: one event per write (default), random 1–97 bytes, one byte, or the whole body at once |
 //! | `x-mock-seed: 7` | seed for `random` writes |
-//! | `x-mock-fault: …` | `die-after:N` (break the connection after N events), `stall-after:N` (go silent after N events), `truncate-after:N` (end the body cleanly after N events), `delay-headers-ms:N`, `status:CODE` (an error answer), `no-terminator` (no `[DONE]`), `gzip` (gzip the body when the request accepts it) |
+//! | `x-mock-fault: …` | `die-after:N` (break the connection after N events), `stall-after:N` (go silent after N events), `truncate-after:N` (end the body cleanly after N events), `delay-headers-ms:N`, `status:CODE` (an error answer), `no-terminator` (no `[DONE]`), `gzip` (gzip the body when the request accepts it), `corrupt` (flip a bit of the first event's last byte: a Bedrock message with a bad CRC) |
 //! | `x-mock-id: ID` | name under which the send log is kept |
 //! | `x-mock-signatures: strict` | reject (HTTP 400) a history carrying reasoning signed by another model than the one asked for; `x-mock-signer: MODEL` names the producer of signatures the mock did not make (see [`signatures`]) |
 //!
@@ -265,6 +265,9 @@ struct Controls {
     status: Option<u16>,
     no_terminator: bool,
     gzip: bool,
+    /// Flip one bit in the last byte of the first piece (an event-stream
+    /// message whose CRC no longer matches).
+    corrupt: bool,
     id: Option<String>,
 }
 
@@ -289,6 +292,7 @@ impl Controls {
                 "status" => c.status = n.and_then(|n| u16::try_from(n).ok()),
                 "no-terminator" => c.no_terminator = true,
                 "gzip" => c.gzip = true,
+                "corrupt" => c.corrupt = true,
                 _ => {}
             }
         }
@@ -504,6 +508,12 @@ async fn answer(State(st): State<Arc<MockState>>, request: Request) -> Response 
     let mut headers = HeaderMap::new();
     headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
     let accepts_gzip = header_str(&parts.headers, "accept-encoding").is_some_and(|v| v.contains("gzip"));
+    let mut pieces = pieces;
+    if controls.corrupt {
+        if let Some(last) = pieces.first_mut().and_then(|p| p.last_mut()) {
+            *last ^= 1;
+        }
+    }
     let pieces = if controls.gzip && accepts_gzip {
         headers.insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
         let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
