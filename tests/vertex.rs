@@ -512,3 +512,29 @@ async fn a_stream_time_abort_is_an_error_status_or_an_error_event() {
         );
     }
 }
+
+/// A Vertex path names its publisher: Claude's path sent to the Gemini
+/// route (a base URL pointed at the wrong prefix) gets HTTP 400 naming the
+/// Vertex Claude route — not the public Anthropic one — and Gemini's path
+/// on the Claude route names the Vertex Gemini route; nothing is forwarded.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_vertex_path_on_the_other_publishers_route_names_the_right_route() {
+    let mock = mock();
+    let config = format!(
+        "{}\n[[routes]]\nprefix = \"/vertex\"\nprovider = \"gemini\"\nupstream = \"https://us-central1-aiplatform.googleapis.com\"\nstrip_prefix = true\n\n\
+         [[routes]]\nprefix = \"/vertex-claude\"\nprovider = \"anthropic\"\nupstream = \"https://us-east5-aiplatform.googleapis.com\"\nstrip_prefix = true\n",
+        config_for(&mock.url(), "")
+    );
+    let lg = loopguard(&config);
+    let claude_on_gemini = CLAUDE.base.replacen("/vertex-claude/", "/vertex/", 1) + CLAUDE.stream_method;
+    let gemini_on_claude = GEMINI.base.replacen("/vertex/", "/vertex-claude/", 1) + GEMINI.stream_method;
+    for (path, body, names) in [
+        (claude_on_gemini, claude_history("hi", 0), "prefix /vertex-claude"),
+        (gemini_on_claude, gemini_history("hi", 0), "prefix /vertex)"),
+    ] {
+        let got = send(&lg.url(), &path, &body, &[]).await;
+        assert_eq!(got.status, 400, "{path}: {}", got.body);
+        assert!(got.body.contains(names), "{path}: {}", got.body);
+    }
+    assert!(mock_requests(&mock).await.is_empty());
+}
