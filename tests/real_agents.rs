@@ -48,6 +48,11 @@ fn require_cli(name: &str) {
 
 /// A mock with the agent's script and loopguard in front of it.
 fn setup(agent: &str, detection: bool) -> (Proc, Proc) {
+    setup_with(agent, if detection { "" } else { DETECTION_OFF })
+}
+
+/// [`setup`] with `extra` TOML after the routes.
+fn setup_with(agent: &str, extra: &str) -> (Proc, Proc) {
     let script = agents_dir().join(agent).join("script.json");
     let mock = common::mock_with_args(&["--script", &script.to_string_lossy()]);
     let mut config = common::config_for(&mock.url(), "");
@@ -59,9 +64,7 @@ fn setup(agent: &str, detection: bool) -> (Proc, Proc) {
          \n[[routes]]\nprefix = \"/bedrock\"\nprovider = \"bedrock\"\nupstream = \"{url}\"\nstrip_prefix = true\n",
         url = mock.url()
     ));
-    if !detection {
-        config.push_str(DETECTION_OFF);
-    }
+    config.push_str(extra);
     let lg = common::loopguard(&config);
     (mock, lg)
 }
@@ -668,4 +671,30 @@ fn claude_code_on_bedrock_is_stopped_at_the_fifth(wire: &str) -> Proc {
     );
     lg.wait_for_log("\"action\":\"block\"");
     mock
+}
+
+/// With `critical = "abort"` (the CI setting), Claude Code on Bedrock stops
+/// at the fifth identical call on loopguard's HTTP 400 `{"message"}` and
+/// exits non-zero, showing the message; it does not retry.
+#[test]
+fn claude_code_on_bedrock_exits_non_zero_on_an_abort() {
+    require_cli("claude");
+    let (mock, lg) = setup_with("claude", "\n[loop_detection.actions]\ncritical = \"abort\"\n");
+    let run = run_agent_with(
+        "claude.sh",
+        &format!("{}/bedrock", lg.url()),
+        CLAUDE_CODE_BEDROCK.env,
+    );
+    assert!(!run.status.success(), "{}", run.describe());
+    let result = claude_result(&run);
+    assert_eq!(result["is_error"], true, "{}", run.describe());
+    assert!(
+        result["result"]
+            .as_str()
+            .is_some_and(|r| r.contains("loop_detected: [loopguard] identical_call (critical, count 5)")),
+        "{}",
+        run.describe()
+    );
+    let requests = recorded(&mock);
+    assert_eq!(loop_requests(&requests).len(), 5, "no retry after the abort");
 }
