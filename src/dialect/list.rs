@@ -90,13 +90,16 @@ impl Dialect {
             }
         }
         let last = path.rsplit('/').next().unwrap_or_default();
-        if let Some((_model, method)) = last.split_once(':') {
+        if let Some((model, method)) = last.split_once(':') {
             if method == "generateContent" || method == "streamGenerateContent" {
                 return Some(Self::Gemini);
             }
-            // Claude on Vertex AI: Anthropic's Messages body, model in the path.
+            // Claude on Vertex AI: Anthropic's Messages body, model in the
+            // path; its token counting is the pseudo-model `count-tokens`
+            // (`/v1/messages/count_tokens` elsewhere), not a turn.
             if (method == "rawPredict" || method == "streamRawPredict")
                 && path.contains("/publishers/anthropic/models/")
+                && model != "count-tokens"
             {
                 return Some(Self::Anthropic);
             }

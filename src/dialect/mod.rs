@@ -190,6 +190,26 @@ mod tests {
             Dialect::from_path("/v1/projects/p/locations/l/publishers/anthropic/models/claude-x:countTokens"),
             None
         );
+        assert_eq!(
+            Dialect::from_path(
+                "/v1/projects/p/locations/l/publishers/anthropic/models/count-tokens:rawPredict"
+            ),
+            None,
+            "Vertex's token counting for Claude is not a turn"
+        );
+        assert_eq!(
+            Dialect::from_path(
+                "/model/anthropic.claude-sonnet-4-5-20250929-v1:0/invoke-with-response-stream"
+            ),
+            Some(Dialect::Bedrock)
+        );
+        assert_eq!(
+            Dialect::from_path("/bedrock/model/us.anthropic.claude-haiku-4-5-20251001-v1%3A0/invoke"),
+            Some(Dialect::Bedrock)
+        );
+        assert_eq!(Dialect::from_path("/model/m/converse-stream"), None);
+        assert_eq!(Dialect::from_path("/model//invoke"), None);
+        assert_eq!(Dialect::from_path("/v1/invoke"), None);
     }
 
     /// Claude on Vertex AI says "stream" in its method: `:streamRawPredict`
