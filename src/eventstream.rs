@@ -49,14 +49,21 @@ impl Message {
 /// bytes pass unjudged).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DecodeError {
-    /// A total length below the minimum, past the cap, or headers longer
-    /// than the message.
+    /// A total length below the minimum, or headers longer than the message.
     #[error("event stream: bad lengths (total {total}, headers {headers})")]
     Length {
         /// The prelude's total length.
         total: u32,
         /// The prelude's headers length.
         headers: u32,
+    },
+    /// A total length past the decoder's cap (refused before buffering).
+    #[error("event stream: message of {total} bytes over the cap of {max}")]
+    TooLarge {
+        /// The prelude's total length.
+        total: u32,
+        /// The decoder's cap.
+        max: usize,
     },
     /// The prelude CRC does not match.
     #[error("event stream: prelude CRC mismatch")]
@@ -167,7 +174,10 @@ fn decode_one(b: &[u8], max: usize) -> Result<Option<(usize, Message)>, DecodeEr
         return Err(DecodeError::PreludeCrc);
     }
     let (t, h) = (total as usize, headers_len as usize);
-    if t < OVERHEAD || t > max || h > t - OVERHEAD {
+    if t > max {
+        return Err(DecodeError::TooLarge { total, max });
+    }
+    if t < OVERHEAD || h > t - OVERHEAD {
         return Err(DecodeError::Length {
             total,
             headers: headers_len,
@@ -313,7 +323,7 @@ mod tests {
         let mut d = Decoder::new(1024);
         assert!(matches!(
             d.push(&prelude, &mut Vec::new()),
-            Err(DecodeError::Length { .. })
+            Err(DecodeError::TooLarge { .. })
         ));
         assert_eq!(d.buffered(), 0);
         let body = sample();

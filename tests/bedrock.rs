@@ -391,3 +391,41 @@ async fn a_corrupt_event_stream_passes_unjudged_and_unchanged() {
         "{text}"
     );
 }
+
+/// Bounded memory: a message longer than `max_response_bytes` is refused
+/// from its prelude (never buffered) and the stream passes unjudged, byte
+/// for byte, counted as `response_frame_too_large`.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_message_over_the_cap_passes_unjudged_and_unchanged() {
+    let mock = mock();
+    let config = format!(
+        "{}\n[[routes]]\nprefix = \"/bedrock\"\nprovider = \"bedrock\"\nupstream = \"{}\"\nstrip_prefix = true\n",
+        config_for(&mock.url(), "max_response_bytes = 256"),
+        mock.url()
+    );
+    let lg = loopguard(&config);
+    let body = history("walk the meadow", 0);
+    let headers = [("x-mock-fixture", "anthropic/parallel-tool-use-same-tool.sse")];
+    let direct = send(
+        &mock.url(),
+        STREAM.trim_start_matches("/bedrock"),
+        &body,
+        &headers,
+    )
+    .await;
+    assert!(
+        messages(&direct.body).iter().any(|m| m.payload.len() > 256),
+        "the fixture has a message over the cap"
+    );
+    let got = send(&lg.url(), STREAM, &body, &headers).await;
+    assert_eq!(got.status, 200);
+    assert!(got.body == direct.body, "byte for byte");
+    let text = metrics(&lg).await;
+    assert!(
+        metric_value(
+            &text,
+            "loopguard_fail_open_total{reason=\"response_frame_too_large\"}"
+        ) >= 1.0,
+        "{text}"
+    );
+}

@@ -138,7 +138,9 @@ impl Tap {
         self.failed.as_deref().map(|reason| {
             if reason.starts_with("response_too_large") {
                 "response_too_large"
-            } else if reason.starts_with("response_frame_too_large") {
+            } else if reason.starts_with("response_frame_too_large")
+                || reason.starts_with("event stream: message of")
+            {
                 "response_frame_too_large"
             } else if reason.starts_with("json array") {
                 "json_array_invalid"
