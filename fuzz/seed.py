@@ -30,6 +30,27 @@ def put(target, data):
     (d / hashlib.sha1(data).hexdigest()).write_bytes(data)
 
 
+def eventstream_message(headers, payload):
+    import struct
+    import zlib
+    block = b""
+    for name, value in headers:
+        n, v = name.encode(), value.encode()
+        block += bytes([len(n)]) + n + b"\x07" + struct.pack(">H", len(v)) + v
+    total = 16 + len(block) + len(payload)
+    prelude = struct.pack(">II", total, len(block))
+    prelude += struct.pack(">I", zlib.crc32(prelude))
+    body = prelude + block + payload
+    return body + struct.pack(">I", zlib.crc32(body))
+
+
+def bedrock_chunk(data):
+    import base64
+    payload = json.dumps({"bytes": base64.b64encode(data).decode()}).encode()
+    return eventstream_message(
+        [(":event-type", "chunk"), (":content-type", "application/json"), (":message-type", "event")], payload)
+
+
 def sse_payloads(raw):
     out = []
     for block in raw.replace(b"\r\n", b"\n").split(b"\n\n"):
@@ -171,6 +192,14 @@ def main():
     # Ollama: the hand-made NDJSON fixtures of tests/fixtures/ollama.
     for i, path in enumerate(sorted((ROOT / "tests" / "fixtures" / "ollama").glob("*.ndjson"))):
         put("ndjson", bytes([i * 29 % 256]) + path.read_bytes())
+    # Bedrock: the anthropic fixtures framed as AWS event streams (as the
+    # mock does), one chunk event per SSE event, and a trailing exception.
+    for i, path in enumerate(sorted((FIXTURES / "anthropic").glob("*.sse"))):
+        frames = b"".join(bedrock_chunk(p) for p in sse_payloads(path.read_bytes()))
+        put("eventstream", bytes([i * 37 % 256]) + frames)
+        put("eventstream", bytes([i]) + frames + eventstream_message(
+            [(":exception-type", "validationException"), (":content-type", "application/json"),
+             (":message-type", "exception")], b'{"message":"boom"}'))
     for target in sorted(p.name for p in OUT.iterdir()):
         print(f"{target}: {len(list((OUT / target).iterdir()))} seeds")
 

@@ -15,8 +15,9 @@
 //!   `forward` → `reply`; the holder (`hold`) and the side tap (`tap`)
 //!   that parses what passes.
 //! - [`http_client`]: the upstream HTTP client (also the semantic check's).
-//! - [`sse`], [`json_array`], [`ndjson`]: framing — split a response body into events,
-//!   keeping each event's raw bytes.
+//! - [`sse`], [`json_array`], [`ndjson`], [`eventstream`]: framing — split a
+//!   response body into events, keeping each event's raw bytes (AWS's binary
+//!   event stream for Bedrock).
 //! - [`dialect`]: one folder per wire protocol (`dialect/<name>/`: `parse`,
 //!   `write`, `ending`, `sample`): request body → [`transcript`], response
 //!   payloads → [`dialect::StreamEvent`]s, and what loopguard writes in it
@@ -58,6 +59,7 @@ pub mod config;
 pub mod detect;
 pub mod dialect;
 pub mod escalate;
+pub mod eventstream;
 pub mod guard;
 pub mod http_client;
 pub mod json_array;

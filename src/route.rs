@@ -64,25 +64,38 @@ fn segment_prefix(path: &str, prefix: &str) -> bool {
 /// header; OpenAI's thread messages live at `…/threads/{id}/messages` and
 /// authenticate with a bearer token), or a Gemini method path with a Gemini
 /// API key (`x-goog-api-key` or `?key=`), arriving on a route of another
-/// provider.
+/// provider. A Vertex AI model path names its publisher, which is enough on
+/// its own (Vertex authenticates with a Google bearer token, no key header):
+/// `…/publishers/anthropic/models/{m}:rawPredict` (or `:streamRawPredict`) is
+/// Anthropic's, `…/publishers/google/models/{m}:generateContent` (or
+/// `:streamGenerateContent`) Gemini's.
 pub fn misrouted(route: &Route, path: &str, query: Option<&str>, headers: &HeaderMap) -> Option<Provider> {
     let path_trimmed = path.trim_end_matches('/');
-    let anthropic = path_trimmed.ends_with("/messages")
-        && (headers.contains_key("anthropic-version")
-            || (path_trimmed.ends_with("/v1/messages") && headers.contains_key("x-api-key")));
+    let dialect = Dialect::from_path(path);
+    let vertex_claude = dialect == Some(Dialect::Anthropic) && path.contains(VERTEX_ANTHROPIC);
+    let anthropic = vertex_claude
+        || (path_trimmed.ends_with("/messages")
+            && (headers.contains_key("anthropic-version")
+                || (path_trimmed.ends_with("/v1/messages") && headers.contains_key("x-api-key"))));
     if anthropic && route.provider != Provider::Anthropic {
         return Some(Provider::Anthropic);
     }
     let gemini_key = headers.contains_key("x-goog-api-key")
         || query.is_some_and(|q| q.split('&').any(|kv| kv.starts_with("key=")));
-    if Dialect::from_path(path).is_some_and(|d| d.provider() == Provider::Gemini.name())
-        && gemini_key
+    let vertex_gemini = path.contains(VERTEX_GOOGLE);
+    if dialect.is_some_and(|d| d.provider() == Provider::Gemini.name())
+        && (gemini_key || vertex_gemini)
         && route.provider != Provider::Gemini
     {
         return Some(Provider::Gemini);
     }
     None
 }
+
+/// The path segment that names Anthropic as a Vertex AI model's publisher.
+const VERTEX_ANTHROPIC: &str = "/publishers/anthropic/models/";
+/// The path segment that names Google as a Vertex AI model's publisher.
+const VERTEX_GOOGLE: &str = "/publishers/google/models/";
 
 #[cfg(test)]
 mod tests {
@@ -207,5 +220,57 @@ mod tests {
             ),
             Some(Provider::Gemini)
         );
+    }
+
+    /// Vertex AI paths name their publisher: Claude's on a Gemini route,
+    /// Gemini's on an Anthropic route, are misrouted with no key header (a
+    /// Google bearer token is all they carry); each on its own provider's
+    /// route keeps its dialect.
+    #[test]
+    fn vertex_paths_are_told_apart_by_publisher() {
+        let mut routes = routes();
+        routes.push(route(
+            "/vertex",
+            Provider::Gemini,
+            "https://us-central1-aiplatform.googleapis.com",
+            true,
+        ));
+        routes.push(route(
+            "/vertex-claude",
+            Provider::Anthropic,
+            "https://us-east5-aiplatform.googleapis.com",
+            true,
+        ));
+        routes.sort_by_key(|x| std::cmp::Reverse(x.prefix.len()));
+        let mut bearer = HeaderMap::new();
+        bearer.insert("authorization", http::HeaderValue::from_static("Bearer ya29.x"));
+        let claude =
+            "/v1/projects/p/locations/us-east5/publishers/anthropic/models/claude-x:streamRawPredict";
+        let gemini = "/v1/projects/p/locations/us-central1/publishers/google/models/g:streamGenerateContent";
+
+        let path = format!("/vertex-claude{claude}");
+        let m = resolve(&routes, &path, None).unwrap_or_else(|| panic!("no match"));
+        assert_eq!(m.dialect, Some(Dialect::Anthropic));
+        assert_eq!(
+            m.upstream_url.as_str(),
+            format!("https://us-east5-aiplatform.googleapis.com{claude}")
+        );
+        assert_eq!(misrouted(m.route, &path, None, &bearer), None);
+
+        let path = format!("/vertex{gemini}");
+        let m = resolve(&routes, &path, Some("alt=sse")).unwrap_or_else(|| panic!("no match"));
+        assert_eq!(m.dialect, Some(Dialect::Gemini));
+        assert_eq!(misrouted(m.route, &path, Some("alt=sse"), &bearer), None);
+
+        let path = format!("/vertex{claude}");
+        let m = resolve(&routes, &path, None).unwrap_or_else(|| panic!("no match"));
+        assert_eq!(m.dialect, None, "Claude's path on the Gemini route");
+        assert_eq!(
+            misrouted(m.route, &path, None, &bearer),
+            Some(Provider::Anthropic)
+        );
+        let path = format!("/vertex-claude{gemini}");
+        let m = resolve(&routes, &path, None).unwrap_or_else(|| panic!("no match"));
+        assert_eq!(misrouted(m.route, &path, None, &bearer), Some(Provider::Gemini));
     }
 }

@@ -1,7 +1,10 @@
 //! Real agent CLIs from npm, driven headless through loopguard in front of
 //! the mock upstream: Gemini CLI (`gemini` dialect), OpenCode
 //! (`openai-chat`), Codex (`openai-responses`) and Claude Code
-//! (`anthropic`). `make agents` installs the pinned versions
+//! (`anthropic`); Claude Code and Gemini CLI also on Vertex AI
+//! (`CLAUDE_WIRE=vertex`, `GEMINI_WIRE=vertex` in their run scripts, through
+//! the `/vertex-claude` and `/vertex` routes) and Claude Code on Bedrock
+//! (`CLAUDE_WIRE=bedrock`, the `/bedrock` route). `make agents` installs the pinned versions
 //! (`tests/agents/package.json`); `tests/agents/{gemini,opencode,codex,claude}.sh`
 //! hold each agent's headless setup (throw-away HOME, fake key, telemetry
 //! and updates off) and can be run by hand.
@@ -45,12 +48,23 @@ fn require_cli(name: &str) {
 
 /// A mock with the agent's script and loopguard in front of it.
 fn setup(agent: &str, detection: bool) -> (Proc, Proc) {
+    setup_with(agent, if detection { "" } else { DETECTION_OFF })
+}
+
+/// [`setup`] with `extra` TOML after the routes.
+fn setup_with(agent: &str, extra: &str) -> (Proc, Proc) {
     let script = agents_dir().join(agent).join("script.json");
     let mock = common::mock_with_args(&["--script", &script.to_string_lossy()]);
     let mut config = common::config_for(&mock.url(), "");
-    if !detection {
-        config.push_str(DETECTION_OFF);
-    }
+    // Gemini and Claude on Vertex AI (config/vertex.toml), Claude on Bedrock
+    // (config/bedrock.toml).
+    config.push_str(&format!(
+        "\n[[routes]]\nprefix = \"/vertex\"\nprovider = \"gemini\"\nupstream = \"{url}\"\nstrip_prefix = true\n\
+         \n[[routes]]\nprefix = \"/vertex-claude\"\nprovider = \"anthropic\"\nupstream = \"{url}\"\nstrip_prefix = true\n\
+         \n[[routes]]\nprefix = \"/bedrock\"\nprovider = \"bedrock\"\nupstream = \"{url}\"\nstrip_prefix = true\n",
+        url = mock.url()
+    ));
+    config.push_str(extra);
     let lg = common::loopguard(&config);
     (mock, lg)
 }
@@ -86,6 +100,12 @@ fn tail(text: &str, max: usize) -> &str {
 /// Runs `tests/agents/{script}` against `base_url` in its own process group,
 /// killing the whole group after [`TIMEOUT`].
 fn run_agent(script: &str, base_url: &str) -> Run {
+    run_agent_with(script, base_url, &[])
+}
+
+/// [`run_agent`] with extra environment for the run script (e.g.
+/// `CLAUDE_WIRE=vertex`).
+fn run_agent_with(script: &str, base_url: &str, env: &[(&str, &str)]) -> Run {
     static RUNS: AtomicU64 = AtomicU64::new(0);
     let work = std::env::temp_dir().join(format!(
         "loopguard-agent-{}-{}-{}",
@@ -103,6 +123,7 @@ fn run_agent(script: &str, base_url: &str) -> Run {
     let mut child = Command::new(agents_dir().join(script))
         .arg(base_url)
         .env("AGENT_WORKDIR", &work)
+        .envs(env.iter().copied())
         .stdin(Stdio::null())
         .stdout(file(&out_path))
         .stderr(file(&err_path))
@@ -259,9 +280,24 @@ fn gemini_cli_on_its_own_stops_at_its_fifth_identical_call() {
 
 #[test]
 fn gemini_cli_is_stopped_by_loopguard_before_its_own_guard() {
+    gemini_cli_is_stopped_before_its_own_guard("", &[]);
+}
+
+/// Gemini CLI on Vertex AI (auth type `vertex-ai`, express-mode key,
+/// `GOOGLE_VERTEX_BASE_URL` at the `/vertex` route): it calls
+/// `/v1beta1/publishers/google/models/{m}:streamGenerateContent`, and is
+/// stopped as on the Gemini API.
+#[test]
+fn gemini_cli_on_vertex_is_stopped_by_loopguard_before_its_own_guard() {
+    gemini_cli_is_stopped_before_its_own_guard("/vertex", &[("GEMINI_WIRE", "vertex")]);
+}
+
+/// Gemini CLI pointed at `route` (after loopguard's URL) with `env` runs 4
+/// calls, then ends with loopguard's explanation, warned at the 3rd and 4th.
+fn gemini_cli_is_stopped_before_its_own_guard(route: &str, env: &[(&str, &str)]) {
     require_cli("gemini");
     let (mock, lg) = setup("gemini", true);
-    let run = run_agent("gemini.sh", &lg.url());
+    let run = run_agent_with("gemini.sh", &format!("{}{route}", lg.url()), env);
     assert!(run.status.success(), "{}", run.describe());
     let events = gemini_events(&run);
     assert_eq!(count_type(&events, "tool_use"), 4, "{}", run.describe());
@@ -276,6 +312,14 @@ fn gemini_cli_is_stopped_by_loopguard_before_its_own_guard() {
     assert_eq!(count_type(&events, "error"), 0, "{}", run.describe());
     assert!(!run.stdout.contains("Loop detected"), "{}", run.describe());
     let requests = recorded(&mock);
+    if !route.is_empty() {
+        assert!(
+            requests
+                .iter()
+                .all(|(path, _)| path.starts_with("/v1beta1/publishers/google/models/")),
+            "Vertex paths: {requests:?}"
+        );
+    }
     let loop_reqs = loop_requests(&requests);
     assert_eq!(gemini_calls_executed(&loop_reqs), 4);
     // Warned at the third and fourth call, inside the function response; no recovery turn.
@@ -415,8 +459,12 @@ struct Agent {
     script: &'static str,
     /// The route it is pointed at, after loopguard's URL.
     route: &'static str,
+    /// Extra environment for its run script.
+    env: &'static [(&'static str, &'static str)],
     /// What every path it calls ends with.
     path: &'static str,
+    /// Other paths it calls (control-plane look-ups), proxied unjudged.
+    side_paths: &'static [&'static str],
     /// The run's final message (`None` when it reported an error).
     final_message: fn(&Run) -> Option<String>,
     /// Calls executed, from the loop requests.
@@ -428,7 +476,9 @@ const CODEX: Agent = Agent {
     name: "codex",
     script: "codex.sh",
     route: "/v1",
+    env: &[],
     path: "/responses",
+    side_paths: &[],
     final_message: |run| codex_messages(run).pop(),
     executed: responses_calls_executed,
 };
@@ -438,22 +488,57 @@ const CLAUDE_CODE: Agent = Agent {
     name: "claude",
     script: "claude.sh",
     route: "/anthropic",
+    env: &[],
     path: "/v1/messages",
-    final_message: |run| {
-        let result = claude_result(run);
-        (result["is_error"] == false)
-            .then(|| result["result"].as_str().map(str::to_owned))
-            .flatten()
-    },
+    side_paths: &[],
+    final_message: claude_final_message,
     executed: anthropic_calls_executed,
 };
+
+/// Claude Code on Claude on Vertex AI (`CLAUDE_CODE_USE_VERTEX=1`, Google
+/// auth skipped), through the `/vertex-claude` route.
+const CLAUDE_CODE_VERTEX: Agent = Agent {
+    cli: "claude",
+    name: "claude",
+    script: "claude.sh",
+    route: "/vertex-claude/v1",
+    env: &[("CLAUDE_WIRE", "vertex")],
+    path: ":streamRawPredict",
+    side_paths: &[],
+    final_message: claude_final_message,
+    executed: anthropic_calls_executed,
+};
+
+/// Claude Code on Amazon Bedrock (`CLAUDE_CODE_USE_BEDROCK=1`, AWS auth
+/// skipped), through the `/bedrock` route: its turns are
+/// `InvokeModelWithResponseStream` calls answered as AWS event streams.
+const CLAUDE_CODE_BEDROCK: Agent = Agent {
+    cli: "claude",
+    name: "claude",
+    script: "claude.sh",
+    route: "/bedrock",
+    env: &[("CLAUDE_WIRE", "bedrock")],
+    path: "/invoke-with-response-stream",
+    // Claude Code lists the region's inference profiles first.
+    side_paths: &["/inference-profiles"],
+    final_message: claude_final_message,
+    executed: anthropic_calls_executed,
+};
+
+/// Claude Code's final result text, `None` when it reported an error.
+fn claude_final_message(run: &Run) -> Option<String> {
+    let result = claude_result(run);
+    (result["is_error"] == false)
+        .then(|| result["result"].as_str().map(str::to_owned))
+        .flatten()
+}
 
 /// Without detection the agent runs all 30 identical calls the mock asks
 /// for, then prints the mock's final text.
 fn runs_all_thirty_on_its_own(agent: &Agent) {
     require_cli(agent.cli);
     let (mock, lg) = setup(agent.name, false);
-    let run = run_agent(agent.script, &format!("{}{}", lg.url(), agent.route));
+    let run = run_agent_with(agent.script, &format!("{}{}", lg.url(), agent.route), agent.env);
     assert!(run.status.success(), "{}", run.describe());
     assert_eq!(
         (agent.final_message)(&run).as_deref(),
@@ -466,7 +551,12 @@ fn runs_all_thirty_on_its_own(agent: &Agent) {
     let loop_reqs = loop_requests(&requests);
     assert_eq!(loop_reqs.len(), 31, "30 tool turns and the final text turn");
     assert_eq!((agent.executed)(&loop_reqs), 30);
-    assert!(requests.iter().all(|(path, _)| path.ends_with(agent.path)));
+    assert!(
+        requests
+            .iter()
+            .all(|(path, _)| path.ends_with(agent.path) || agent.side_paths.contains(&path.as_str())),
+        "{requests:?}"
+    );
 }
 
 /// Through loopguard the agent runs 4 calls and its run ends (exit 0) with
@@ -474,7 +564,7 @@ fn runs_all_thirty_on_its_own(agent: &Agent) {
 fn is_stopped_at_the_fifth(agent: &Agent, explanation: &str) {
     require_cli(agent.cli);
     let (mock, lg) = setup(agent.name, true);
-    let run = run_agent(agent.script, &format!("{}{}", lg.url(), agent.route));
+    let run = run_agent_with(agent.script, &format!("{}{}", lg.url(), agent.route), agent.env);
     assert!(run.status.success(), "{}", run.describe());
     let message = (agent.final_message)(&run).unwrap_or_default();
     assert!(message.starts_with(explanation), "{}", run.describe());
@@ -509,4 +599,102 @@ fn claude_code_is_stopped_by_loopguard_at_the_fifth_identical_call() {
         &CLAUDE_CODE,
         "[loopguard] identical_call (critical, count 5): `Bash` with ",
     );
+}
+
+#[test]
+fn claude_code_on_vertex_on_its_own_runs_all_thirty_identical_calls() {
+    runs_all_thirty_on_its_own(&CLAUDE_CODE_VERTEX);
+}
+
+#[test]
+fn claude_code_on_vertex_is_stopped_by_loopguard_at_the_fifth_identical_call() {
+    is_stopped_at_the_fifth(
+        &CLAUDE_CODE_VERTEX,
+        "[loopguard] identical_call (critical, count 5): `Bash` with ",
+    );
+}
+
+#[test]
+fn claude_code_on_bedrock_on_its_own_runs_all_thirty_identical_calls() {
+    runs_all_thirty_on_its_own(&CLAUDE_CODE_BEDROCK);
+}
+
+/// On Bedrock no warning reaches the model (a signed body is never
+/// rewritten): the fifth identical call is blocked all the same, and the
+/// requests reach the upstream as Claude Code sent them.
+#[test]
+fn claude_code_on_bedrock_is_stopped_by_loopguard_at_the_fifth_identical_call() {
+    claude_code_on_bedrock_is_stopped_at_the_fifth("bedrock");
+}
+
+/// With a Bedrock API key (`AWS_BEARER_TOKEN_BEDROCK`) every request
+/// carries its bearer token to the upstream untouched, and the loop is
+/// stopped the same way.
+#[test]
+fn claude_code_on_bedrock_with_an_api_key_passes_its_token_and_is_stopped() {
+    let mock = claude_code_on_bedrock_is_stopped_at_the_fifth("bedrock-key");
+    let runtime = tokio::runtime::Runtime::new().unwrap_or_else(|e| panic!("runtime: {e}"));
+    let requests = runtime.block_on(common::mock_requests(&mock));
+    assert!(!requests.is_empty());
+    assert!(
+        requests
+            .iter()
+            .all(|r| r["headers"]["authorization"] == "Bearer ABSK-fake-key-for-loopguard-tests"),
+        "{requests:?}"
+    );
+}
+
+/// Claude Code on Bedrock (`CLAUDE_WIRE=wire`) runs 4 calls and ends with
+/// loopguard's explanation; returns the mock for more checks.
+fn claude_code_on_bedrock_is_stopped_at_the_fifth(wire: &str) -> Proc {
+    require_cli("claude");
+    let (mock, lg) = setup("claude", true);
+    let run = run_agent_with(
+        "claude.sh",
+        &format!("{}/bedrock", lg.url()),
+        &[("CLAUDE_WIRE", wire)],
+    );
+    assert!(run.status.success(), "{}", run.describe());
+    let message = claude_final_message(&run).unwrap_or_default();
+    assert!(
+        message.starts_with("[loopguard] identical_call (critical, count 5): `Bash` with "),
+        "{}",
+        run.describe()
+    );
+    let requests = recorded(&mock);
+    let loop_reqs = loop_requests(&requests);
+    assert_eq!(loop_reqs.len(), 5, "the run ends with the blocked fifth turn");
+    assert_eq!(anthropic_calls_executed(&loop_reqs), 4);
+    assert!(
+        loop_reqs.iter().all(|b| !b.to_string().contains("[loopguard]")),
+        "no warning injected into a signed body"
+    );
+    lg.wait_for_log("\"action\":\"block\"");
+    mock
+}
+
+/// With `critical = "abort"` (the CI setting), Claude Code on Bedrock stops
+/// at the fifth identical call on loopguard's HTTP 400 `{"message"}` and
+/// exits non-zero, showing the message; it does not retry.
+#[test]
+fn claude_code_on_bedrock_exits_non_zero_on_an_abort() {
+    require_cli("claude");
+    let (mock, lg) = setup_with("claude", "\n[loop_detection.actions]\ncritical = \"abort\"\n");
+    let run = run_agent_with(
+        "claude.sh",
+        &format!("{}/bedrock", lg.url()),
+        CLAUDE_CODE_BEDROCK.env,
+    );
+    assert!(!run.status.success(), "{}", run.describe());
+    let result = claude_result(&run);
+    assert_eq!(result["is_error"], true, "{}", run.describe());
+    assert!(
+        result["result"]
+            .as_str()
+            .is_some_and(|r| r.contains("loop_detected: [loopguard] identical_call (critical, count 5)")),
+        "{}",
+        run.describe()
+    );
+    let requests = recorded(&mock);
+    assert_eq!(loop_requests(&requests).len(), 5, "no retry after the abort");
 }

@@ -43,7 +43,7 @@ upstream = "htp:/x"
         vec![
             "server.listen: \"nowhere\" is not a socket address (host:port, e.g. 127.0.0.1:8080)",
             "server.bypass_header: \"bad header\" is not a valid header name",
-            "routes[1].provider: \"acme\" is not one of \"openai\", \"gemini\", \"anthropic\"",
+            "routes[1].provider: \"acme\" is not one of \"openai\", \"gemini\", \"anthropic\", \"ollama\", \"bedrock\"",
             "routes[1].upstream: \"htp:/x\" is not a valid URL",
         ]
     );

@@ -130,6 +130,8 @@ pub enum Provider {
     Anthropic,
     /// Ollama's native API (`/api/chat`, `/api/generate`).
     Ollama,
+    /// Amazon Bedrock's runtime API (Claude through `InvokeModel`).
+    Bedrock,
 }
 
 impl Provider {
@@ -140,6 +142,7 @@ impl Provider {
             Self::Gemini => "gemini",
             Self::Anthropic => "anthropic",
             Self::Ollama => "ollama",
+            Self::Bedrock => "bedrock",
         }
     }
 
@@ -149,6 +152,7 @@ impl Provider {
             "gemini" => Some(Self::Gemini),
             "anthropic" => Some(Self::Anthropic),
             "ollama" => Some(Self::Ollama),
+            "bedrock" => Some(Self::Bedrock),
             _ => None,
         }
     }
@@ -547,7 +551,7 @@ fn validate_routes(raw: &RawConfig, problems: &mut Problems) -> Vec<Route> {
             problems.push(
                 format!("{base}.provider"),
                 format!(
-                    "{:?} is not one of \"openai\", \"gemini\", \"anthropic\"",
+                    "{:?} is not one of \"openai\", \"gemini\", \"anthropic\", \"ollama\", \"bedrock\"",
                     r.provider
                 ),
             );
@@ -594,6 +598,13 @@ fn validate_routes(raw: &RawConfig, problems: &mut Problems) -> Vec<Route> {
             problems.push(
                 format!("{base}.prefix"),
                 format!("{:?} is used by an earlier route", r.prefix),
+            );
+        }
+        if provider == Provider::Bedrock && r.escalate_model.is_some() {
+            // Escalating rewrites the request, which the client signed.
+            problems.push(
+                format!("{base}.escalate_model"),
+                "a bedrock route cannot escalate: its requests are SigV4-signed by the client",
             );
         }
         if let Some(upstream) = upstream {

@@ -7,7 +7,7 @@ use serde_json::Value;
 use super::ending::Kept;
 use super::write::{Answer, Mode, Signed};
 use super::{DialectError, ParsedRequest, SplitRequest, StreamEvent};
-use super::{anthropic, gemini, ollama, openai_chat, openai_responses};
+use super::{anthropic, bedrock, gemini, ollama, openai_chat, openai_responses};
 
 /// The wire protocol of a request, chosen from its path (DESIGN §8).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
@@ -19,12 +19,18 @@ pub enum Dialect {
     Gemini,
     /// OpenAI Responses: `POST …/responses` (and `…/responses/compact`).
     OpenaiResponses,
-    /// Anthropic Messages: `POST …/messages`.
+    /// Anthropic Messages: `POST …/messages`, and Claude on Vertex AI
+    /// (`POST …/publishers/anthropic/models/{model}:rawPredict` and
+    /// `:streamRawPredict`, the same body with `anthropic_version` and no
+    /// `model`).
     Anthropic,
     /// Ollama native chat: `POST …/api/chat` (NDJSON streams).
     OllamaChat,
     /// Ollama native completion: `POST …/api/generate` (no tool calls).
     OllamaGenerate,
+    /// Claude on Amazon Bedrock: `POST …/model/{id}/invoke` and
+    /// `…/invoke-with-response-stream` (Anthropic's body; AWS event stream).
+    Bedrock,
 }
 
 impl Dialect {
@@ -38,17 +44,19 @@ impl Dialect {
             Self::Anthropic => "anthropic",
             Self::OllamaChat => "ollama-chat",
             Self::OllamaGenerate => "ollama-generate",
+            Self::Bedrock => "bedrock",
         }
     }
 
     /// Every dialect, in the order they are documented.
-    pub const ALL: [Self; 6] = [
+    pub const ALL: [Self; 7] = [
         Self::OpenaiChat,
         Self::Gemini,
         Self::OpenaiResponses,
         Self::Anthropic,
         Self::OllamaChat,
         Self::OllamaGenerate,
+        Self::Bedrock,
     ];
 
     /// Picks the dialect for a request path (without query), or `None` for
@@ -71,13 +79,44 @@ impl Dialect {
         if path.ends_with("/api/generate") {
             return Some(Self::OllamaGenerate);
         }
+        // Bedrock InvokeModel: `/model/{modelId}/invoke[-with-response-stream]`.
+        if let Some((head, method)) = path.rsplit_once('/') {
+            if matches!(method, "invoke" | "invoke-with-response-stream")
+                && head.rsplit_once('/').is_some_and(|(before, id)| {
+                    !id.is_empty() && (before == "/model" || before.ends_with("/model"))
+                })
+            {
+                return Some(Self::Bedrock);
+            }
+        }
         let last = path.rsplit('/').next().unwrap_or_default();
-        if let Some((_model, method)) = last.split_once(':') {
+        if let Some((model, method)) = last.split_once(':') {
             if method == "generateContent" || method == "streamGenerateContent" {
                 return Some(Self::Gemini);
             }
+            // Claude on Vertex AI: Anthropic's Messages body, model in the
+            // path; its token counting is the pseudo-model `count-tokens`
+            // (`/v1/messages/count_tokens` elsewhere), not a turn.
+            if (method == "rawPredict" || method == "streamRawPredict")
+                && path.contains("/publishers/anthropic/models/")
+                && model != "count-tokens"
+            {
+                return Some(Self::Anthropic);
+            }
         }
         None
+    }
+
+    /// The model a request path names: Bedrock's `…/model/{modelId}/invoke…`
+    /// segment, else the last segment before a `:` (Gemini's
+    /// `models/{model}:generateContent`, Vertex's `…/models/{model}:rawPredict`).
+    pub fn path_model(self, path: &str) -> &str {
+        let mut segments = path.trim_end_matches('/').rsplit('/');
+        let last = segments.next().unwrap_or_default();
+        match self {
+            Self::Bedrock => segments.next().unwrap_or_default(),
+            _ => last.split(':').next().unwrap_or_default(),
+        }
     }
 
     /// Parses a request body into what the detectors need.
@@ -91,7 +130,7 @@ impl Dialect {
             Self::OpenaiChat => openai_chat::parse_request(body),
             Self::Gemini => gemini::parse_request(body),
             Self::OpenaiResponses => openai_responses::parse_request(body),
-            Self::Anthropic => anthropic::parse_request(body),
+            Self::Anthropic | Self::Bedrock => anthropic::parse_request(body),
             Self::OllamaChat => ollama::parse_chat(body),
             Self::OllamaGenerate => ollama::parse_generate(body),
         }
@@ -109,7 +148,7 @@ impl Dialect {
         match self {
             Self::OpenaiChat => Some(openai_chat::split_request(body)),
             Self::Gemini => Some(gemini::split_request(body)),
-            Self::Anthropic => Some(anthropic::split_request(body)),
+            Self::Anthropic | Self::Bedrock => Some(anthropic::split_request(body)),
             Self::OpenaiResponses => Some(openai_responses::split_request(body)),
             Self::OllamaChat => Some(ollama::split_chat(body)),
             Self::OllamaGenerate => None,
@@ -131,7 +170,7 @@ impl Dialect {
         match self {
             Self::OpenaiChat => openai_chat::resume_request(body, from),
             Self::Gemini => gemini::resume_request(body, from),
-            Self::Anthropic => anthropic::resume_request(body, from),
+            Self::Anthropic | Self::Bedrock => anthropic::resume_request(body, from),
             Self::OpenaiResponses => openai_responses::resume_request(body, from),
             Self::OllamaChat => ollama::resume_chat(body, from),
             Self::OllamaGenerate => Err(DialectError::Shape(
@@ -145,7 +184,9 @@ impl Dialect {
     /// `input`.
     pub fn history_key(self) -> &'static str {
         match self {
-            Self::OpenaiChat | Self::Anthropic | Self::OllamaChat | Self::OllamaGenerate => "messages",
+            Self::OpenaiChat | Self::Anthropic | Self::OllamaChat | Self::OllamaGenerate | Self::Bedrock => {
+                "messages"
+            }
             Self::Gemini => "contents",
             Self::OpenaiResponses => "input",
         }
@@ -166,6 +207,7 @@ impl Dialect {
             Self::OllamaGenerate => {
                 StreamParser::Ollama(ollama::Endpoint::Generate, ollama::ResponseParser::default())
             }
+            Self::Bedrock => StreamParser::Bedrock(anthropic::ResponseParser::default()),
         }
     }
 
@@ -177,12 +219,15 @@ impl Dialect {
             Self::Gemini => "gemini",
             Self::Anthropic => "anthropic",
             Self::OllamaChat | Self::OllamaGenerate => "ollama",
+            Self::Bedrock => "bedrock",
         }
     }
 
     /// How the answer is framed, from the path, the query and the body's
     /// `stream` flag: Gemini says it in its method (`:streamGenerateContent`,
-    /// a JSON array unless `alt=sse`), the others in the body.
+    /// a JSON array unless `alt=sse`), and so does Claude on Vertex AI
+    /// (`:streamRawPredict` streams SSE whether or not the body says
+    /// `"stream": true`); the others in the body.
     pub fn mode(self, path: &str, query: Option<&str>, stream: bool) -> Mode {
         match self {
             Self::OpenaiChat if stream => Mode::Sse,
@@ -195,10 +240,13 @@ impl Dialect {
                 }
             }
             Self::Gemini => Mode::Whole,
+            Self::Anthropic if path.ends_with(":streamRawPredict") => Mode::Sse,
             Self::OpenaiResponses | Self::Anthropic if stream => Mode::Sse,
             Self::OpenaiResponses | Self::Anthropic => Mode::Whole,
             Self::OllamaChat | Self::OllamaGenerate if stream => Mode::Ndjson,
             Self::OllamaChat | Self::OllamaGenerate => Mode::Whole,
+            Self::Bedrock if path.ends_with("/invoke-with-response-stream") => Mode::EventStream,
+            Self::Bedrock => Mode::Whole,
         }
     }
 
@@ -220,9 +268,11 @@ impl Dialect {
     /// `functionResponse.response` object; OpenAI Responses — appended to the
     /// last call output's `output`; Anthropic — a `text` block after the
     /// `tool_result` blocks of the last user message. Returns `false` (body
-    /// untouched) when the request carries no tool result to attach it to.
+    /// untouched) when the request carries no tool result to attach it to,
+    /// and always on Bedrock, whose bodies are SigV4-signed by the client.
     pub fn inject_warning(self, body: &mut Value, warning: &str) -> bool {
         match self {
+            Self::Bedrock => false,
             Self::OpenaiChat => openai_chat::write::inject_warning(body, warning),
             Self::Gemini => gemini::write::inject_warning(body, warning),
             Self::OpenaiResponses => openai_responses::write::inject_warning(body, warning),
@@ -253,6 +303,8 @@ impl Dialect {
                 ollama::model::set_model(body, model);
                 None
             }
+            // A signed request is never changed (the model is in its path).
+            Self::Bedrock => None,
         }
     }
 
@@ -270,6 +322,7 @@ impl Dialect {
             Self::OpenaiResponses => openai_responses::model::strip_foreign_signatures(body, foreign),
             Self::Anthropic => anthropic::model::strip_foreign_signatures(body, foreign),
             Self::OllamaChat | Self::OllamaGenerate => ollama::model::strip_foreign_signatures(body, foreign),
+            Self::Bedrock => Signed::default(),
         }
     }
 
@@ -283,6 +336,8 @@ impl Dialect {
             Self::OpenaiResponses => openai_responses::model::set_credential(headers, url, secret),
             Self::Anthropic => anthropic::model::set_credential(headers, url, secret),
             Self::OllamaChat | Self::OllamaGenerate => ollama::model::set_credential(headers, url, secret),
+            // SigV4 signs each request: a static secret cannot replace it.
+            Self::Bedrock => {}
         }
     }
 
@@ -299,6 +354,7 @@ impl Dialect {
             Self::OllamaGenerate => {
                 ollama::write::block_answer(ollama::Endpoint::Generate, mode, model, message)
             }
+            Self::Bedrock => bedrock::write::block_answer(mode, model, message),
         }
     }
 
@@ -311,6 +367,7 @@ impl Dialect {
             Self::OpenaiResponses => openai_responses::write::abort_body(message),
             Self::Anthropic => anthropic::write::abort_body(message),
             Self::OllamaChat | Self::OllamaGenerate => ollama::write::abort_body(message),
+            Self::Bedrock => bedrock::write::abort_body(message),
         }
     }
 
@@ -353,7 +410,7 @@ impl Dialect {
             Self::OpenaiChat => openai_chat::sample::demo_request(proxy),
             Self::Gemini => gemini::sample::demo_request(proxy),
             Self::OpenaiResponses => openai_responses::sample::demo_request(proxy),
-            Self::Anthropic => anthropic::sample::demo_request(proxy),
+            Self::Anthropic | Self::Bedrock => anthropic::sample::demo_request(proxy),
             Self::OllamaChat | Self::OllamaGenerate => ollama::sample::demo_request(proxy),
         }
     }
@@ -365,7 +422,7 @@ impl Dialect {
             Self::OpenaiChat => openai_chat::sample::push_call_turn(body, n, name, args, result),
             Self::Gemini => gemini::sample::push_call_turn(body, n, name, args, result),
             Self::OpenaiResponses => openai_responses::sample::push_call_turn(body, n, name, args, result),
-            Self::Anthropic => anthropic::sample::push_call_turn(body, n, name, args, result),
+            Self::Anthropic | Self::Bedrock => anthropic::sample::push_call_turn(body, n, name, args, result),
             Self::OllamaChat | Self::OllamaGenerate => {
                 ollama::sample::push_call_turn(body, n, name, args, result)
             }
@@ -378,7 +435,7 @@ impl Dialect {
             Self::OpenaiChat => openai_chat::sample::push_user_turn(body, text),
             Self::Gemini => gemini::sample::push_user_turn(body, text),
             Self::OpenaiResponses => openai_responses::sample::push_user_turn(body, text),
-            Self::Anthropic => anthropic::sample::push_user_turn(body, text),
+            Self::Anthropic | Self::Bedrock => anthropic::sample::push_user_turn(body, text),
             Self::OllamaChat | Self::OllamaGenerate => ollama::sample::push_user_turn(body, text),
         }
     }
@@ -410,6 +467,8 @@ pub enum StreamParser {
     Anthropic(anthropic::ResponseParser),
     /// `ollama-chat` and `ollama-generate` answers (one line at a time).
     Ollama(ollama::Endpoint, ollama::ResponseParser),
+    /// `bedrock` answers: Anthropic events, one per decoded `chunk`.
+    Bedrock(anthropic::ResponseParser),
 }
 
 impl StreamParser {
@@ -423,7 +482,7 @@ impl StreamParser {
             Self::OpenaiChat(p) => p.payload(payload, out),
             Self::Gemini(p) => p.payload(payload, out),
             Self::OpenaiResponses(p) => p.payload(payload, out),
-            Self::Anthropic(p) => p.payload(payload, out),
+            Self::Anthropic(p) | Self::Bedrock(p) => p.payload(payload, out),
             Self::Ollama(_, p) => p.payload(payload, out),
         }
     }
@@ -436,7 +495,7 @@ impl StreamParser {
             Self::OpenaiChat(p) => p.meta(),
             Self::Gemini(p) => p.meta(),
             Self::Ollama(_, p) => p.meta(),
-            Self::OpenaiResponses(_) | Self::Anthropic(_) => None,
+            Self::OpenaiResponses(_) | Self::Anthropic(_) | Self::Bedrock(_) => None,
         }
     }
 
@@ -446,7 +505,7 @@ impl StreamParser {
             Self::OpenaiChat(p) => p.end(out),
             Self::Gemini(p) => p.end(out),
             Self::OpenaiResponses(p) => p.end(out),
-            Self::Anthropic(p) => p.end(out),
+            Self::Anthropic(p) | Self::Bedrock(p) => p.end(out),
             Self::Ollama(_, p) => p.end(out),
         }
     }
@@ -457,7 +516,7 @@ impl StreamParser {
     pub fn anchor(&self) -> (Option<u64>, Option<u32>) {
         match self {
             Self::OpenaiResponses(p) => openai_responses::ending::anchor(p.state()),
-            Self::Anthropic(p) => anthropic::ending::anchor(p.state()),
+            Self::Anthropic(p) | Self::Bedrock(p) => anthropic::ending::anchor(p.state()),
             Self::OpenaiChat(_) | Self::Gemini(_) | Self::Ollama(..) => (None, None),
         }
     }
@@ -471,6 +530,7 @@ impl StreamParser {
             Self::OpenaiResponses(p) => openai_responses::ending::block(p.state(), kept, message),
             Self::Anthropic(p) => anthropic::ending::block(p.state(), kept, message),
             Self::Ollama(e, p) => ollama::write::block(*e, p.identity(), kept, message),
+            Self::Bedrock(p) => bedrock::ending::block(p.state(), kept, message),
         }
     }
 
@@ -483,6 +543,7 @@ impl StreamParser {
             Self::OpenaiResponses(p) => openai_responses::ending::error(p.state(), kept, message),
             Self::Anthropic(_) => anthropic::ending::error(kept, message),
             Self::Ollama(..) => ollama::write::error(kept, message),
+            Self::Bedrock(_) => bedrock::ending::error(kept, message),
         }
     }
 
@@ -496,6 +557,7 @@ impl StreamParser {
             Self::OpenaiResponses(p) => openai_responses::ending::cut(p.state(), kept, message),
             Self::Anthropic(p) => anthropic::ending::cut(p.state(), kept, message),
             Self::Ollama(e, p) => ollama::write::cut(*e, p.identity(), kept, message),
+            Self::Bedrock(p) => bedrock::ending::cut(p.state(), kept, message),
         }
     }
 }

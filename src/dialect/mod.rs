@@ -8,6 +8,7 @@
 //! bytes; parsing works on a side copy.
 
 pub mod anthropic;
+pub mod bedrock;
 pub mod ending;
 pub mod event;
 pub mod gemini;
@@ -170,6 +171,59 @@ mod tests {
         assert_eq!(Dialect::from_path("/v1/messages"), Some(Dialect::Anthropic));
         assert_eq!(Dialect::from_path("/v1/messages/count_tokens"), None);
         assert_eq!(Dialect::from_path("/v1/embeddings"), None);
+        assert_eq!(
+            Dialect::from_path(
+                "/v1/projects/p/locations/us-east5/publishers/anthropic/models/claude-x:streamRawPredict"
+            ),
+            Some(Dialect::Anthropic)
+        );
+        assert_eq!(
+            Dialect::from_path(
+                "/v1/projects/p/locations/us-east5/publishers/anthropic/models/claude-x:rawPredict"
+            ),
+            Some(Dialect::Anthropic)
+        );
+        assert_eq!(
+            Dialect::from_path("/v1/projects/p/locations/l/publishers/google/models/g:streamGenerateContent"),
+            Some(Dialect::Gemini)
+        );
+        assert_eq!(
+            Dialect::from_path("/v1/projects/p/locations/l/publishers/anthropic/models/claude-x:countTokens"),
+            None
+        );
+        assert_eq!(
+            Dialect::from_path(
+                "/v1/projects/p/locations/l/publishers/anthropic/models/count-tokens:rawPredict"
+            ),
+            None,
+            "Vertex's token counting for Claude is not a turn"
+        );
+        assert_eq!(
+            Dialect::from_path(
+                "/model/anthropic.claude-sonnet-4-5-20250929-v1:0/invoke-with-response-stream"
+            ),
+            Some(Dialect::Bedrock)
+        );
+        assert_eq!(
+            Dialect::from_path("/bedrock/model/us.anthropic.claude-haiku-4-5-20251001-v1%3A0/invoke"),
+            Some(Dialect::Bedrock)
+        );
+        assert_eq!(Dialect::from_path("/model/m/converse-stream"), None);
+        assert_eq!(Dialect::from_path("/model//invoke"), None);
+        assert_eq!(Dialect::from_path("/v1/invoke"), None);
+    }
+
+    /// Claude on Vertex AI says "stream" in its method: `:streamRawPredict`
+    /// answers SSE even for a body without `"stream": true`; `:rawPredict`
+    /// follows the body, as `/v1/messages` does.
+    #[test]
+    fn vertex_claude_streams_by_method() {
+        let stream = "/v1/projects/p/locations/l/publishers/anthropic/models/c:streamRawPredict";
+        let raw = "/v1/projects/p/locations/l/publishers/anthropic/models/c:rawPredict";
+        assert_eq!(Dialect::Anthropic.mode(stream, None, false), Mode::Sse);
+        assert_eq!(Dialect::Anthropic.mode(stream, None, true), Mode::Sse);
+        assert_eq!(Dialect::Anthropic.mode(raw, None, false), Mode::Whole);
+        assert_eq!(Dialect::Anthropic.mode("/v1/messages", None, false), Mode::Whole);
     }
 }
 

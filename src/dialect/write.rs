@@ -24,6 +24,9 @@ pub enum Mode {
     JsonArray,
     /// Newline-delimited JSON, one object per line (Ollama).
     Ndjson,
+    /// AWS's binary event stream (`application/vnd.amazon.eventstream`,
+    /// Bedrock's `InvokeModelWithResponseStream`), see [`crate::eventstream`].
+    EventStream,
 }
 
 /// A response loopguard writes in the upstream's place.

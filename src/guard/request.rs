@@ -95,17 +95,13 @@ impl RequestView<'_> {
         self.dialect.mode(self.path, self.query, self.parsed.stream)
     }
 
-    /// The model asked for: the body's `model`, else the last path
-    /// segment before a `:` (Gemini's `models/{model}:generateContent`).
+    /// The model asked for: the body's `model`, else the one the path
+    /// names (see [`crate::dialect::Dialect::path_model`]).
     pub(super) fn model(&self) -> String {
-        self.parsed.model.clone().unwrap_or_else(|| {
-            self.path
-                .rsplit('/')
-                .next()
-                .and_then(|last| last.split(':').next())
-                .unwrap_or_default()
-                .to_owned()
-        })
+        self.parsed
+            .model
+            .clone()
+            .unwrap_or_else(|| self.dialect.path_model(self.path).to_owned())
     }
 
     /// The request carries an explicit summarizer signal on the wire: Codex's

@@ -126,7 +126,7 @@ pub(super) async fn admit<'c>(
     };
     let provider = matched.route.provider;
     if let Some(wanted) = route::misrouted(matched.route, &path, query.as_deref(), &parts.headers) {
-        return Err(Box::new(misrouted(config, matched.route, wanted)));
+        return Err(Box::new(misrouted(config, matched.route, wanted, &path)));
     }
 
     let body_budget = guard.reserve_body(config);
@@ -197,14 +197,23 @@ pub(super) async fn admit<'c>(
 }
 
 /// The HTTP 400 for a request that belongs to provider `wanted`, naming the
-/// route to use.
-fn misrouted(config: &Config, route: &Route, wanted: Provider) -> Response {
+/// route to use: for a Vertex AI path (`…/publishers/…`), a route of that
+/// provider to a Vertex host if there is one.
+fn misrouted(config: &Config, route: &Route, wanted: Provider, path: &str) -> Response {
     // A client whose own path must reach the upstream unchanged (an SDK
     // at loopguard's root) needs a route that strips its prefix.
     let candidates: Vec<&Route> = config.routes.iter().filter(|r| r.provider == wanted).collect();
+    let vertex = path.contains("/publishers/");
+    let to_vertex = |r: &&&Route| {
+        r.upstream
+            .host_str()
+            .is_some_and(|h| h.ends_with("aiplatform.googleapis.com"))
+            == vertex
+    };
     let hint = candidates
         .iter()
-        .find(|r| r.strip_prefix)
+        .find(|r| r.strip_prefix && to_vertex(r))
+        .or_else(|| candidates.iter().find(|r| r.strip_prefix))
         .or_else(|| candidates.first())
         .map(|r| format!(" (prefix {})", r.prefix))
         .unwrap_or_else(|| {

@@ -141,6 +141,7 @@ const RETRY_AFTER_SECS: &str = "1";
 /// - Gemini: `{"error":{"code":<int>,"message","status"}}`
 /// - Anthropic: `{"type":"error","error":{"type","message"}}`
 /// - Ollama: `{"error":"…"}`
+/// - Bedrock: `{"message":"…"}`
 pub fn error_response(status: StatusCode, provider: Option<Provider>, code: &str, message: &str) -> Response {
     let body = match provider.unwrap_or(Provider::Openai) {
         Provider::Openai => json!({
@@ -159,6 +160,7 @@ pub fn error_response(status: StatusCode, provider: Option<Provider>, code: &str
             }
         }),
         Provider::Ollama => json!({"error": format!("{code}: {message}")}),
+        Provider::Bedrock => json!({"message": format!("{code}: {message}")}),
         Provider::Anthropic => json!({
             "type": "error",
             "error": {

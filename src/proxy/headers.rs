@@ -107,6 +107,12 @@ pub fn is_ndjson(headers: &HeaderMap) -> bool {
     content_type_starts_with(headers, "application/x-ndjson")
 }
 
+/// The response is an AWS event stream (`application/vnd.amazon.eventstream`,
+/// Bedrock's streams).
+pub fn is_aws_event_stream(headers: &HeaderMap) -> bool {
+    content_type_starts_with(headers, crate::dialect::bedrock::EVENT_STREAM)
+}
+
 /// The response's media type starts with `prefix` (case-insensitive).
 pub fn content_type_starts_with(headers: &HeaderMap, prefix: &str) -> bool {
     headers

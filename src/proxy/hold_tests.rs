@@ -337,7 +337,9 @@ fn a_whole_answer_keeps_the_models_text_and_usage_when_its_calls_are_blocked() {
                 String::from_utf8_lossy(&crate::tools::mock::ollama::whole(&turn, "mock-7", false))
                     .into_owned()
             }
-            Dialect::Anthropic => crate::tools::mock::script::anthropic_whole(&turn, "m", 7),
+            Dialect::Anthropic | Dialect::Bedrock => {
+                crate::tools::mock::script::anthropic_whole(&turn, "m", 7)
+            }
             Dialect::OpenaiResponses => crate::tools::mock::script::responses_whole(&turn, "m", 7),
             Dialect::OpenaiChat => crate::tools::mock::script::openai_whole(&turn, "m", 7),
             Dialect::Gemini => crate::tools::mock::script::gemini_whole(&turn, "mock-7"),

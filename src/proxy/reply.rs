@@ -263,7 +263,9 @@ fn framing(dialect: Dialect, path: &str, query: &Option<String>, headers: &http:
         // Ollama: a stream says so by its content type (`stream: false`
         // answers, and errors, are one JSON document).
         Mode::Ndjson if headers::is_ndjson(headers) => Mode::Ndjson,
-        Mode::Sse | Mode::Ndjson | Mode::Whole => Mode::Whole,
+        // Bedrock: likewise, errors are one JSON document.
+        Mode::EventStream if headers::is_aws_event_stream(headers) => Mode::EventStream,
+        Mode::Sse | Mode::Ndjson | Mode::EventStream | Mode::Whole => Mode::Whole,
     }
 }
 

@@ -6,6 +6,7 @@
 use std::collections::VecDeque;
 
 use crate::dialect::{Dialect, Mode, StreamEvent, StreamParser};
+use crate::eventstream::{self, Message};
 use crate::json_array::{ArrayElement, ArraySplitter};
 use crate::ndjson::{Line, LineSplitter};
 use crate::sse::{SseDecoder, SseEvent};
@@ -14,7 +15,12 @@ enum Framer {
     Sse(SseDecoder),
     Array(ArraySplitter),
     Lines(LineSplitter),
-    Json { buf: Vec<u8>, cap: usize },
+    /// AWS event stream (Bedrock): one frame per message.
+    Events(eventstream::Decoder),
+    Json {
+        buf: Vec<u8>,
+        cap: usize,
+    },
 }
 
 /// One parsed unit of the body: an SSE event, an array element, or the whole
@@ -72,6 +78,7 @@ pub struct Tap {
     sse_scratch: Vec<SseEvent>,
     array_scratch: Vec<ArrayElement>,
     line_scratch: Vec<Line>,
+    message_scratch: Vec<Message>,
     /// Framed payloads not parsed yet: stream end offset and payload (`None`
     /// for a truncated SSE event, which yields an empty frame).
     pending: VecDeque<(u64, Option<String>)>,
@@ -100,6 +107,7 @@ impl Tap {
             Mode::Sse => Framer::Sse(SseDecoder::new()),
             Mode::JsonArray => Framer::Array(ArraySplitter::new()),
             Mode::Ndjson => Framer::Lines(LineSplitter::new()),
+            Mode::EventStream => Framer::Events(eventstream::Decoder::new(max_json_bytes)),
             Mode::Whole => Framer::Json {
                 buf: Vec::new(),
                 cap: max_json_bytes,
@@ -115,6 +123,7 @@ impl Tap {
             sse_scratch: Vec::new(),
             array_scratch: Vec::new(),
             line_scratch: Vec::new(),
+            message_scratch: Vec::new(),
             pending: VecDeque::new(),
             recording: None,
             traced: false,
@@ -144,7 +153,9 @@ impl Tap {
         self.failed.as_deref().map(|reason| {
             if reason.starts_with("response_too_large") {
                 "response_too_large"
-            } else if reason.starts_with("response_frame_too_large") {
+            } else if reason.starts_with("response_frame_too_large")
+                || reason.starts_with("event stream: message of")
+            {
                 "response_frame_too_large"
             } else if reason.starts_with("json array") {
                 "json_array_invalid"
@@ -208,6 +219,17 @@ impl Tap {
                 // One line past the cap is never kept whole (as an array element).
                 if splitter.buffered() > self.max_frame {
                     frame_too_large = true;
+                }
+            }
+            Framer::Events(decoder) => {
+                // A message past the cap is refused from its prelude (the
+                // decoder never buffers it): the body passes unjudged.
+                if let Err(e) = decoder.push(chunk, &mut self.message_scratch) {
+                    self.failed = Some(e.to_string());
+                }
+                for message in self.message_scratch.drain(..) {
+                    let payload = crate::dialect::bedrock::payload_of(&message);
+                    self.pending.push_back((message.end, payload));
                 }
             }
             Framer::Json { buf, cap } => {
@@ -335,6 +357,7 @@ impl Tap {
                 None => None,
             },
             Framer::Array(splitter) => splitter.finish().err().map(|e| e.to_string()),
+            Framer::Events(decoder) => decoder.finish().err().map(|e| e.to_string()),
             // A last line without its newline still counts (Ollama's own
             // client reads it); whether the answer was done says the rest.
             Framer::Lines(splitter) => {

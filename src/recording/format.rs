@@ -114,6 +114,7 @@ pub fn mode_name(mode: crate::dialect::Mode) -> &'static str {
         crate::dialect::Mode::Whole => "whole",
         crate::dialect::Mode::JsonArray => "array",
         crate::dialect::Mode::Ndjson => "ndjson",
+        crate::dialect::Mode::EventStream => "eventstream",
     }
 }
 
@@ -123,6 +124,7 @@ pub fn mode_of(name: &str) -> crate::dialect::Mode {
         "sse" => crate::dialect::Mode::Sse,
         "array" => crate::dialect::Mode::JsonArray,
         "ndjson" => crate::dialect::Mode::Ndjson,
+        "eventstream" => crate::dialect::Mode::EventStream,
         _ => crate::dialect::Mode::Whole,
     }
 }

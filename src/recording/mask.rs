@@ -65,7 +65,7 @@ pub fn response(body: &[u8], mode: Mode) -> String {
         Mode::Sse => sse(&text),
         Mode::JsonArray => array(&text),
         // Each line is a whole object: masked as one text.
-        Mode::Ndjson | Mode::Whole => None,
+        Mode::Ndjson | Mode::EventStream | Mode::Whole => None,
     };
     redact(joined.as_deref().unwrap_or(&text))
 }

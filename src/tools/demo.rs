@@ -229,8 +229,12 @@ pub async fn run() -> Result<(), String> {
         "loopguard demo: mock upstream at {mock}, loopguard at {proxy} (defaults: warn at 3 identical calls, block at 5)"
     );
     let client = reqwest::Client::new();
-    // Ollama's dialects are not in the demo yet (its config has no `/ollama` route).
-    for dialect in Dialect::ALL.into_iter().filter(|d| d.provider() != "ollama") {
+    // Ollama's and Bedrock's dialects are not in the demo yet (its config
+    // has no route for them).
+    for dialect in Dialect::ALL
+        .into_iter()
+        .filter(|d| !matches!(d.provider(), "ollama" | "bedrock"))
+    {
         let run = Run {
             dialect,
             stream: true,

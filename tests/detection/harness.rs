@@ -121,7 +121,7 @@ impl Scenario {
                 json!({"type": "message", "role": "user", "content": [{"type": "input_text", "text": task}]}),
             ),
             Dialect::Gemini => items.push(json!({"role": "user", "parts": [{"text": task}]})),
-            Dialect::Anthropic => items.push(json!({"role": "user", "content": task})),
+            Dialect::Anthropic | Dialect::Bedrock => items.push(json!({"role": "user", "content": task})),
             Dialect::OllamaChat | Dialect::OllamaGenerate => {
                 items.push(json!({"role": "system", "content": "You are a coding agent."}));
                 items.push(json!({"role": "user", "content": task}));
@@ -152,7 +152,7 @@ impl Scenario {
                 json!({"systemInstruction": {"parts": [{"text": "You are a coding agent."}]}, "contents": items,
                 "tools": [{"functionDeclarations": names.iter().map(|t| json!({"name": t})).collect::<Vec<_>>()}]})
             }
-            Dialect::Anthropic => {
+            Dialect::Anthropic | Dialect::Bedrock => {
                 json!({"model": "m", "max_tokens": 1024, "system": "You are a coding agent.", "messages": items,
                 "tools": names.iter().map(|t| json!({"name": t, "input_schema": {"type": "object"}})).collect::<Vec<_>>()})
             }
@@ -284,7 +284,7 @@ fn render(d: Dialect, step: &Step, id: &mut usize, items: &mut Vec<Value>) {
     match step {
         Step::Compacted(_) => {}
         Step::User(t) => items.push(match d {
-            Dialect::OpenaiChat | Dialect::Anthropic | Dialect::OllamaChat | Dialect::OllamaGenerate => json!({"role": "user", "content": t}),
+            Dialect::OpenaiChat | Dialect::Anthropic | Dialect::Bedrock | Dialect::OllamaChat | Dialect::OllamaGenerate => json!({"role": "user", "content": t}),
             Dialect::OpenaiResponses => {
                 json!({"type": "message", "role": "user", "content": [{"type": "input_text", "text": t}]})
             }
@@ -292,7 +292,7 @@ fn render(d: Dialect, step: &Step, id: &mut usize, items: &mut Vec<Value>) {
         }),
         Step::Said(t) => items.push(match d {
             Dialect::OpenaiChat | Dialect::OllamaChat | Dialect::OllamaGenerate => json!({"role": "assistant", "content": t}),
-            Dialect::Anthropic => json!({"role": "assistant", "content": [{"type": "text", "text": t}]}),
+            Dialect::Anthropic | Dialect::Bedrock => json!({"role": "assistant", "content": [{"type": "text", "text": t}]}),
             Dialect::OpenaiResponses => {
                 json!({"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": t}]})
             }
@@ -309,7 +309,7 @@ fn render(d: Dialect, step: &Step, id: &mut usize, items: &mut Vec<Value>) {
                         "action": {"type": "search", "query": query}}));
                     items.push(json!({"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": result}]}));
                 }
-                Dialect::Anthropic => items.push(json!({"role": "assistant", "content": [
+                Dialect::Anthropic | Dialect::Bedrock => items.push(json!({"role": "assistant", "content": [
                     {"type": "server_tool_use", "id": format!("srvtoolu_{id}"), "name": "web_search", "input": {"query": query}},
                     {"type": "web_search_tool_result", "tool_use_id": format!("srvtoolu_{id}"), "content": [
                         {"type": "web_search_result", "url": "https://example.com/a", "title": result, "encrypted_content": format!("enc{id}")}]},
@@ -349,7 +349,7 @@ fn render(d: Dialect, step: &Step, id: &mut usize, items: &mut Vec<Value>) {
                         turn.push(json!({"function": {"name": name, "arguments": args}}));
                         results.push(json!({"role": "tool", "tool_name": name, "content": result_text(res)}));
                     }
-                    Dialect::Anthropic => {
+                    Dialect::Anthropic | Dialect::Bedrock => {
                         turn.push(json!({"type": "tool_use", "id": cid, "name": name, "input": args}));
                         results.push(json!({"type": "tool_result", "tool_use_id": cid, "content": result_text(res), "is_error": is_error}));
                     }
@@ -369,7 +369,7 @@ fn render(d: Dialect, step: &Step, id: &mut usize, items: &mut Vec<Value>) {
                     items.push(json!({"role": "model", "parts": turn}));
                     items.push(json!({"role": "user", "parts": results}));
                 }
-                Dialect::Anthropic => {
+                Dialect::Anthropic | Dialect::Bedrock => {
                     items.push(json!({"role": "assistant", "content": turn}));
                     items.push(json!({"role": "user", "content": results}));
                 }
@@ -437,7 +437,7 @@ pub fn answer_stream(d: Dialect, deltas: &[String]) -> String {
                 );
             }
         }
-        Dialect::Anthropic => {
+        Dialect::Anthropic | Dialect::Bedrock => {
             event(
                 Some("message_start"),
                 json!({"type": "message_start", "message": {"id": "m", "type": "message", "role": "assistant", "content": [], "model": "m"}}),

@@ -92,7 +92,7 @@ pub fn block_answer(mode: Mode, model: &str, message: &str) -> Answer {
             .to_string()
             .into_bytes(),
         },
-        Mode::Sse | Mode::JsonArray | Mode::Ndjson => {
+        Mode::Sse | Mode::JsonArray | Mode::Ndjson | Mode::EventStream => {
             let mut out = Vec::new();
             event(
                 &mut out,

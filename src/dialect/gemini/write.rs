@@ -79,7 +79,7 @@ pub fn block_answer(mode: Mode, model: &str, message: &str) -> Answer {
             content_type: "application/json",
             body: chunk.to_string().into_bytes(),
         },
-        Mode::Sse | Mode::Ndjson => Answer {
+        Mode::Sse | Mode::Ndjson | Mode::EventStream => Answer {
             content_type: "text/event-stream",
             body: format!("data: {chunk}\r\n\r\n").into_bytes(),
         },
@@ -125,7 +125,7 @@ pub fn stream_error_event(message: &str, mode: Mode, first_element: bool) -> Vec
 
 fn frame(value: &Value, mode: Mode, first_element: bool, close_array: bool) -> Vec<u8> {
     match mode {
-        Mode::Sse | Mode::Ndjson => format!("data: {value}\r\n\r\n").into_bytes(),
+        Mode::Sse | Mode::Ndjson | Mode::EventStream => format!("data: {value}\r\n\r\n").into_bytes(),
         Mode::JsonArray => {
             let lead = if first_element { "[" } else { ",\r\n" };
             let tail = if close_array { "]" } else { "" };

@@ -81,7 +81,7 @@ pub fn block_answer(mode: Mode, model: &str, message: &str, include_usage: bool)
             .to_string()
             .into_bytes(),
         },
-        Mode::Sse | Mode::JsonArray | Mode::Ndjson => {
+        Mode::Sse | Mode::JsonArray | Mode::Ndjson | Mode::EventStream => {
             let mut body = sse(&chunk(
                 &id,
                 model,

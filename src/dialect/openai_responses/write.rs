@@ -176,7 +176,7 @@ pub fn block_answer(mode: Mode, model: &str, message_text: &str) -> Answer {
                 body: completed(&base, vec![item]).to_string().into_bytes(),
             }
         }
-        Mode::Sse | Mode::JsonArray | Mode::Ndjson => {
+        Mode::Sse | Mode::JsonArray | Mode::Ndjson | Mode::EventStream => {
             let mut w = Writer::new(0);
             w.emit("response.created", json!({"response": base}));
             w.emit("response.in_progress", json!({"response": base}));

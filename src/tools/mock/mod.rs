@@ -3,7 +3,13 @@
 //! demos (`loopguard mock-upstream`).
 //!
 //! It answers every `POST …/chat/completions`, `…/responses`, `…/messages`,
-//! `…:generateContent`, `…:streamGenerateContent` and Ollama's `…/api/chat`
+//! `…:generateContent`, `…:streamGenerateContent` (also Gemini on Vertex AI,
+//! `…/publishers/google/models/{m}:…`), Claude on Vertex AI
+//! (`…/publishers/anthropic/models/{m}:rawPredict`, and `:streamRawPredict`,
+//! which streams whatever the body's `stream` says), Claude on Bedrock
+//! (`…/model/{id}/invoke`, and `…/invoke-with-response-stream`, whose
+//! Anthropic events — scripted, or an `anthropic/*.sse` fixture — are sent as
+//! AWS event-stream `chunk`s, one per event) and Ollama's `…/api/chat`
 //! and `…/api/generate` (NDJSON unless `stream: false`, see [`ollama`]) with either a recorded
 //! fixture or a scripted turn (see [`script`]), in the mode the request
 //! asked for (SSE — named events for Responses and Anthropic —, streamed
@@ -17,7 +23,7 @@
 //! | `x-mock-pace-ms: 50` | delay between events |
 //! | `x-mock-chunk: event\|random\|bytes\|whole` | write sizes: one event per write (default), random 1–97 bytes, one byte, or the whole body at once |
 //! | `x-mock-seed: 7` | seed for `random` writes |
-//! | `x-mock-fault: …` | `die-after:N` (break the connection after N events), `stall-after:N` (go silent after N events), `truncate-after:N` (end the body cleanly after N events), `delay-headers-ms:N`, `status:CODE` (an error answer), `no-terminator` (no `[DONE]`), `gzip` (gzip the body when the request accepts it) |
+//! | `x-mock-fault: …` | `die-after:N` (break the connection after N events), `stall-after:N` (go silent after N events), `truncate-after:N` (end the body cleanly after N events), `delay-headers-ms:N`, `status:CODE` (an error answer), `no-terminator` (no `[DONE]`), `gzip` (gzip the body when the request accepts it), `corrupt` (flip a bit of the first event's last byte: a Bedrock message with a bad CRC) |
 //! | `x-mock-id: ID` | name under which the send log is kept |
 //! | `x-mock-signatures: strict` | reject (HTTP 400) a history carrying reasoning signed by another model than the one asked for; `x-mock-signer: MODEL` names the producer of signatures the mock did not make (see [`signatures`]) |
 //!
@@ -259,6 +265,9 @@ struct Controls {
     status: Option<u16>,
     no_terminator: bool,
     gzip: bool,
+    /// Flip one bit in the last byte of the first piece (an event-stream
+    /// message whose CRC no longer matches).
+    corrupt: bool,
     id: Option<String>,
 }
 
@@ -283,6 +292,7 @@ impl Controls {
                 "status" => c.status = n.and_then(|n| u16::try_from(n).ok()),
                 "no-terminator" => c.no_terminator = true,
                 "gzip" => c.gzip = true,
+                "corrupt" => c.corrupt = true,
                 _ => {}
             }
         }
@@ -367,9 +377,17 @@ async fn answer(State(st): State<Arc<MockState>>, request: Request) -> Response 
     let gemini = path.contains(":generateContent") || path.contains(":streamGenerateContent");
     let ollama_generate = path.ends_with("/api/generate");
     let ollama = ollama_generate || path.ends_with("/api/chat");
+    // Claude on Vertex AI: Anthropic's answer; `:streamRawPredict` streams
+    // whatever the body says.
+    let vertex_claude = path.contains("/publishers/anthropic/models/")
+        && (path.ends_with(":rawPredict") || path.ends_with(":streamRawPredict"));
+    // Claude on Bedrock: Anthropic's answer; `invoke-with-response-stream`
+    // streams its events as AWS event-stream `chunk`s.
+    let bedrock = crate::dialect::Dialect::from_path(path) == Some(crate::dialect::Dialect::Bedrock);
+    let bedrock_stream = bedrock && path.ends_with("/invoke-with-response-stream");
     let named = if path.ends_with("/responses") {
         Some(Named::Responses)
-    } else if path.ends_with("/messages") {
+    } else if path.ends_with("/messages") || vertex_claude || bedrock {
         Some(Named::Anthropic)
     } else {
         None
@@ -389,7 +407,11 @@ async fn answer(State(st): State<Arc<MockState>>, request: Request) -> Response 
         } else {
             Mode::Lines
         }
-    } else if json_body.get("stream").and_then(Value::as_bool) == Some(true) {
+    } else if bedrock {
+        if bedrock_stream { Mode::Sse } else { Mode::Whole }
+    } else if json_body.get("stream").and_then(Value::as_bool) == Some(true)
+        || path.ends_with(":streamRawPredict")
+    {
         Mode::Sse
     } else {
         Mode::Whole
@@ -418,8 +440,15 @@ async fn answer(State(st): State<Arc<MockState>>, request: Request) -> Response 
                 .and_then(Value::as_str)
                 .map(str::to_owned)
                 .or_else(|| {
-                    gemini
+                    (gemini || vertex_claude)
                         .then(|| path.rsplit('/').next().and_then(|last| last.split(':').next()))
+                        .flatten()
+                        .map(str::to_owned)
+                })
+                .or_else(|| {
+                    // Bedrock: `/model/{modelId}/invoke…`.
+                    bedrock
+                        .then(|| path.rsplit('/').nth(1))
                         .flatten()
                         .map(str::to_owned)
                 })
@@ -459,7 +488,17 @@ async fn answer(State(st): State<Arc<MockState>>, request: Request) -> Response 
     let recorded_stream = mode != Mode::Array && header_str(&parts.headers, "x-mock-fixture").is_some();
     let ndjson = mode == Mode::Lines
         || header_str(&parts.headers, "x-mock-fixture").is_some_and(|n| n.ends_with(".ndjson"));
-    let content_type = if ndjson {
+    let pieces = if bedrock_stream {
+        pieces
+            .iter()
+            .map(|p| crate::dialect::bedrock::frames_from_sse(p))
+            .collect()
+    } else {
+        pieces
+    };
+    let content_type = if bedrock_stream {
+        crate::dialect::bedrock::EVENT_STREAM
+    } else if ndjson {
         "application/x-ndjson"
     } else if mode == Mode::Sse || recorded_stream {
         "text/event-stream"
@@ -469,6 +508,12 @@ async fn answer(State(st): State<Arc<MockState>>, request: Request) -> Response 
     let mut headers = HeaderMap::new();
     headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
     let accepts_gzip = header_str(&parts.headers, "accept-encoding").is_some_and(|v| v.contains("gzip"));
+    let mut pieces = pieces;
+    if controls.corrupt {
+        if let Some(last) = pieces.first_mut().and_then(|p| p.last_mut()) {
+            *last ^= 1;
+        }
+    }
     let pieces = if controls.gzip && accepts_gzip {
         headers.insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
         let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
