@@ -7,12 +7,17 @@ use serde_json::Value;
 use crate::dialect::Dialect;
 
 /// `gen_ai.operation.name` of a dialect: `chat` for the chat-shaped APIs
-/// (OpenAI chat and Responses, Anthropic Messages, Ollama `/api/chat`),
+/// (OpenAI chat and Responses, Anthropic Messages, also on Bedrock, Ollama
+/// `/api/chat`),
 /// `generate_content` for Gemini, `text_completion` for Ollama
 /// `/api/generate`.
 pub fn operation(dialect: Dialect) -> &'static str {
     match dialect {
-        Dialect::OpenaiChat | Dialect::OpenaiResponses | Dialect::Anthropic | Dialect::OllamaChat => "chat",
+        Dialect::OpenaiChat
+        | Dialect::OpenaiResponses
+        | Dialect::Anthropic
+        | Dialect::Bedrock
+        | Dialect::OllamaChat => "chat",
         Dialect::Gemini => "generate_content",
         Dialect::OllamaGenerate => "text_completion",
     }
@@ -20,13 +25,17 @@ pub fn operation(dialect: Dialect) -> &'static str {
 
 /// `gen_ai.provider.name` of a route: the semconv's well-known values
 /// (`openai`, `anthropic`, `gcp.gemini`, `gcp.vertex_ai` when the upstream
-/// is Vertex AI's `aiplatform.googleapis.com`), and `ollama`, which the
-/// conventions do not list.
+/// is Vertex AI's `aiplatform.googleapis.com`, Claude there included,
+/// `aws.bedrock`), and `ollama`, which the conventions do not list.
 pub fn provider(provider: crate::config::Provider, upstream_host: Option<&str>) -> &'static str {
     use crate::config::Provider;
     match provider {
         Provider::Openai => "openai",
+        Provider::Anthropic if upstream_host.is_some_and(|h| h.ends_with("aiplatform.googleapis.com")) => {
+            "gcp.vertex_ai"
+        }
         Provider::Anthropic => "anthropic",
+        Provider::Bedrock => "aws.bedrock",
         Provider::Gemini if upstream_host.is_some_and(|h| h.ends_with("aiplatform.googleapis.com")) => {
             "gcp.vertex_ai"
         }
@@ -108,5 +117,18 @@ mod tests {
             "gcp.vertex_ai"
         );
         assert_eq!(provider(Provider::Openai, Some("127.0.0.1")), "openai");
+        assert_eq!(
+            provider(Provider::Anthropic, Some("us-east5-aiplatform.googleapis.com")),
+            "gcp.vertex_ai"
+        );
+        assert_eq!(
+            provider(Provider::Anthropic, Some("api.anthropic.com")),
+            "anthropic"
+        );
+        assert_eq!(
+            provider(Provider::Bedrock, Some("bedrock-runtime.us-east-1.amazonaws.com")),
+            "aws.bedrock"
+        );
+        assert_eq!(operation(Dialect::Bedrock), "chat");
     }
 }
