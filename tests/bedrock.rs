@@ -14,7 +14,7 @@
 
 mod common;
 
-use common::{Proc, client, config_for, fixtures_of, loopguard, metric_value, metrics, mock, mock_requests};
+use common::{Got, Proc, config_for, fixtures_of, loopguard, metric_value, metrics, mock, mock_requests};
 use loopguard::dialect::bedrock;
 use loopguard::eventstream::{Decoder, Message};
 use serde_json::{Value, json};
@@ -54,39 +54,14 @@ fn history(task: &str, cycles: usize) -> Value {
         "tools": [{"name": "ls", "input_schema": {"type": "object"}}]})
 }
 
-struct Got {
-    status: u16,
-    content_type: String,
-    verdict: Option<String>,
-    body: Vec<u8>,
-}
-
-async fn send(base: &str, path: &str, body: &Value, headers: &[(&str, &str)]) -> Got {
-    let mut request = client()
-        .post(format!("{base}{path}"))
-        .header("authorization", SIGV4)
-        .header("x-amz-date", "20261207T120000Z")
-        .header("content-type", "application/json")
-        .body(body.to_string());
-    for (k, v) in headers {
-        request = request.header(*k, *v);
-    }
-    let response = request.send().await.unwrap_or_else(|e| panic!("{e}"));
-    let status = response.status().as_u16();
-    let content_type = response
-        .headers()
-        .get("content-type")
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or_default()
-        .to_owned();
-    let verdict = common::verdict_header(&response);
-    let body = response.bytes().await.unwrap_or_default().to_vec();
-    Got {
-        status,
-        content_type,
-        verdict,
-        body,
-    }
+async fn send(base: &str, path: &str, body: &Value, headers: &[(&str, &str)]) -> Got<Vec<u8>> {
+    let mut all = vec![
+        ("authorization", SIGV4),
+        ("x-amz-date", "20261207T120000Z"),
+        ("content-type", "application/json"),
+    ];
+    all.extend_from_slice(headers);
+    common::post_json(base, path, body, &all).await
 }
 
 /// Every message of an event-stream body, each CRC checked; panics on an

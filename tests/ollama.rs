@@ -8,7 +8,7 @@ mod common;
 
 use std::path::PathBuf;
 
-use common::{Proc, client, config_for, loopguard, mock_requests, mock_with_fixtures};
+use common::{Got, Proc, client, config_for, loopguard, mock_requests, mock_with_fixtures};
 use serde_json::{Value, json};
 
 const CHAT: &str = "/ollama/api/chat";
@@ -50,34 +50,8 @@ fn history(task: &str, cycles: usize, stream: Option<bool>) -> Value {
     body
 }
 
-struct Got {
-    status: u16,
-    content_type: String,
-    verdict: Option<String>,
-    body: String,
-}
-
-async fn send(base: &str, path: &str, body: &Value, headers: &[(&str, &str)]) -> Got {
-    let mut request = client().post(format!("{base}{path}")).body(body.to_string());
-    for (k, v) in headers {
-        request = request.header(*k, *v);
-    }
-    let response = request.send().await.unwrap_or_else(|e| panic!("{e}"));
-    let status = response.status().as_u16();
-    let content_type = response
-        .headers()
-        .get("content-type")
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or_default()
-        .to_owned();
-    let verdict = common::verdict_header(&response);
-    let body = response.text().await.unwrap_or_default();
-    Got {
-        status,
-        content_type,
-        verdict,
-        body,
-    }
+async fn send(base: &str, path: &str, body: &Value, headers: &[(&str, &str)]) -> Got<String> {
+    common::post_json(base, path, body, headers).await.into_text()
 }
 
 /// Every line of an NDJSON body, parsed; panics on a line that is not JSON.

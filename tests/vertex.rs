@@ -10,7 +10,7 @@
 
 mod common;
 
-use common::{Proc, client, config_for, fixtures_of, loopguard, mock, mock_requests};
+use common::{Got, Proc, config_for, fixtures_of, loopguard, mock, mock_requests};
 use serde_json::{Value, json};
 
 /// The caller's Google credential: Vertex AI takes an OAuth bearer token.
@@ -119,38 +119,10 @@ fn start(extra: &str) -> (Proc, Proc) {
     (mock, loopguard(&config))
 }
 
-struct Got {
-    status: u16,
-    content_type: String,
-    verdict: Option<String>,
-    body: String,
-}
-
-async fn send(base: &str, path: &str, body: &Value, headers: &[(&str, &str)]) -> Got {
-    let mut request = client()
-        .post(format!("{base}{path}"))
-        .header("authorization", BEARER)
-        .header("content-type", "application/json")
-        .body(body.to_string());
-    for (k, v) in headers {
-        request = request.header(*k, *v);
-    }
-    let response = request.send().await.unwrap_or_else(|e| panic!("{e}"));
-    let status = response.status().as_u16();
-    let content_type = response
-        .headers()
-        .get("content-type")
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or_default()
-        .to_owned();
-    let verdict = common::verdict_header(&response);
-    let body = response.text().await.unwrap_or_default();
-    Got {
-        status,
-        content_type,
-        verdict,
-        body,
-    }
+async fn send(base: &str, path: &str, body: &Value, headers: &[(&str, &str)]) -> Got<String> {
+    let mut all = vec![("authorization", BEARER), ("content-type", "application/json")];
+    all.extend_from_slice(headers);
+    common::post_json(base, path, body, &all).await.into_text()
 }
 
 /// A mock answer with its per-answer counter masked (`msg_mock_7`,

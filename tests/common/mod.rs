@@ -378,3 +378,55 @@ pub fn metric_value(text: &str, series: &str) -> f64 {
         .find_map(|l| l.strip_prefix(series).and_then(|rest| rest.trim().parse().ok()))
         .unwrap_or(0.0)
 }
+
+/// What a test reads of a response: its status, content type, verdict
+/// header and whole body (`B`: the bytes, or their text).
+#[derive(Debug)]
+pub struct Got<B> {
+    pub status: u16,
+    pub content_type: String,
+    pub verdict: Option<String>,
+    pub body: B,
+}
+
+impl Got<Vec<u8>> {
+    /// The same, the body as text (bad UTF-8 replaced).
+    pub fn into_text(self) -> Got<String> {
+        Got {
+            status: self.status,
+            content_type: self.content_type,
+            verdict: self.verdict,
+            body: String::from_utf8_lossy(&self.body).into_owned(),
+        }
+    }
+}
+
+/// POSTs the JSON `body` to `base` + `path` with `headers` (appended in
+/// order) and reads the whole response.
+pub async fn post_json(
+    base: &str,
+    path: &str,
+    body: &serde_json::Value,
+    headers: &[(&str, &str)],
+) -> Got<Vec<u8>> {
+    let mut request = client().post(format!("{base}{path}")).body(body.to_string());
+    for (k, v) in headers {
+        request = request.header(*k, *v);
+    }
+    let response = request.send().await.unwrap_or_else(|e| panic!("{e}"));
+    let status = response.status().as_u16();
+    let content_type = response
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned();
+    let verdict = verdict_header(&response);
+    let body = response.bytes().await.unwrap_or_default().to_vec();
+    Got {
+        status,
+        content_type,
+        verdict,
+        body,
+    }
+}
