@@ -112,7 +112,7 @@ pub enum Evidence {
 /// system text matches a known summarizer prompt.
 ///
 /// The system text (an agent's, tens of KB on every request) is searched
-/// once per text and pattern list ([`memoised`]).
+/// once per text and pattern list (`detect::memo`).
 pub fn is_summarizer(transcript: &Transcript, settings: &Settings) -> bool {
     let patterns = &settings.compaction.summarizer;
     let last_user = transcript.messages.iter().rev().find(|m| m.role == Role::User);

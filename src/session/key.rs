@@ -119,7 +119,7 @@ fn feed(h: &mut Sha256, pieces: &[&[u8]]) {
 ///
 /// The SHA-256 runs once per credential: its result is kept in a small
 /// memo under a secret-keyed hash of the same parts (see
-/// [`CredentialMemo`]), so a caller that sends one credential all day (a
+/// `CredentialMemo`), so a caller that sends one credential all day (a
 /// sidecar's agent, a gateway's teams) pays a keyed hash per request.
 pub fn tenant(headers: &HeaderMap, query: Option<&str>) -> String {
     let memo = CredentialMemo::global();
