@@ -727,7 +727,7 @@ impl Shared {
                 redis::cmd("HGET").arg(skey).arg("d").query_async(&mut conn).await
             })
             .await?;
-        Some(blob.and_then(|b| serde_json::from_slice::<Session>(&b).ok()))
+        Some(blob.and_then(|b| super::decode_session(&b).ok()))
     }
 
     /// Up to `limit` stored sessions (key, session), for the admin API.
@@ -774,7 +774,7 @@ impl Shared {
             blobs
                 .into_iter()
                 .flatten()
-                .filter_map(|b| serde_json::from_slice::<Session>(&b).ok())
+                .filter_map(|b| super::decode_session(&b).ok())
                 .collect(),
         )
     }
@@ -890,7 +890,7 @@ pub(crate) fn install(store: &Store, key: &str, version: u64, blob: &[u8]) -> bo
     let fresh = if blob.is_empty() {
         None
     } else {
-        match serde_json::from_slice::<Session>(blob) {
+        match super::decode_session(blob) {
             Ok(s) => Some(s),
             Err(e) => {
                 count_error("decode");
