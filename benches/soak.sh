@@ -46,7 +46,8 @@ if command -v taskset >/dev/null && [[ $(nproc) -ge 2 ]]; then
 fi
 echo "pinning: loopguard ${lg_pin[*]:-none}, mock and clients ${load_pin[*]:-none}"
 work=$(mktemp -d)
-trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$work"' EXIT
+# SOAK_LOGS=dir keeps loopguard's and the mock's logs there.
+trap 'kill $(jobs -p) 2>/dev/null || true; [[ -n "${SOAK_LOGS:-}" ]] && mkdir -p "$SOAK_LOGS" && cp "$work"/*.log "$work"/*.out "$SOAK_LOGS"/; rm -rf "$work"' EXIT
 fixtures="${LOOPGUARD_FIXTURES:-$(cd .. && pwd)/shared/fixtures}"
 # A paced mock: each stream trickles its events (slow streams).
 "${load_pin[@]}" "$bin" mock-upstream --listen 127.0.0.1:0 --fixtures "$fixtures" --pace-ms 200 >"$work/mock.out" 2>"$work/mock.log" &

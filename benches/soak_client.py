@@ -31,6 +31,16 @@ BODY = '{"model":"m","stream":%s,"messages":[{"role":"user","content":"hello %d"
 KINDS = ("stream", "whole")
 
 
+def cpu_seconds(pid):
+    """The process's user + system CPU time, seconds."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
 def rss_fds(pid):
     try:
         with open(f"/proc/{pid}/status") as f:
@@ -126,11 +136,15 @@ def main():
     for w in workers:
         w.start()
     samples = []
+    cpu, at = cpu_seconds(pid), time.monotonic()
     while time.monotonic() < t0 + seconds:
         rss, fds = rss_fds(pid)
         samples.append((rss, fds))
         c = list(counts)
-        print(f"t={time.monotonic() - t0:5.0f}s rss={rss} MB fds={fds} "
+        now_cpu, now = cpu_seconds(pid), time.monotonic()
+        busy = 100 * (now_cpu - cpu) / max(now - at, 1e-9)
+        cpu, at = now_cpu, now
+        print(f"t={now - t0:5.0f}s rss={rss} MB fds={fds} loopguard_cpu={busy:3.0f}% "
               f"ok=stream {c[0]} whole {c[2]} errors=stream {c[1]} whole {c[3]}", flush=True)
         time.sleep(10)
     first = {"stream": [], "whole": []}

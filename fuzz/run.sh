@@ -62,8 +62,8 @@ for target in "${targets[@]}"; do
         reason=$(grep -m1 -oE 'ERROR: libFuzzer: [a-z-]+|panicked at [^,]*|out-of-memory|timeout' "$log" || echo "exit $rc")
         echo "FAIL $target: $reason (log: fuzz/$log)"
     else
-        final=$(grep -E '^#[0-9]+ +(DONE|pulse|NEW|REDUCE)' "$log" | tail -1 | grep -oE 'cov: [0-9]+ ft: [0-9]+' || true)
-        echo "ok   $target: ${execs:-?} executions in $(( $(date +%s) - t0 )) s, ${final:-cov ?}, corpus $(find "corpus/$target" -type f | wc -l) files"
+        final=$(grep -E '^#[0-9]+[[:space:]]+(DONE|pulse|NEW|REDUCE)' "$log" | tail -1 | grep -oE 'cov: [0-9]+ ft: [0-9]+ corp: [0-9]+/[0-9a-zA-Z]+' || true)
+        echo "ok   $target: ${execs:-?} executions in $(( $(date +%s) - t0 )) s, ${final:-cov ?}, $(find "corpus/$target" -type f | wc -l) files in corpus/$target"
     fi
 done
 if [[ ${#failed[@]} -gt 0 ]]; then
