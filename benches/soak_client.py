@@ -19,6 +19,8 @@ import collections
 import json
 import multiprocessing as mp
 import os
+import queue
+import ssl
 import sys
 import time
 
@@ -107,12 +109,22 @@ def run_share(url, seconds, streams, clients, procs, index, counts, out, t0):
         end = t0 + seconds
         s0, sn = share(streams, procs, index)
         c0, cn = share(clients, procs, index)
-        n = sn + cn + 10
-        limits = httpx.Limits(max_connections=n, max_keepalive_connections=n)
-        async with httpx.AsyncClient(timeout=120, limits=limits) as client:
-            tasks = [worker(client, url, "stream", i, end, counts, first, reasons, t0) for i in range(s0, s0 + sn)]
-            tasks += [worker(client, url, "whole", i, end, counts, first, reasons, t0) for i in range(c0, c0 + cn)]
-            await asyncio.gather(*tasks)
+        # One client (a pool of one connection) per worker: httpcore's pool
+        # scans every connection and waiting request on each checkout and
+        # release, so one pool of 1,200 connections made the client spend
+        # its core there, read answers tens of seconds after loopguard sent
+        # them and leave connections idle past the servers' 30 s keep-alive
+        # (see docs/benchmarks.md, "Soak"). One TLS context for all.
+        tls = ssl.create_default_context()
+        limits = httpx.Limits(max_connections=1, max_keepalive_connections=1)
+        jobs = [("stream", i) for i in range(s0, s0 + sn)] + [("whole", i) for i in range(c0, c0 + cn)]
+        pools = [httpx.AsyncClient(timeout=120, limits=limits, verify=tls) for _ in jobs]
+        try:
+            await asyncio.gather(*(worker(c, url, kind, i, end, counts, first, reasons, t0)
+                                   for c, (kind, i) in zip(pools, jobs)))
+        finally:
+            for c in pools:
+                await c.aclose()
 
     asyncio.run(main())
     out.put((first, reasons))
@@ -150,7 +162,10 @@ def main():
     first = {"stream": [], "whole": []}
     reasons = []
     for _ in workers:  # read before joining: a child blocks until its result is taken
-        f, r = out.get()
+        try:
+            f, r = out.get(timeout=300)
+        except queue.Empty:
+            sys.exit(f"a client process gave no result (exit codes {[w.exitcode for w in workers]})")
         for kind in KINDS:
             first[kind] += f[kind]
         reasons += r
