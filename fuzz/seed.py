@@ -188,6 +188,10 @@ def main():
             put("history_chain", bytes([i]) + json.dumps(to(shorter)).encode() + b"\xff" + full)
     for path in sorted((ROOT / "config").glob("*.toml")):
         put("config", path.read_bytes())
+    # Every ```toml block of the README and docs/: the shapes the docs show.
+    for path in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        for block in path.read_text().split("```toml\n")[1:]:
+            put("config", block.split("```")[0].encode())
     put("config", b'[[routes]]\nprefix = "/v1"\nprovider = "openai"\nupstream = "http://127.0.0.1:1"\n')
     # Ollama: the hand-made NDJSON fixtures of tests/fixtures/ollama.
     for i, path in enumerate(sorted((ROOT / "tests" / "fixtures" / "ollama").glob("*.ndjson"))):
@@ -200,6 +204,34 @@ def main():
         put("eventstream", bytes([i]) + frames + eventstream_message(
             [(":exception-type", "validationException"), (":content-type", "application/json"),
              (":message-type", "exception")], b'{"message":"boom"}'))
+    # Recordings (recording::format): a header, then each request as what it
+    # adds to the lane's history (keep + items), a fixture's stream as its
+    # response, and a stream-time verdict; one whole-body request too.
+    sse = streams["openai-chat"]
+    for n, body in enumerate(requests()):
+        header = {"loopguard_recording": 1, "dialect": "openai-chat", "route": "/v1", "session": "s%d" % n,
+                  "lane": "%016x" % n, "started_unix_ms": 1_700_000_000_000}
+        lines = [header]
+        msgs = body["messages"]
+        head = {k: v for k, v in body.items() if k != "messages"}
+        kept = 0
+        for step, upto in enumerate(range(2, len(msgs) + 1, 2)):
+            line = {"kind": "request", "t_us": 1000 * step, "keep": kept, "items": msgs[kept:upto], "summarizer": False, "verdicts": []}
+            if step == 0:
+                line["head"] = head
+            lines.append(line)
+            kept = upto
+            raw = sse[(n + step) % len(sse)] if sse else b""
+            lines.append({"kind": "response", "t_us": 1000 * step + 500, "mode": "sse", "body": raw.decode("utf-8", "replace"), "bytes": len(raw)})
+        lines.append({"kind": "verdict", "t_us": 99, "at": "stream", "detector": "identical_call", "level": "warning"})
+        lines.append({"kind": "request", "t_us": 100_000, "body": {"model": "m", "input": "hi"}, "verdicts": [{"detector": "x", "level": "block"}]})
+        lines.append({"kind": "response", "t_us": 100_001, "mode": "whole", "truncated": True, "bytes": 1 << 30})
+        put("recording", "\n".join(json.dumps(l) for l in lines).encode() + b"\n")
+    # The Redis store's stored forms (fuzz/seeds/redis_record/, see its
+    # README): byte 0 even, a response record; odd, a session blob.
+    for path in sorted((ROOT / "fuzz" / "seeds" / "redis_record").glob("*.json")):
+        raw = path.read_bytes().strip()
+        put("redis_record", (b"\x00" if path.name.startswith("record") else b"\x01") + raw)
     for target in sorted(p.name for p in OUT.iterdir()):
         print(f"{target}: {len(list((OUT / target).iterdir()))} seeds")
 

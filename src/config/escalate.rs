@@ -1,11 +1,11 @@
-//! `[loop_detection.escalate]`, `[loop_detection.experiment]` and the
-//! routes' `escalate_*` keys: raw form and validation (the `escalate`
-//! action itself is [`crate::escalate`]).
+//! `[loop_detection.escalate]` and `[loop_detection.experiment]`: raw
+//! form and validation; a route's validated escalation target (its
+//! `escalate_*` keys are validated with the route, in `super::route`). The
+//! `escalate` action itself is [`crate::escalate`].
 
 use serde::Deserialize;
 
-use super::Problems;
-use super::raw::RawRoute;
+use super::problems::Problems;
 use crate::detect::settings::{EscalateSettings, Experiment};
 
 /// Raw `[loop_detection.escalate]`.
@@ -78,83 +78,4 @@ pub struct RouteEscalation {
     pub upstream: Option<String>,
     /// The environment variable holding that upstream's credential.
     pub credential_env: Option<String>,
-}
-
-impl RouteEscalation {
-    /// Validates a route's `escalate_*` keys (`base` is its key path).
-    pub fn validate(raw: &RawRoute, base: &str, problems: &mut Problems) -> Option<Self> {
-        let Some(model) = raw.escalate_model.as_ref() else {
-            for (key, set) in [
-                ("escalate_upstream", raw.escalate_upstream.is_some()),
-                ("escalate_credential_env", raw.escalate_credential_env.is_some()),
-            ] {
-                if set {
-                    problems.push(format!("{base}.{key}"), "needs escalate_model");
-                }
-            }
-            return None;
-        };
-        if model.trim().is_empty() || model.contains(['/', ':', '?', '#']) {
-            problems.push(
-                format!("{base}.escalate_model"),
-                format!("{model:?} is not a model name"),
-            );
-        }
-        match (&raw.escalate_upstream, &raw.escalate_credential_env) {
-            (Some(_), None) => problems.push(
-                format!("{base}.escalate_credential_env"),
-                "escalate_upstream needs its own credential: name the environment variable holding it",
-            ),
-            (None, Some(_)) => problems.push(
-                format!("{base}.escalate_credential_env"),
-                "only with escalate_upstream (on the same route the client's credential is used)",
-            ),
-            _ => {}
-        }
-        Some(Self {
-            model: model.clone(),
-            upstream: raw
-                .escalate_upstream
-                .as_ref()
-                .map(|p| p.trim_end_matches('/').to_owned()),
-            credential_env: raw.escalate_credential_env.clone(),
-        })
-    }
-}
-
-/// Checks that every `escalate_upstream` names another route of the same
-/// provider; an unset credential variable is a notice (escalation then acts
-/// as `warn` until it is set).
-pub fn check_targets(routes: &[crate::config::Route], raw: &[RawRoute], problems: &mut Problems) {
-    for (i, r) in raw.iter().enumerate() {
-        let Some(prefix) = r.escalate_upstream.as_deref().map(|p| p.trim_end_matches('/')) else {
-            continue;
-        };
-        let own = r.prefix.trim_end_matches('/');
-        let path = format!("routes[{i}].escalate_upstream");
-        match routes.iter().find(|t| t.prefix == prefix) {
-            None => problems.push(path, format!("{prefix:?} is not the prefix of a route")),
-            Some(_) if prefix == own => problems.push(path, "names this route itself; leave it out"),
-            Some(t) if Some(t.provider) != routes.iter().find(|x| x.prefix == own).map(|x| x.provider) => {
-                problems.push(
-                    path,
-                    format!(
-                        "{prefix:?} is a route of another provider ({})",
-                        t.provider.name()
-                    ),
-                );
-            }
-            Some(_) => {}
-        }
-        if let Some(var) = &r.escalate_credential_env {
-            if std::env::var_os(var).is_none() {
-                problems.notice(
-                    format!("routes[{i}].escalate_credential_env"),
-                    format!(
-                        "the environment variable {var} is not set: escalation on this route acts as warn"
-                    ),
-                );
-            }
-        }
-    }
 }

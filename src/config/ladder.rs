@@ -4,10 +4,34 @@
 
 use std::time::Duration;
 
-use super::Problems;
-use super::detection::{DETECTOR_DEFAULTS, RawDetector};
+use super::detection_raw::RawDetector;
+use super::problems::Problems;
 use crate::detect::settings::{ChantingParams, Settings, Thresholds};
 use crate::detect::verdict::{Action, DetectorKind, Level};
+
+/// Built-in thresholds (warning, critical, breaker) per detector, in table
+/// order. `content_chanting` and `post_compaction` have no counts: 1 means on.
+/// `semantic_loop` counts the judge's positive answers since the person last
+/// spoke (first a warning, then critical); it has no table of its own and is
+/// configured by `[loop_detection.semantic_check]`.
+pub const DETECTOR_DEFAULTS: [[u32; 3]; DetectorKind::ALL.len()] = [
+    [3, 5, 0],   // identical_call
+    [6, 8, 0],   // cycle (calls)
+    [10, 20, 0], // generic_repeat
+    [10, 20, 0], // poll_no_progress
+    [3, 5, 0],   // error_repeat
+    [3, 6, 0],   // consecutive_failures
+    [0, 0, 0],   // tool_budget (off)
+    [3, 10, 0],  // unknown_tool
+    [0, 1, 0],   // content_chanting
+    [3, 5, 0],   // repeated_message
+    [0, 0, 1],   // post_compaction
+    [0, 0, 3],   // compaction_storm
+    [0, 0, 30],  // circuit_breaker
+    [0, 0, 30],  // replay_storm: identical requests in a row within window_secs
+    [1, 2, 0],   // semantic_loop: positive judge answers in one stretch
+    [6, 10, 0],  // novelty: stale cycles in a run spanning 3 turns at least
+];
 
 /// Validates one detector's levels and action overrides.
 pub(crate) fn thresholds(

@@ -6,7 +6,7 @@
 
 use serde::Deserialize;
 
-use super::detection::{RawAgent, RawLoopDetection};
+use super::detection_raw::{RawAgent, RawLoopDetection};
 
 /// The whole file.
 #[derive(Debug, Clone, Default, Deserialize)]

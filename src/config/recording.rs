@@ -14,7 +14,7 @@ use std::path::PathBuf;
 
 use serde::Deserialize;
 
-use super::Problems;
+use super::problems::Problems;
 
 /// Raw `[recording]`.
 #[derive(Debug, Clone, Deserialize)]

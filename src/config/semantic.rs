@@ -28,7 +28,7 @@ use std::time::Duration;
 use serde::Deserialize;
 use url::Url;
 
-use super::Problems;
+use super::problems::Problems;
 pub use crate::detect::settings::SemanticCheck;
 
 /// Raw `[loop_detection.semantic_check]` (also in an agent's `loop_detection`;

@@ -8,7 +8,7 @@
 use serde_path_to_error::Segment;
 use toml::de::{DeTable, DeValue};
 
-use super::Problem;
+use super::problems::Problem;
 use super::raw::RawConfig;
 
 /// Shape problems listed at most.

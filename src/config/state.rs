@@ -10,7 +10,7 @@ use std::time::Duration;
 use serde::Deserialize;
 use url::Url;
 
-use super::Problems;
+use super::problems::Problems;
 
 /// `[state]` as written in the file.
 #[derive(Debug, Clone, Deserialize)]

@@ -56,7 +56,33 @@ pub struct Begun<'a> {
     _held: Option<tokio::sync::MutexGuard<'a, ()>>,
 }
 
-impl Begun<'_> {
+impl<'a> Begun<'a> {
+    fn new(
+        shared: &'a Arc<Shared>,
+        probe: Probe,
+        outbox: Arc<Outbox>,
+        reachable: bool,
+        held: Option<tokio::sync::MutexGuard<'a, ()>>,
+    ) -> Self {
+        Self {
+            shared,
+            probe,
+            outbox,
+            attempts: 0,
+            reachable,
+            speculative: false,
+            _held: held,
+        }
+    }
+
+    /// The write-first path: no load was made.
+    fn speculating(self) -> Self {
+        Self {
+            speculative: true,
+            ..self
+        }
+    }
+
     /// The outbox the response's additions go to (write it with
     /// [`Outbox::flush`] before the response ends).
     pub fn outbox(&self) -> &Arc<Outbox> {
@@ -76,6 +102,16 @@ impl Begun<'_> {
     pub fn speculative(&self) -> bool {
         self.speculative
     }
+}
+
+/// What a load found for a request's session (see [`Guard::shared_begin`]).
+struct Found<'l> {
+    /// The session's key: the request's, or its chained response's.
+    key: &'l str,
+    /// The version of it this replica held when it asked.
+    known: Option<u64>,
+    /// The stored (version, blob); an empty blob left out as known.
+    session: Option<&'l (u64, Vec<u8>)>,
 }
 
 /// What a write tried before the verdict found (see [`Guard::shared_speculate`]).
@@ -127,25 +163,8 @@ impl Guard {
     pub async fn shared_begin(&self, probe: Probe) -> Option<Begun<'_>> {
         let shared = self.shared.as_ref()?;
         let outbox = Outbox::new(Arc::clone(shared), Arc::clone(&self.store));
-        if probe.response_id.is_none()
-            && let Some(session) = self.store.get(probe.key())
-        {
-            let held = shared.lock(probe.key()).await;
-            let confirmed = {
-                let local = session.lock().unwrap_or_else(PoisonError::into_inner);
-                local.confirmed && local.version > 0
-            };
-            if confirmed {
-                return Some(Begun {
-                    shared,
-                    probe,
-                    outbox,
-                    attempts: 0,
-                    reachable: true,
-                    speculative: true,
-                    _held: Some(held),
-                });
-            }
+        if let Some(held) = self.confirmed_hold(shared, &probe).await {
+            return Some(Begun::new(shared, probe, outbox, true, Some(held)).speculating());
         }
         // A version 0 copy was never written (or the store lost it): ask for the blob.
         let known = self
@@ -165,15 +184,7 @@ impl Guard {
         else {
             // Store down or slow: this replica's copy decides (nothing is
             // written back for this request).
-            return Some(Begun {
-                shared,
-                probe,
-                outbox,
-                attempts: 0,
-                reachable: false,
-                speculative: false,
-                _held: None,
-            });
+            return Some(Begun::new(shared, probe, outbox, false, None));
         };
         let effective = loaded
             .response
@@ -190,6 +201,46 @@ impl Guard {
                 },
             );
         }
+        let found = Found {
+            key: &effective,
+            known,
+            session: loaded.session.as_ref(),
+        };
+        self.adopt(shared, &probe, found).await;
+        if let Some((lane_key, version, blob)) = &loaded.lane {
+            let _ = crate::state::install(&self.store, lane_key, *version, blob);
+            self.store
+                .note_lane(probe.tenant(), probe.resolved.lane, lane_key);
+        }
+        Some(Begun::new(shared, probe, outbox, true, Some(held)))
+    }
+
+    /// The write-first path's condition ([`Begun::speculative`]): the
+    /// request chains no response and this replica's copy of its session
+    /// is current by the store's last answer. Then the session's lock,
+    /// held; else `None` (and the lock is let go).
+    async fn confirmed_hold<'a>(
+        &self,
+        shared: &'a Shared,
+        probe: &Probe,
+    ) -> Option<tokio::sync::MutexGuard<'a, ()>> {
+        if probe.response_id.is_some() {
+            return None;
+        }
+        let session = self.store.get(probe.key())?;
+        let held = shared.lock(probe.key()).await;
+        let local = session.lock().unwrap_or_else(PoisonError::into_inner);
+        (local.confirmed && local.version > 0).then_some(held)
+    }
+
+    /// Installs what the load found for the session `found.key` in the
+    /// process store, or keeps the process copy where it is as new.
+    async fn adopt(&self, shared: &Shared, probe: &Probe, found: Found<'_>) {
+        let Found {
+            key: effective,
+            known,
+            session: loaded,
+        } = found;
         // A request of this session that ran here while this one's load
         // was answered wrote (or read) a version at least as new as the one
         // loaded: the process copy stands, so no request judges on an older
@@ -197,18 +248,16 @@ impl Guard {
         let own = effective == probe.key();
         let now = self
             .store
-            .get(&effective)
+            .get(effective)
             .map(|s| s.lock().unwrap_or_else(PoisonError::into_inner).version);
-        let newer_here = own
-            && now.is_some_and(|n| {
-                n != known.unwrap_or(0) && loaded.session.as_ref().is_none_or(|(v, _)| n >= *v)
-            });
-        match &loaded.session {
+        let newer_here =
+            own && now.is_some_and(|n| n != known.unwrap_or(0) && loaded.is_none_or(|(v, _)| n >= *v));
+        match loaded {
             _ if newer_here => {}
             // The store holds the version this replica knew and still holds:
             // the process copy stands, and the next request may write first.
             Some((version, _)) if own && known == Some(*version) && now == known => {
-                if let Some(session) = self.store.get(&effective) {
+                if let Some(session) = self.store.get(effective) {
                     session.lock().unwrap_or_else(PoisonError::into_inner).confirmed = true;
                 }
             }
@@ -216,33 +265,19 @@ impl Guard {
             // meanwhile (evicted, deleted through the admin API): read it
             // whole (a second trip, rare).
             Some((version, blob)) if own && known == Some(*version) && blob.is_empty() => {
-                let whole = shared.load(&effective, None, probe.tenant(), None, None).await;
+                let whole = shared.load(effective, None, probe.tenant(), None, None).await;
                 if let Some((version, blob)) = whole.and_then(|w| w.session) {
-                    let _ = crate::state::install(&self.store, &effective, version, &blob);
+                    let _ = crate::state::install(&self.store, effective, version, &blob);
                 }
             }
             Some((version, blob)) => {
-                let _ = crate::state::install(&self.store, &effective, *version, blob);
+                let _ = crate::state::install(&self.store, effective, *version, blob);
             }
             None if now.is_some() => {
-                let _ = crate::state::install(&self.store, &effective, 0, &[]);
+                let _ = crate::state::install(&self.store, effective, 0, &[]);
             }
             None => {}
         }
-        if let Some((lane_key, version, blob)) = &loaded.lane {
-            let _ = crate::state::install(&self.store, lane_key, *version, blob);
-            self.store
-                .note_lane(probe.tenant(), probe.resolved.lane, lane_key);
-        }
-        Some(Begun {
-            shared,
-            probe,
-            outbox,
-            attempts: 0,
-            reachable: true,
-            speculative: false,
-            _held: Some(held),
-        })
     }
 
     /// The speculative path's write ([`Begun::speculative`]), made before

@@ -78,6 +78,17 @@ pub fn count_error(op: &'static str) {
     metrics::counter!("loopguard_state_errors_total", "op" => op).increment(1);
 }
 
+/// A session as the store holds it (the `d` field of `<prefix>s:<key>`),
+/// read back. The blob is input like any other (another replica's write,
+/// an operator's, a damaged store): an unreadable one is an error, never a
+/// panic (fuzzed: `fuzz/fuzz_targets/redis_record.rs`).
+///
+/// # Errors
+/// The blob is not a stored session.
+pub fn decode_session(blob: &[u8]) -> Result<crate::session::Session, serde_json::Error> {
+    serde_json::from_slice(blob)
+}
+
 /// What one response adds to the shared state, written before its end.
 #[derive(Debug)]
 pub struct Outbox {
