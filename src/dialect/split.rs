@@ -105,6 +105,10 @@ pub fn split_with<'a>(
     head: HeadParser,
     parse: ItemParser,
 ) -> Result<SplitRequest<'a>, DialectError> {
+    // The slim read skips the tools' strings unchecked for UTF-8 (serde_json
+    // checks only what it builds), where the full parse refuses the whole
+    // body: both ways refuse it here (a pass of a few per cent of the scan).
+    utf8(body)?;
     let (envelope, items, once) = split_fields(body, key, Envelope::Slim)?;
     let history_end = if once {
         items.last().map(|raw| end_in(body, raw))
@@ -114,6 +118,13 @@ pub fn split_with<'a>(
     let mut split = SplitRequest::new(head(&envelope), items, parse);
     split.history_end = history_end;
     Ok(split)
+}
+
+/// `bytes` are UTF-8, as the full parse requires of a whole body.
+fn utf8(bytes: &[u8]) -> Result<(), DialectError> {
+    std::str::from_utf8(bytes)
+        .map(|_| ())
+        .map_err(|e| DialectError::Shape(format!("the body is not UTF-8: {e}")))
 }
 
 /// Where a body's history array is taken up again ([`resume_with`]).
@@ -172,6 +183,9 @@ pub fn resume_with<'a>(
     from: Resume,
 ) -> Result<SplitRequest<'a>, DialectError> {
     let shape = |what: &str| DialectError::Shape(format!("resumed split: {what}"));
+    // The bytes before `from.at` were an earlier body's, checked then (the
+    // offset is just past an item: a character boundary).
+    utf8(body.get(from.at..).unwrap_or_default())?;
     let mut envelope = Map::new();
     let mut at = skip_space(body, 0);
     if body.get(at) != Some(&b'{') {
@@ -617,6 +631,33 @@ mod tests {
             let raw = |s: &SplitRequest<'_>| s.items[2..].iter().map(|r| r.get().to_owned()).collect::<Vec<_>>();
             assert_eq!(raw(&resumed), raw(&full));
         }
+    }
+
+    /// Bad UTF-8 in a field the slim read skips (a tool's schema) is
+    /// refused by the split as by the full parse (found by the
+    /// `history_chain` fuzz target), and in the new bytes of a resumed body.
+    #[test]
+    fn bad_utf8_in_a_skipped_field_is_refused_both_ways() {
+        let d = crate::dialect::Dialect::Anthropic;
+        let good = br#"{"model":"m","messages":[{"role":"user","content":"a"}],"tools":[{"name":"ls","input_schema":{"type":"ob"}}]}"#;
+        let bad: Vec<u8> = String::from_utf8_lossy(good)
+            .replace("\"ob\"", "\"o\u{1}\"")
+            .into_bytes();
+        let mut bad = bad;
+        let at = bad.windows(3).position(|w| w == b"o\x01\"").unwrap() + 1;
+        bad[at] = 0xe0;
+        assert!(d.split_request(good).unwrap().is_ok());
+        assert!(d.parse_request(&bad).is_err());
+        assert!(d.split_request(&bad).unwrap().is_err());
+        let earlier = d.split_request(good).unwrap().unwrap();
+        let mut longer = good[..earlier.history_end.unwrap()].to_vec();
+        longer.extend_from_slice(&bad[earlier.history_end.unwrap()..]);
+        let from = Resume {
+            at: earlier.history_end.unwrap(),
+            items: earlier.items.len(),
+            after: None,
+        };
+        assert!(d.resume_request(&longer, from).is_err());
     }
 
     /// The fields after the history are taken unread only when their
