@@ -20,18 +20,50 @@ use super::outcome::hash64_parts;
 /// lock and lookup cost more than the bytes.
 const DIRECT_BYTES: usize = 1024;
 
-/// Texts the memo holds at most; a full memo is emptied and refills.
+/// Texts the memo holds at most.
 const ENTRIES: usize = 4096;
 
-struct Memo {
-    seed: u64,
-    values: Mutex<HashMap<u128, u64>>,
+/// Values by a 128-bit id of what they were computed from, at most
+/// `entries` of them: a full memo is emptied and refills (what it holds is
+/// cheap to compute again, and nothing is scanned to pick a victim). The
+/// ids are the caller's: keyed or seeded per process, so that no input can
+/// be made to take another's id.
+pub(crate) struct Memo<V> {
+    entries: usize,
+    values: Mutex<HashMap<u128, V>>,
 }
 
-static MEMO: LazyLock<Memo> = LazyLock::new(|| Memo {
-    seed: std::hash::RandomState::new().hash_one(0_u64),
-    values: Mutex::new(HashMap::new()),
-});
+impl<V: Clone> Memo<V> {
+    /// An empty memo holding at most `entries` values.
+    pub(crate) fn new(entries: usize) -> Self {
+        Self {
+            entries,
+            values: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The value kept for `id`.
+    pub(crate) fn get(&self, id: u128) -> Option<V> {
+        self.values
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&id)
+            .cloned()
+    }
+
+    /// Keeps `value` for `id`.
+    pub(crate) fn put(&self, id: u128, value: V) {
+        let mut values = self.values.lock().unwrap_or_else(PoisonError::into_inner);
+        if values.len() >= self.entries {
+            values.clear();
+        }
+        values.insert(id, value);
+    }
+}
+
+/// The memo of long texts' values, and the seed of their ids.
+static TEXTS: LazyLock<(u64, Memo<u64>)> =
+    LazyLock::new(|| (std::hash::RandomState::new().hash_one(0_u64), Memo::new(ENTRIES)));
 
 /// What a memoised value is of (part of its key).
 #[derive(Debug, Clone, Copy)]
@@ -63,7 +95,8 @@ pub(crate) fn memoised(kind: Kind, parts: &[&[u8]], compute: impl FnOnce() -> u6
     if !kept(parts) {
         return compute();
     }
-    let mut id = Xxh3::with_seed(MEMO.seed);
+    let (seed, memo) = &*TEXTS;
+    let mut id = Xxh3::with_seed(*seed);
     match kind {
         Kind::Hash64 => id.update(&[0]),
         Kind::Summarizer(patterns) => {
@@ -75,21 +108,11 @@ pub(crate) fn memoised(kind: Kind, parts: &[&[u8]], compute: impl FnOnce() -> u6
         id.update(p);
     }
     let id = id.digest128();
-    let known = MEMO
-        .values
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .get(&id)
-        .copied();
-    if let Some(value) = known {
+    if let Some(value) = memo.get(id) {
         return value;
     }
     let value = compute();
-    let mut values = MEMO.values.lock().unwrap_or_else(PoisonError::into_inner);
-    if values.len() >= ENTRIES {
-        values.clear();
-    }
-    values.insert(id, value);
+    memo.put(id, value);
     value
 }
 

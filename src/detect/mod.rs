@@ -50,7 +50,7 @@ pub mod generic_repeat;
 pub mod identical_call;
 pub(crate) mod identity;
 mod json_volatile;
-mod memo;
+pub(crate) mod memo;
 pub mod novelty;
 pub mod outcome;
 pub mod poll_no_progress;

@@ -124,11 +124,11 @@ fn feed(h: &mut Sha256, pieces: &[&[u8]]) {
 pub fn tenant(headers: &HeaderMap, query: Option<&str>) -> String {
     let memo = CredentialMemo::global();
     let id = memo.id(headers, query);
-    if let Some(hit) = memo.get(id) {
+    if let Some(hit) = memo.hashes.get(id) {
         return hit;
     }
     let hash = credential_hash(headers, query);
-    memo.put(id, &hash);
+    memo.hashes.put(id, hash.clone());
     hash
 }
 
@@ -163,7 +163,7 @@ fn query_keys(query: Option<&str>) -> impl Iterator<Item = &str> {
 /// than that pays the SHA-256 again now and then).
 struct CredentialMemo {
     keys: [std::hash::RandomState; 2],
-    hashes: std::sync::Mutex<std::collections::HashMap<u128, String>>,
+    hashes: crate::detect::memo::Memo<String>,
 }
 
 /// Entries the credential memo holds at most.
@@ -173,7 +173,7 @@ impl CredentialMemo {
     fn global() -> &'static Self {
         static MEMO: std::sync::LazyLock<CredentialMemo> = std::sync::LazyLock::new(|| CredentialMemo {
             keys: [std::hash::RandomState::new(), std::hash::RandomState::new()],
-            hashes: std::sync::Mutex::new(std::collections::HashMap::new()),
+            hashes: crate::detect::memo::Memo::new(MEMO_ENTRIES),
         });
         &MEMO
     }
@@ -203,25 +203,6 @@ impl CredentialMemo {
         }
         let [a, b] = h.map(|h| h.finish());
         (u128::from(a) << 64) | u128::from(b)
-    }
-
-    fn get(&self, id: u128) -> Option<String> {
-        let hashes = self
-            .hashes
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        hashes.get(&id).cloned()
-    }
-
-    fn put(&self, id: u128, hash: &str) {
-        let mut hashes = self
-            .hashes
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if hashes.len() >= MEMO_ENTRIES {
-            hashes.clear();
-        }
-        hashes.insert(id, hash.to_owned());
     }
 }
 
