@@ -105,10 +105,6 @@ pub fn split_with<'a>(
     head: HeadParser,
     parse: ItemParser,
 ) -> Result<SplitRequest<'a>, DialectError> {
-    // The slim read skips the tools' strings unchecked for UTF-8 (serde_json
-    // checks only what it builds), where the full parse refuses the whole
-    // body: both ways refuse it here (a pass of a few per cent of the scan).
-    utf8(body)?;
     let (envelope, items, once) = split_fields(body, key, Envelope::Slim)?;
     let history_end = if once {
         items.last().map(|raw| end_in(body, raw))
@@ -120,11 +116,9 @@ pub fn split_with<'a>(
     Ok(split)
 }
 
-/// `bytes` are UTF-8, as the full parse requires of a whole body.
-fn utf8(bytes: &[u8]) -> Result<(), DialectError> {
-    std::str::from_utf8(bytes)
-        .map(|_| ())
-        .map_err(|e| DialectError::Shape(format!("the body is not UTF-8: {e}")))
+/// `bytes` as text: UTF-8, as the full parse requires of a whole body.
+fn utf8(bytes: &[u8]) -> Result<&str, DialectError> {
+    std::str::from_utf8(bytes).map_err(|e| DialectError::Shape(format!("the body is not UTF-8: {e}")))
 }
 
 /// Where a body's history array is taken up again ([`resume_with`]).
@@ -497,7 +491,8 @@ pub fn append_turn(last: &mut Message, part: Message) {
 /// # Errors
 /// [`DialectError::Json`] when the body is not JSON, not an object, or its
 /// `key` field is not an array; [`DialectError::Shape`] when there is no
-/// `key` field. Callers fall back to the full parse, which names the problem.
+/// `key` field or the body is not UTF-8. Callers fall back to the full
+/// parse, which names the problem.
 pub fn split_object<'a>(
     body: &'a [u8],
     key: &str,
@@ -520,7 +515,10 @@ enum Envelope {
 
 /// [`split_object`], and whether the key came once.
 fn split_fields<'a>(body: &'a [u8], key: &str, read: Envelope) -> Result<Fields<'a>, DialectError> {
-    let mut de = serde_json::Deserializer::from_slice(body);
+    // The whole body checked once, then read as text: serde_json checks no
+    // string of it again, and the strings the slim read skips (which it
+    // would not check) are checked too, as the full parse checks them.
+    let mut de = serde_json::Deserializer::from_str(utf8(body)?);
     let (envelope, items, once) = de.deserialize_map(SplitVisitor { key, read })?;
     de.end()?;
     let items = items.ok_or_else(|| DialectError::Shape(format!("no `{key}` array")))?;
