@@ -117,6 +117,8 @@ pub fn start(
                 // with the connections it spawns (block_on's future would
                 // run on this thread instead).
                 let served = runtime.spawn(serve_one(i, listener, shared, limits, slots, stop_rx, drain));
+                // Dropped with the runtime when the worker stops.
+                drop(runtime.spawn(anchor()));
                 let _ = runtime.block_on(served);
                 let _ = done_tx.send(());
                 runtime.shutdown_timeout(Duration::from_secs(1));
@@ -125,6 +127,32 @@ pub fn start(
         workers.done.push(done_rx);
     }
     Ok(workers)
+}
+
+/// How often a worker's anchor timer fires ([`anchor`]): at most the
+/// shortest timeout a request starts by default (`header_hold_ms`, 1.5 s).
+const ANCHOR_PERIOD: Duration = Duration::from_secs(1);
+
+/// Keeps a timer due within [`ANCHOR_PERIOD`] pending on the worker's
+/// runtime, so that the timers a request starts (the client header read's
+/// timeout, `first_byte_timeout_secs`, `header_hold_ms`) never fall before
+/// the time driver's next wake-up. tokio (1.54) wakes its I/O driver
+/// (an eventfd write, then one more `epoll_wait`) whenever a timer is
+/// registered earlier than that wake-up, even from the driver's own thread
+/// while it runs tasks (tokio-rs/tokio#5207; the open fix, #8383, covers the
+/// current-thread runtime only, and the workers need the multi-thread one
+/// for `block_in_place`). Without the anchor, an idle worker has no timer
+/// pending, so every request's first timer woke it once more. The cost: a
+/// worker wakes about twice a second (the wheel moves the timer from its
+/// 64 ms level to its 1 ms level before it fires) while it runs, traffic or
+/// not. A timeout configured under a second still wakes the driver when it
+/// is registered.
+async fn anchor() {
+    let mut tick = tokio::time::interval(ANCHOR_PERIOD);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+    }
 }
 
 async fn serve_one(
