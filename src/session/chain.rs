@@ -70,7 +70,7 @@ pub(super) use size::{arguments_size, weight};
 use super::budget::{Estimate, Reservation, estimate};
 use super::{lean, slice};
 use crate::detect::Settings;
-use crate::dialect::split::{assemble, assemble_shared};
+use crate::dialect::split::{SplitRequest, assemble, assemble_shared};
 use crate::dialect::{Dialect, DialectError, HistoryItem, ParsedRequest};
 
 /// Most bytes the store keeps, all chains together (128 MiB: a kept chain
@@ -189,6 +189,8 @@ impl ChainStore {
             .map(|(parsed, _)| parsed)
     }
 
+    /// [`ChainStore::parse_within`], and how many items it took from a
+    /// kept chain.
     fn parse_budgeted(
         &self,
         dialect: Dialect,
@@ -220,9 +222,45 @@ impl ChainStore {
             }
         };
         let from = chain.items.len();
-        // The reused items are this request's too (cloned into it). A body
-        // whose whole estimate cannot fit goes lean at once, without
-        // parsing in full what would be thrown away.
+        match Self::grow_full(&split, &hashes, &mut chain, budget) {
+            Grown::Whole => {
+                tracing::debug!(
+                    items = chain.items.len(),
+                    reused = from,
+                    held = budget.held(),
+                    "history parsed"
+                );
+                let parsed = self.finish_full(split, chain, budget, &groups, body);
+                Ok((Parsed::Full(parsed), from))
+            }
+            Grown::Lean(at) => {
+                let lean = Lean {
+                    budget,
+                    settings,
+                    from,
+                };
+                self.parse_lean(split, chain, at, &lean, full)
+            }
+            Grown::Unparsed => {
+                self.put_back(chain);
+                full()
+            }
+        }
+    }
+
+    /// Parses in full the items of `split` after those `chain` has, a
+    /// piece ([`CHUNK_BYTES`]) at a time, each piece's estimate reserved in
+    /// `budget` first, and adds them to `chain`. The reused items are the
+    /// request's too (cloned into it): a body whose whole estimate cannot
+    /// fit goes lean at once, without parsing in full what would be thrown
+    /// away.
+    fn grow_full(
+        split: &SplitRequest<'_>,
+        hashes: &[u128],
+        chain: &mut Chain,
+        budget: &Reservation,
+    ) -> Grown {
+        let from = chain.items.len();
         let rest = split.items.get(from..).unwrap_or_default();
         // Each item's shape is read once: what it keeps, and its peak.
         let guesses: Vec<Estimate> = rest
@@ -230,19 +268,18 @@ impl ChainStore {
             .map(|raw| Estimate::of(raw.get().as_bytes()))
             .collect();
         let rest_guess: usize = guesses.iter().map(|g| g.kept).sum();
-        let mut lean =
-            !budget.fits(rest_guess.saturating_add(chain.weight())) || !budget.grow(chain.weight());
+        if !budget.fits(rest_guess.saturating_add(chain.weight())) || !budget.grow(chain.weight()) {
+            return Grown::Lean(from);
+        }
         let mut at = from;
-        while !lean && at < split.items.len() {
+        while at < split.items.len() {
             let end = chunk_end(&split.items, at);
             let guess: usize = guesses[at - from..end - from].iter().map(|g| g.peak).sum();
             if !budget.grow(guess) {
-                lean = true;
-                break;
+                return Grown::Lean(at);
             }
             let Ok(new) = split.parse_range(&chain.items, at..end) else {
-                self.put_back(chain);
-                return full();
+                return Grown::Unparsed;
             };
             let mut weight = chain.weight();
             for ((raw, hash), item) in split.items[at..end].iter().zip(&hashes[at..end]).zip(&new) {
@@ -254,46 +291,67 @@ impl ChainStore {
             at = end;
             // Hold what the items weigh, not the guess.
             if !budget.hold(chain.weight()) {
-                lean = true;
+                return Grown::Lean(at);
             }
         }
-        if !lean {
-            tracing::debug!(
-                items = chain.items.len(),
-                reused = from,
-                held = budget.held(),
-                "history parsed"
-            );
-            // Kept: the request shares the chain's turns, built for the new
-            // items (and held in the budget while the request lives). Too
-            // large to keep, or past the budget: the items are moved into
-            // the request, not copied.
-            let unbuilt = chain.unbuilt_bytes();
-            chain.after = split.after.clone();
-            let kept = chain.kept_weight() + unbuilt;
-            let parsed = if kept <= self.budget && budget.hold(kept) {
-                chain.build_turns(unbuilt);
-                chain.bytes = split
-                    .history_end
-                    .and_then(|len| self.byte_prefix(&groups, body, len));
-                let parsed = assemble_shared(split.head, &chain.items, Arc::clone(&chain.turns));
-                self.put_back(chain);
-                parsed
-            } else {
-                self.forget(&chain);
-                let Chain {
-                    mut items,
-                    turns,
-                    built,
-                    ..
-                } = chain;
-                let rest = items.split_off(built.min(items.len()));
-                assemble(assemble_shared(split.head, &items, turns), rest)
-            };
-            return Ok((Parsed::Full(parsed), from));
+        Grown::Whole
+    }
+
+    /// The request of a history parsed in full. Kept: the request shares
+    /// the chain's turns, built for the new items (and held in the budget
+    /// while the request lives). Too large to keep, or past the budget: the
+    /// items are moved into the request, not copied.
+    fn finish_full(
+        &self,
+        split: SplitRequest<'_>,
+        mut chain: Chain,
+        budget: &Reservation,
+        groups: &[u128],
+        body: &[u8],
+    ) -> ParsedRequest {
+        let unbuilt = chain.unbuilt_bytes();
+        chain.after = split.after.clone();
+        let kept = chain.kept_weight() + unbuilt;
+        if kept <= self.budget && budget.hold(kept) {
+            chain.build_turns(unbuilt);
+            chain.bytes = split
+                .history_end
+                .and_then(|len| self.byte_prefix(groups, body, len));
+            let parsed = assemble_shared(split.head, &chain.items, Arc::clone(&chain.turns));
+            self.put_back(chain);
+            parsed
+        } else {
+            self.forget(&chain);
+            let Chain {
+                mut items,
+                turns,
+                built,
+                ..
+            } = chain;
+            let rest = items.split_off(built.min(items.len()));
+            assemble(assemble_shared(split.head, &items, turns), rest)
         }
-        // The lean form: what was parsed in full stays kept (within the
-        // store's own budget) for the next request, this one holds its lean copies.
+    }
+
+    /// The lean form of a request whose full form does not fit from item
+    /// `at` on: what was parsed in full stays kept (within the store's own
+    /// budget) for the next request, this one holds its lean copies, and
+    /// the rest is parsed a chunk at a time (a tool message's parse reads
+    /// the calls before it once a chunk), as many items as the budget has
+    /// room for; slices of one item when the item alone does not fit.
+    fn parse_lean(
+        &self,
+        split: SplitRequest<'_>,
+        chain: Chain,
+        mut at: usize,
+        lean: &Lean<'_>,
+        full: impl FnOnce() -> Result<(Parsed, usize), DialectError>,
+    ) -> Result<(Parsed, usize), DialectError> {
+        let Lean {
+            budget,
+            settings,
+            from,
+        } = *lean;
         let mut items: Vec<HistoryItem> = chain.items.iter().map(|i| lean::item(i, settings)).collect();
         self.put_back(chain);
         budget.shrink(budget.held());
@@ -301,9 +359,6 @@ impl ChainStore {
             return Ok((Parsed::OverBudget, from));
         }
         while at < split.items.len() {
-            // A chunk of items at a time (a tool message's parse reads the
-            // calls before it once a chunk), as many as the budget has room
-            // for; slices of one item when the item alone does not fit.
             let limit = chunk_end(&split.items, at);
             let (mut end, mut guess) = (at, 0_usize);
             while end < limit {
@@ -514,6 +569,27 @@ impl ChainStore {
             inner.remove(id);
         }
     }
+}
+
+/// How far [`ChainStore::grow_full`] got.
+enum Grown {
+    /// Every item parsed in full and held in the budget.
+    Whole,
+    /// The full form does not fit from this item on: the request goes lean.
+    Lean(usize),
+    /// An item did not parse: the request gets the dialect's full parse.
+    Unparsed,
+}
+
+/// What the lean form of a request is parsed within.
+#[derive(Clone, Copy)]
+struct Lean<'a> {
+    /// The request's parse budget.
+    budget: &'a Reservation,
+    /// The detection settings the lean call identities are taken under.
+    settings: &'a Settings,
+    /// How many items came from a kept chain.
+    from: usize,
 }
 
 /// What stands for a conversation in [`super::frequency::Frequency`]: its hash after the
