@@ -20,6 +20,7 @@ use std::sync::{Arc, PoisonError};
 
 use http::HeaderMap;
 
+use crate::budget::{ByteBudget, Reservation};
 use crate::config::Config;
 use crate::detect::compaction::{Classification, Evidence, RequestSummary, classify_summarized};
 use crate::detect::outcome::hash64;
@@ -27,7 +28,6 @@ use crate::detect::{Settings, Verdict, decisive};
 use crate::dialect::{Dialect, ParsedRequest};
 use crate::plan::{PassJudge, Target};
 pub use crate::plan::{RequestDecision, abort_instead_of_block, abort_message};
-use crate::session::budget::{ByteBudget, Reservation};
 use crate::session::chain::{ChainStore, Parsed};
 use crate::session::key;
 use crate::session::{SharedSession, Store};
@@ -98,7 +98,7 @@ struct Who<'a> {
 pub struct Guard {
     store: Arc<Store>,
     chains: ChainStore,
-    /// The parse-memory budget of all requests (see [`crate::session::budget`]).
+    /// The parse-memory budget of all requests (see [`crate::budget`]).
     parse_budget: Arc<ByteBudget>,
     /// The request bodies held by all requests in flight (see
     /// [`crate::proxy::body::read_limited`]).

@@ -47,10 +47,10 @@ pub(super) struct Admitted<'c> {
     /// The body decoded for parsing and its parse, when detection applies.
     pub(super) side: Option<(Bytes, ParsedRequest)>,
     /// What the parse holds of the parse-memory budget, until the request is done.
-    pub(super) parse_budget: crate::session::budget::Reservation,
+    pub(super) parse_budget: crate::budget::Reservation,
     /// What the body holds of `server.max_request_bytes_in_flight`, given
     /// back when the request is done (on drop).
-    pub(super) _body_budget: crate::session::budget::Reservation,
+    pub(super) _body_budget: crate::budget::Reservation,
     /// The request's span, while traces are on ([`crate::trace`]).
     pub(super) trace: Option<std::sync::Arc<crate::trace::Trace>>,
 }
@@ -197,7 +197,7 @@ async fn read_body(
     config: &Config,
     matched: &route::Matched<'_>,
     body: axum::body::Body,
-    budget: &crate::session::budget::Reservation,
+    budget: &crate::budget::Reservation,
 ) -> Result<Bytes, Answered> {
     let read = body::read_limited(
         body,
@@ -258,7 +258,7 @@ struct SideRequest<'r> {
     guard: &'r Guard,
     config: &'r Config,
     of: crate::guard::BodyOf<'r>,
-    budget: &'r crate::session::budget::Reservation,
+    budget: &'r crate::budget::Reservation,
 }
 
 impl SideRequest<'_> {

@@ -67,8 +67,8 @@ pub use resume::BYTE_PREFIX_FROM;
 use size::parsed_size;
 pub(super) use size::{arguments_size, weight};
 
-use super::budget::{Estimate, Reservation, estimate};
 use super::{lean, slice};
+use crate::budget::{Estimate, Reservation, estimate};
 use crate::detect::Settings;
 use crate::dialect::split::{SplitRequest, assemble, assemble_shared};
 use crate::dialect::{Dialect, DialectError, HistoryItem, ParsedRequest};
@@ -167,7 +167,7 @@ impl ChainStore {
         }
     }
 
-    /// [`ChainStore::parse`] within `budget` (see [`super::budget`]): the
+    /// [`ChainStore::parse`] within `budget` (see [`crate::budget`]): the
     /// history is parsed piece by piece ([`CHUNK_BYTES`] of raw items at a
     /// time), each piece reserved before it is parsed; when the full form
     /// does not fit, the request gets the lean form ([`super::lean`], its

@@ -18,8 +18,8 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
-use super::budget::{Reservation, estimate};
 use super::lean;
+use crate::budget::{Reservation, estimate};
 use crate::detect::Settings;
 use crate::dialect::HistoryItem;
 use crate::dialect::split::{SplitRequest, append_turn, split_object};

@@ -1,5 +1,5 @@
 //! What a parsed history item weighs: its estimated heap size, for the
-//! chain store's budget and the parse budget ([`super::super::budget`]).
+//! chain store's budget and the parse budget ([`crate::budget`]).
 
 use serde_json::Value;
 
