@@ -44,6 +44,7 @@
 //! are reused, instead of each pushing out the next one's. A history larger
 //! than the budget is not kept (each of its requests gets the full parse).
 
+mod hash;
 mod index;
 mod kept;
 mod resume;
@@ -53,15 +54,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use serde_json::value::RawValue;
-use xxhash_rust::xxh3::{xxh3_128, xxh3_128_with_seed};
+use xxhash_rust::xxh3::xxh3_128_with_seed;
 
-#[cfg(test)]
-use std::collections::HashMap;
-
+pub use hash::{CHUNK_BYTES, chain_hashes, common_prefix};
+use hash::{chunk_end, conversation};
 use index::Inner;
-#[cfg(test)]
-use index::{END_WINDOW, Slot};
 use kept::Chain;
 pub use resume::BYTE_PREFIX_FROM;
 use size::parsed_size;
@@ -397,83 +394,10 @@ impl ChainStore {
         Ok((Parsed::Lean(assemble(split.head, items)), from))
     }
 
-    /// Asserts the indexes hold exactly the kept chains' hashes: each end
-    /// names its newest chain, each hash its holders (tests).
-    #[cfg(test)]
-    fn assert_indexed(&self) {
-        let inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
-        assert_eq!(
-            inner.order.len(),
-            inner.chains.len(),
-            "every chain has a place in the order"
-        );
-        // The chains from the least recently used.
-        let slots: Vec<(u64, &Slot)> = inner
-            .order
-            .iter()
-            .map(|(tick, id)| {
-                let slot = &inner.chains[id];
-                assert_eq!(slot.tick, *tick, "a chain's tick is its place in the order");
-                (*id, slot)
-            })
-            .collect();
-        let out = slots.iter().filter(|(_, slot)| slot.out).count();
-        assert_eq!(out, inner.out, "chains out counted");
-        let weight: usize = slots
-            .iter()
-            .filter(|(_, slot)| !slot.out)
-            .map(|(_, slot)| slot.chain.kept_weight())
-            .sum();
-        assert_eq!(weight, inner.bytes, "kept chains weighed");
-        let mut prefixes: HashMap<u128, u32> = HashMap::new();
-        for (_, slot) in &slots {
-            for hash in &slot.chain.hashes {
-                *prefixes.entry(*hash).or_default() += 1;
-            }
-        }
-        // An end names a chain ending there (one whose chain left is
-        // forgotten, not pointed elsewhere).
-        for (end, id) in &inner.ends {
-            let last = inner.chains.get(id).map(|slot| slot.chain.hashes.last());
-            assert_eq!(last, Some(Some(end)), "an end names a chain ending there");
-        }
-        assert_eq!(prefixes.len(), inner.prefixes.len(), "every held hash is indexed");
-        for (hash, holders) in &inner.prefixes {
-            assert_eq!(prefixes.get(hash), Some(&holders.count), "holders counted");
-            if let Some(id) = holders.last {
-                let holds = inner.chains.get(&id).map(|slot| slot.chain.hashes.contains(hash));
-                assert_eq!(holds, Some(true), "the last holder is there and holds the hash");
-            }
-        }
-        let mut by_bytes: HashMap<u128, Vec<u64>> = HashMap::new();
-        for (id, slot) in &slots {
-            if let Some(prefix) = &slot.chain.bytes {
-                assert!(!slot.out, "a chain out has no byte prefix");
-                by_bytes.entry(prefix.group).or_default().push(*id);
-            }
-        }
-        let indexed: HashMap<u128, Vec<u64>> = inner
-            .by_bytes
-            .iter()
-            .map(|(group, ids)| (*group, ids.clone()))
-            .collect();
-        assert_eq!(by_bytes, indexed, "every byte prefix is indexed, oldest first");
-    }
-
     /// How many requests were split after a kept chain's bytes (the rest
     /// were scanned whole).
     pub fn resumed(&self) -> u64 {
         self.resumed.load(Ordering::Relaxed)
-    }
-
-    /// Chains kept or out with a request (tests).
-    #[cfg(test)]
-    fn slots(&self) -> usize {
-        self.inner
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .chains
-            .len()
     }
 
     /// Chains kept and their total weight in bytes.
@@ -590,65 +514,6 @@ struct Lean<'a> {
     settings: &'a Settings,
     /// How many items came from a kept chain.
     from: usize,
-}
-
-/// What stands for a conversation in [`super::frequency::Frequency`]: its hash after the
-/// first two items (the system prompt and the first request, or the first
-/// two turns), which every later request of it repeats.
-fn conversation(hashes: &[u128]) -> Option<u128> {
-    hashes.get(1).or(hashes.first()).copied()
-}
-
-/// The chain hashes of `items` from `start`: hash `i` is the xxh3-128 of hash
-/// `i - 1` (or `start`) and item `i`'s own hash (seeded by `seed`).
-pub fn chain_hashes(seed: u64, start: u128, items: &[&RawValue]) -> Vec<u128> {
-    let mut previous = start;
-    items
-        .iter()
-        .map(|item| {
-            let own = xxh3_128_with_seed(item.get().as_bytes(), seed);
-            let mut pair = [0_u8; 32];
-            pair[..16].copy_from_slice(&previous.to_le_bytes());
-            pair[16..].copy_from_slice(&own.to_le_bytes());
-            previous = xxh3_128(&pair);
-            previous
-        })
-        .collect()
-}
-
-/// Bytes of raw history items parsed at a time: the parse trees of one
-/// piece are all that is held besides the items parsed so far.
-pub const CHUNK_BYTES: usize = 256 << 10;
-
-/// The end of the piece of `items` starting at `at`: at least one item,
-/// at most [`CHUNK_BYTES`] of them unless one item alone is larger.
-fn chunk_end(items: &[&RawValue], at: usize) -> usize {
-    let mut bytes = 0;
-    let mut end = at;
-    while let Some(raw) = items.get(end) {
-        if end > at && bytes + raw.get().len() > CHUNK_BYTES {
-            break;
-        }
-        bytes += raw.get().len();
-        end += 1;
-    }
-    end
-}
-
-/// How many leading hashes two chains share. Chain hashes that are equal at
-/// `i` are equal before `i`, so a binary search finds it.
-pub fn common_prefix(a: &[u128], b: &[u128]) -> usize {
-    // a[..low] == b[..low]; the answer is in low..=high.
-    let (mut low, mut high) = (0, a.len().min(b.len()));
-    while low < high {
-        let mid = low + (high - low).div_ceil(2);
-        if a[mid - 1] == b[mid - 1] {
-            low = mid;
-        } else {
-            high = mid - 1;
-        }
-    }
-    low
 }
 
 #[cfg(test)]
