@@ -1,6 +1,6 @@
 //! The `openai-chat` dialect (OpenAI Chat Completions and compatible servers):
 //! request body → [`Transcript`]; response payloads → stream events are
-//! [`super::stream`]'s.
+//! [`super::ResponseParser`]'s.
 //!
 //! Reading is lenient: fields loopguard does not need are ignored, and shapes
 //! that compatible servers send differently (arguments as an object instead
