@@ -48,7 +48,6 @@ mod hash;
 mod index;
 mod kept;
 mod resume;
-mod size;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, PoisonError};
@@ -61,9 +60,9 @@ use hash::{chunk_end, conversation};
 use index::Inner;
 use kept::Chain;
 pub use resume::BYTE_PREFIX_FROM;
-use size::parsed_size;
-pub(super) use size::{arguments_size, weight};
 
+pub use super::size::ITEM_OVERHEAD;
+use super::size::{parsed_size, weight};
 use super::{lean, slice};
 use crate::budget::{Estimate, Reservation, estimate};
 use crate::detect::Settings;
@@ -76,9 +75,6 @@ use crate::dialect::{Dialect, DialectError, HistoryItem, ParsedRequest};
 pub const BUDGET_BYTES: usize = 128 << 20;
 /// Most chains the store keeps.
 pub const MAX_CHAINS: usize = 1024;
-/// Bytes counted per item on top of its raw JSON: the parsed message's
-/// structure, its hash, its weight and its entry in the store's index.
-pub const ITEM_OVERHEAD: usize = 256;
 
 /// A request body parsed within its budget (see [`ChainStore::parse_within`]).
 #[derive(Debug)]

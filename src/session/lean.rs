@@ -46,7 +46,7 @@ fn message(m: &Message, settings: &Settings) -> Message {
 pub const CALL_KEEP: usize = 512;
 
 fn call(c: &ToolCall, settings: &Settings) -> ToolCall {
-    if c.digest.is_some() || super::chain::arguments_size(&c.arguments) <= CALL_KEEP {
+    if c.digest.is_some() || super::size::arguments_size(&c.arguments) <= CALL_KEEP {
         return c.clone();
     }
     crate::call_record::lean(c, settings)

@@ -1,16 +1,20 @@
 //! What a parsed history item weighs: its estimated heap size, for the
-//! chain store's budget and the parse budget ([`crate::budget`]).
+//! chain store's budget ([`super::chain`]) and the parse budget
+//! ([`crate::budget`]), the lean and sliced forms' included.
 
 use serde_json::Value;
 
-use super::ITEM_OVERHEAD;
 use crate::dialect::HistoryItem;
 use crate::transcript::{Arguments, Message, ResultContent, ToolCall, ToolResult};
+
+/// Bytes counted per item on top of its raw JSON: the parsed message's
+/// structure, its hash, its weight and its entry in the store's index.
+pub const ITEM_OVERHEAD: usize = 256;
 
 /// Bytes a parsed item holds on the heap, estimated: its texts, and every
 /// node of its JSON values (a parsed value can be many times its raw text:
 /// `[0,0,…]` takes 2 bytes an element as text, 32 parsed).
-pub(in crate::session) fn parsed_size(item: &HistoryItem) -> usize {
+pub(super) fn parsed_size(item: &HistoryItem) -> usize {
     item.messages()
         .iter()
         .map(|m| {
@@ -48,7 +52,7 @@ pub(in crate::session) fn parsed_size(item: &HistoryItem) -> usize {
 }
 
 /// Heap bytes of a call's arguments (see [`value_size`]).
-pub(in crate::session) fn arguments_size(arguments: &Arguments) -> usize {
+pub(super) fn arguments_size(arguments: &Arguments) -> usize {
     match arguments {
         Arguments::Json(value) => value_size(value),
         Arguments::Unparsable(text) => text.len(),
@@ -68,6 +72,6 @@ fn value_size(value: &Value) -> usize {
 }
 
 /// What a parsed item weighs in a budget (see [`ITEM_OVERHEAD`]).
-pub(in crate::session) fn weight(item: &HistoryItem) -> usize {
+pub(super) fn weight(item: &HistoryItem) -> usize {
     parsed_size(item) + ITEM_OVERHEAD
 }

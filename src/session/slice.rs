@@ -51,7 +51,7 @@ pub fn lean_item(
     let held = budget.held();
     let item = parse_sliced(split, before, raw, budget, settings);
     match item {
-        Some(item) if budget.hold(held + super::chain::weight(&item)) => Some(item),
+        Some(item) if budget.hold(held + super::size::weight(&item)) => Some(item),
         _ => {
             budget.hold(held);
             None
@@ -124,7 +124,7 @@ fn parse_sliced(
         let part = lean::item(parsed.first()?, settings);
         drop(parsed);
         budget.shrink(guess);
-        if !budget.grow(super::chain::weight(&part)) {
+        if !budget.grow(super::size::weight(&part)) {
             return None;
         }
         joined = Some(match joined {

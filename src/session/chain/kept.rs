@@ -4,9 +4,9 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::size::parsed_size;
 use crate::dialect::HistoryItem;
 use crate::dialect::split::push_turns;
+use crate::session::size::parsed_size;
 use crate::transcript::Message;
 
 /// One history's items: their chain hashes and parses, and the turns they
