@@ -47,6 +47,7 @@ use regex::Regex;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
+use super::echo::strings;
 use super::settings::Settings;
 use crate::transcript::{Arguments, ResultContent, ToolCall, ToolResult, canonical_json};
 use mask::mask;
@@ -199,16 +200,6 @@ pub(crate) fn echo_lines(call: Option<&ToolCall>) -> impl Iterator<Item = u64> {
         None => {}
     }
     lines.into_iter()
-}
-
-/// Calls `f` with every string of a JSON value, at any depth.
-pub(crate) fn strings(value: &Value, f: &mut impl FnMut(&str)) {
-    match value {
-        Value::String(s) => f(s),
-        Value::Array(items) => items.iter().for_each(|v| strings(v, f)),
-        Value::Object(map) => map.values().for_each(|v| strings(v, f)),
-        _ => {}
-    }
 }
 
 /// Error reading of one text: (is a failure, exit marker seen).
