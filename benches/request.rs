@@ -93,7 +93,7 @@ fn chat_view<'a>(
     tenant: &'a str,
     body: &'a Bytes,
     parsed: &'a loopguard::dialect::ParsedRequest,
-    budget: Option<&'a loopguard::session::budget::Reservation>,
+    budget: Option<&'a loopguard::budget::Reservation>,
 ) -> RequestView<'a> {
     RequestView {
         route,

@@ -26,6 +26,10 @@
 //! - [`transcript`]: the dialect-neutral history and tool-call signatures.
 //! - [`detect`]: the loop detectors (pure, synchronous), each over a
 //!   `detect::view::View` of the session's steps.
+//! - [`call_record`]: the bounded stored form of a response's tool calls
+//!   (the shared store's record, and the lean parse's calls).
+//! - [`budget`]: the byte budgets of requests in flight: what their bodies
+//!   and parsed forms may hold, per request and all together.
 //! - [`session`]: session keys, the bounded store of per-session state
 //!   (with the semantic check's schedule), and the hash chains that let a
 //!   request's parse follow what is new in it.
@@ -54,6 +58,8 @@
 //!   upstream, `loopguard replay` (and its `--summary`).
 
 pub mod admin;
+pub mod budget;
+pub mod call_record;
 pub mod cli;
 pub mod config;
 pub mod detect;

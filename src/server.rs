@@ -87,24 +87,7 @@ pub async fn serve(
     let admin_listener = bind(config.server.admin_listen, 128)?;
     let admin_addr = admin_listener.local_addr()?;
     let ready = Arc::new(AtomicBool::new(false));
-    let guard = Guard::new(&config);
-    let store = Arc::clone(guard.store());
-    let state_store = guard.shared().cloned();
-    let shared_state = crate::workers::Shared {
-        config: Arc::clone(&shared),
-        guard: Arc::new(guard),
-        offload: Arc::new(proxy::offload::Offload::for_this_machine()),
-    };
-    // Fails here, before anything listens, when the client cannot be built.
-    drop(crate::workers::app(&shared_state)?);
-    let admin = admin::app(AdminState {
-        metrics,
-        ready: Arc::clone(&ready),
-        store,
-        shared: state_store,
-        config: Arc::clone(&shared),
-        reloader: reloader.clone(),
-    });
+    let (shared_state, admin) = apps(&config, &shared, metrics, &ready, &reloader)?;
     crate::task::spawn(reload_on_sighup(reloader));
 
     // The admin listener outlives the proxy's drain, so /readyz answers 503
@@ -142,6 +125,37 @@ pub async fn serve(
     let _ = admin_stop_tx.send(true);
     let _ = tokio::time::timeout(std::time::Duration::from_secs(2), admin_task).await;
     Ok(())
+}
+
+/// The proxy's shared state (its guard, the offload pool) and the admin
+/// app. Fails, before anything listens, when the upstream client cannot be
+/// built.
+fn apps(
+    config: &Config,
+    shared: &SharedConfig,
+    metrics: Option<PrometheusHandle>,
+    ready: &Arc<AtomicBool>,
+    reloader: &Reloader,
+) -> Result<(crate::workers::Shared, Router), ServeError> {
+    let guard = Guard::new(config);
+    let store = Arc::clone(guard.store());
+    let state_store = guard.shared().cloned();
+    let shared_state = crate::workers::Shared {
+        config: Arc::clone(shared),
+        guard: Arc::new(guard),
+        offload: Arc::new(proxy::offload::Offload::for_this_machine()),
+    };
+    // Fails here, before anything listens, when the client cannot be built.
+    drop(crate::workers::app(&shared_state)?);
+    let admin = admin::app(AdminState {
+        metrics,
+        ready: Arc::clone(ready),
+        store,
+        shared: state_store,
+        config: Arc::clone(shared),
+        reloader: reloader.clone(),
+    });
+    Ok((shared_state, admin))
 }
 
 /// Warns when the admin listener is reachable from other hosts.

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use libfuzzer_sys::fuzz_target;
 use loopguard::detect::Settings;
-use loopguard::session::budget::ByteBudget;
+use loopguard::budget::ByteBudget;
 use loopguard::session::chain::ChainStore;
 
 /// Built once: building the settings compiles their patterns.

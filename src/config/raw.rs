@@ -67,7 +67,7 @@ pub struct RawServer {
     #[serde(default = "default_offload_body_bytes")]
     pub offload_body_bytes: u64,
     /// Most memory the parsed forms of all request bodies in flight may
-    /// hold, in bytes (estimated, see `session::budget`).
+    /// hold, in bytes (estimated, see `budget`).
     #[serde(default = "default_parse_budget_bytes")]
     pub parse_budget_bytes: u64,
     /// Most memory the parsed form of one request body may hold, in bytes.

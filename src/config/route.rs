@@ -88,23 +88,7 @@ pub(super) fn validate_routes(raw: &RawConfig, problems: &mut Problems) -> Vec<R
             );
         }
         let prefix = r.prefix.trim_end_matches('/').to_owned();
-        let upstream = match Url::parse(&r.upstream) {
-            Ok(url) if matches!(url.scheme(), "http" | "https") && url.host().is_some() => Some(url),
-            Ok(url) if url.host().is_some() => {
-                problems.push(
-                    format!("{base}.upstream"),
-                    format!("{:?} is not an http:// or https:// URL", r.upstream),
-                );
-                None
-            }
-            _ => {
-                problems.push(
-                    format!("{base}.upstream"),
-                    format!("{:?} is not a valid URL", r.upstream),
-                );
-                None
-            }
-        };
+        let upstream = upstream_url(r, &base, problems);
         // The request path is appended to the upstream's: an upstream that
         // already ends with the prefix it keeps doubles it.
         if let Some(url) = &upstream {
@@ -144,6 +128,28 @@ pub(super) fn validate_routes(raw: &RawConfig, problems: &mut Problems) -> Vec<R
     check_targets(&routes, &raw.routes, problems);
     routes.sort_by_key(|r| std::cmp::Reverse(r.prefix.len()));
     routes
+}
+
+/// A route's `upstream`: an http:// or https:// URL with a host (`base` is
+/// the route's key path).
+fn upstream_url(r: &RawRoute, base: &str, problems: &mut Problems) -> Option<Url> {
+    match Url::parse(&r.upstream) {
+        Ok(url) if matches!(url.scheme(), "http" | "https") && url.host().is_some() => Some(url),
+        Ok(url) if url.host().is_some() => {
+            problems.push(
+                format!("{base}.upstream"),
+                format!("{:?} is not an http:// or https:// URL", r.upstream),
+            );
+            None
+        }
+        _ => {
+            problems.push(
+                format!("{base}.upstream"),
+                format!("{:?} is not a valid URL", r.upstream),
+            );
+            None
+        }
+    }
 }
 
 /// Validates a route's `escalate_*` keys (`base` is its key path).

@@ -29,7 +29,7 @@ pub struct ServerConfig {
     /// async workers (see [`crate::proxy::offload`]).
     pub offload_body_bytes: usize,
     /// The parse-memory budget of all requests in flight, bytes (see
-    /// [`crate::session::budget`]).
+    /// [`crate::budget`]).
     pub parse_budget_bytes: usize,
     /// The parse-memory budget of one request, bytes.
     pub parse_budget_request_bytes: usize,

@@ -16,7 +16,8 @@
 //! [`MAX_PIECES`] pieces are kept per call, longest first. Successes are
 //! never rewritten: their text is what the agent learned.
 
-use super::outcome::strings;
+use serde_json::Value;
+
 use crate::transcript::{Arguments, ToolCall};
 
 /// Shortest piece, bytes (a `/`-led path piece: 2).
@@ -138,6 +139,16 @@ pub(crate) fn without(text: &str, pieces: &[String]) -> String {
         out = next;
     }
     out
+}
+
+/// Calls `f` with every string of a JSON value, at any depth.
+pub(crate) fn strings(value: &Value, f: &mut impl FnMut(&str)) {
+    match value {
+        Value::String(s) => f(s),
+        Value::Array(items) => items.iter().for_each(|v| strings(v, f)),
+        Value::Object(map) => map.values().for_each(|v| strings(v, f)),
+        _ => {}
+    }
 }
 
 #[cfg(test)]

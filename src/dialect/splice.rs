@@ -16,7 +16,7 @@ use serde_json::Value;
 
 use super::Dialect;
 use super::split::split_object;
-use crate::session::budget::{Reservation, estimate};
+use crate::budget::{Reservation, estimate};
 
 /// What [`inject_warning`] did.
 #[derive(Debug, PartialEq, Eq)]
@@ -204,7 +204,7 @@ mod tests {
     #[test]
     fn a_window_past_the_budget_is_not_parsed() {
         let body = openai(r#"{"role":"tool","tool_call_id":"c1","content":"a.txt"}"#);
-        let budget = std::sync::Arc::new(crate::session::budget::ByteBudget::default()).reserve(16, 16);
+        let budget = std::sync::Arc::new(crate::budget::ByteBudget::default()).reserve(16, 16);
         assert_eq!(
             inject_warning(Dialect::OpenaiChat, body.as_bytes(), WARNING, Some(&budget)),
             Spliced::NotDone

@@ -34,7 +34,7 @@ pub struct RequestView<'a> {
     pub parsed: &'a ParsedRequest,
     /// The request's parse-memory budget: injecting a warning parses the
     /// whole body again, within it. `None`: unbounded.
-    pub budget: Option<&'a crate::session::budget::Reservation>,
+    pub budget: Option<&'a crate::budget::Reservation>,
     /// Its summary, lane and key when already computed (by the shared
     /// store's probe, [`crate::guard::shared`]); `None`: detection computes
     /// them.
@@ -150,7 +150,7 @@ impl RequestView<'_> {
             }
             Spliced::NotDone => {}
         }
-        let cost = crate::session::budget::estimate(self.decoded);
+        let cost = crate::budget::estimate(self.decoded);
         if let Some(budget) = self.budget {
             if !budget.grow(cost) {
                 tracing::debug!("no parse budget left to carry the warning; forwarded unchanged");

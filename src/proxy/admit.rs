@@ -47,10 +47,10 @@ pub(super) struct Admitted<'c> {
     /// The body decoded for parsing and its parse, when detection applies.
     pub(super) side: Option<(Bytes, ParsedRequest)>,
     /// What the parse holds of the parse-memory budget, until the request is done.
-    pub(super) parse_budget: crate::session::budget::Reservation,
+    pub(super) parse_budget: crate::budget::Reservation,
     /// What the body holds of `server.max_request_bytes_in_flight`, given
     /// back when the request is done (on drop).
-    pub(super) _body_budget: crate::session::budget::Reservation,
+    pub(super) _body_budget: crate::budget::Reservation,
     /// The request's span, while traces are on ([`crate::trace`]).
     pub(super) trace: Option<std::sync::Arc<crate::trace::Trace>>,
 }
@@ -98,56 +98,10 @@ pub(super) async fn admit<'c>(
 ) -> Result<Admitted<'c>, Answered> {
     let (parts, body) = request.into_parts();
     let query = parts.uri.query().map(str::to_owned);
-    // What is routed, judged and forwarded is the normalised path.
-    let path = match super::path::normalise(parts.uri.path()) {
-        Ok(path) => path.into_owned(),
-        Err(refused) => {
-            let path = parts.uri.path().to_owned();
-            let what = refused.describe();
-            return Err(Box::new(counted(
-                "-",
-                "-",
-                ProxyError::UnsafePath { path, what }.into_response_for(None),
-            )));
-        }
-    };
-    let Some(matched) = route::resolve(&config.routes, &path, query.as_deref()) else {
-        let prefixes = config
-            .routes
-            .iter()
-            .map(|r| r.prefix.as_str())
-            .collect::<Vec<_>>()
-            .join(", ");
-        return Err(Box::new(counted(
-            "-",
-            "-",
-            ProxyError::NoRoute { path, prefixes }.into_response_for(None),
-        )));
-    };
+    let (path, matched) = routed(config, &parts, query.as_deref())?;
     let provider = matched.route.provider;
-    if let Some(wanted) = route::misrouted(matched.route, &path, query.as_deref(), &parts.headers) {
-        return Err(Box::new(misrouted(config, matched.route, wanted, &path)));
-    }
-
     let body_budget = guard.reserve_body(config);
-    let body = match body::read_limited(
-        body,
-        config.server.max_request_bytes,
-        config.server.client_body_timeout,
-        &body_budget,
-    )
-    .await
-    {
-        Ok(bytes) => bytes,
-        Err(e) => {
-            let gone = matches!(e, ProxyError::BodyRead(_));
-            let mut response = counted(&matched.route.prefix, "-", e.into_response_for(Some(provider)));
-            if gone {
-                response.extensions_mut().insert(super::ClientGone);
-            }
-            return Err(Box::new(response));
-        }
-    };
+    let body = read_body(config, &matched, body, &body_budget).await?;
 
     // loopguard's own time on the request starts here: decoding, parsing and detection count.
     let body_read = Instant::now();
@@ -196,6 +150,73 @@ pub(super) async fn admit<'c>(
     })
 }
 
+/// The request's normalised path and its route, or the answer that refuses
+/// it: HTTP 400 for an unsafe path or a misrouted request, 404 without a
+/// route.
+fn routed<'c>(
+    config: &'c Config,
+    parts: &http::request::Parts,
+    query: Option<&str>,
+) -> Result<(String, route::Matched<'c>), Answered> {
+    // What is routed, judged and forwarded is the normalised path.
+    let path = match super::path::normalise(parts.uri.path()) {
+        Ok(path) => path.into_owned(),
+        Err(refused) => {
+            let path = parts.uri.path().to_owned();
+            let what = refused.describe();
+            return Err(Box::new(counted(
+                "-",
+                "-",
+                ProxyError::UnsafePath { path, what }.into_response_for(None),
+            )));
+        }
+    };
+    let Some(matched) = route::resolve(&config.routes, &path, query) else {
+        let prefixes = config
+            .routes
+            .iter()
+            .map(|r| r.prefix.as_str())
+            .collect::<Vec<_>>()
+            .join(", ");
+        return Err(Box::new(counted(
+            "-",
+            "-",
+            ProxyError::NoRoute { path, prefixes }.into_response_for(None),
+        )));
+    };
+    if let Some(wanted) = route::misrouted(matched.route, &path, query, &parts.headers) {
+        return Err(Box::new(misrouted(config, matched.route, wanted, &path)));
+    }
+    Ok((path, matched))
+}
+
+/// Reads the request body under `server.max_request_bytes` and the client
+/// body timeout, or answers (HTTP 413 past the cap; a client gone mid-body
+/// is marked [`super::ClientGone`]).
+async fn read_body(
+    config: &Config,
+    matched: &route::Matched<'_>,
+    body: axum::body::Body,
+    budget: &crate::budget::Reservation,
+) -> Result<Bytes, Answered> {
+    let read = body::read_limited(
+        body,
+        config.server.max_request_bytes,
+        config.server.client_body_timeout,
+        budget,
+    )
+    .await;
+    read.map_err(|e| {
+        let gone = matches!(e, ProxyError::BodyRead(_));
+        let provider = Some(matched.route.provider);
+        let mut response = counted(&matched.route.prefix, "-", e.into_response_for(provider));
+        if gone {
+            response.extensions_mut().insert(super::ClientGone);
+        }
+        Box::new(response)
+    })
+}
+
 /// The HTTP 400 for a request that belongs to provider `wanted`, naming the
 /// route to use: for a Vertex AI path (`…/publishers/…`), a route of that
 /// provider to a Vertex host if there is one.
@@ -237,7 +258,7 @@ struct SideRequest<'r> {
     guard: &'r Guard,
     config: &'r Config,
     of: crate::guard::BodyOf<'r>,
-    budget: &'r crate::session::budget::Reservation,
+    budget: &'r crate::budget::Reservation,
 }
 
 impl SideRequest<'_> {

@@ -10,7 +10,7 @@ use http::header::CONTENT_ENCODING;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 
 use super::error::ProxyError;
-use crate::session::budget::Reservation;
+use crate::budget::Reservation;
 
 /// Reads the whole request body, refusing more than `limit` bytes (at once
 /// when its declared `Content-Length` is over, before reading any of it, so

@@ -12,7 +12,7 @@ use super::admit::Admitted;
 use super::offload::Offload;
 use super::{answer_response, counted};
 use crate::config::Config;
-use crate::guard::shared::{Commit, Speculated};
+use crate::guard::shared::{Begun, Commit, Speculated};
 use crate::guard::{Guard, RequestDecision, RequestView};
 use crate::plan::{PassJudge, StreamJudge};
 
@@ -100,15 +100,7 @@ pub(super) async fn decide<'a>(
     config: &'a Config,
     admitted: &'a Admitted<'a>,
 ) -> Result<(Decided, Settle<'a>), Answered> {
-    let mut decided = Decided {
-        forward: admitted.body.clone(),
-        body_replaced: false,
-        judge: Box::new(PassJudge),
-        session: None,
-        outbox: None,
-        verdict: None,
-        retarget: None,
-    };
+    let mut decided = Decided::as_received(admitted);
     let Some(view) = view_of(admitted) else {
         return Ok((decided, Settle { pending: None }));
     };
@@ -131,33 +123,13 @@ pub(super) async fn decide<'a>(
         resolved: resolved.as_ref(),
         ..view
     };
-    let (decision, key) = match begun.as_mut() {
-        Some(speculating) if speculating.speculative() => {
-            let (decision, key, echoes) = offload
-                .run(heavy, || {
-                    guard.on_request_deferred(config, &probed, outbox.clone())
-                })
-                .await;
-            match Box::pin(guard.shared_speculate(speculating, key.as_deref())).await {
-                Speculated::Stands => {
-                    echoes.tell();
-                    (decision, key)
-                }
-                Speculated::Again => {
-                    echoes.discard();
-                    drop(decision);
-                    offload
-                        .run(heavy, || guard.on_request_with(config, &probed, outbox))
-                        .await
-                }
-            }
-        }
-        _ => {
-            offload
-                .run(heavy, || guard.on_request_with(config, &probed, outbox))
-                .await
-        }
+    let judging = Judging {
+        guard,
+        offload,
+        config,
+        heavy,
     };
+    let (decision, key) = judging.judge(&probed, begun.as_mut(), outbox).await;
     decided.session.clone_from(&key);
     if let (Some(trace), Some(key)) = (&admitted.trace, &key) {
         trace.session(key);
@@ -179,32 +151,106 @@ pub(super) async fn decide<'a>(
             judge,
             verdict,
             retarget,
-        } => {
-            if let Some(replaced) = body {
-                decided.forward = replaced;
-                decided.body_replaced = true;
-            }
-            decided.judge = judge;
-            decided.verdict = verdict;
-            decided.retarget = retarget;
-        }
+        } => decided.forwarded(body, judge, verdict, retarget),
         RequestDecision::Answer {
             status,
             answer,
             verdict,
         } => {
             // The `request` event is written by the handler, as for every answer of loopguard's own.
-            let route = &admitted.matched.route.prefix;
             Box::pin(settle.run()).await;
             if let Some(outbox) = &decided.outbox {
                 Box::pin(outbox.flush()).await;
             }
-            return Err(Box::new(counted(
-                route,
-                d.name(),
-                answer_response(status, answer, &verdict),
-            )));
+            let route = &admitted.matched.route.prefix;
+            let response = answer_response(status, answer, &verdict);
+            return Err(Box::new(counted(route, d.name(), response)));
         }
     }
     Ok((decided, settle))
+}
+
+impl Decided {
+    /// The request as received: its body forwarded unchanged, the response
+    /// passed through unjudged, no session.
+    fn as_received(admitted: &Admitted<'_>) -> Self {
+        Self {
+            forward: admitted.body.clone(),
+            body_replaced: false,
+            judge: Box::new(PassJudge),
+            session: None,
+            outbox: None,
+            verdict: None,
+            retarget: None,
+        }
+    }
+
+    /// Takes in what detection decided for a request it lets go.
+    fn forwarded(
+        &mut self,
+        body: Option<Bytes>,
+        judge: Box<dyn StreamJudge>,
+        verdict: Option<String>,
+        retarget: Option<crate::escalate::Retarget>,
+    ) {
+        if let Some(replaced) = body {
+            self.forward = replaced;
+            self.body_replaced = true;
+        }
+        self.judge = judge;
+        self.verdict = verdict;
+        self.retarget = retarget;
+    }
+}
+
+/// What request-time detection runs with: the guard, the pool a heavy body
+/// is judged on, and the configuration.
+struct Judging<'a> {
+    guard: &'a Guard,
+    offload: &'a Offload,
+    config: &'a Config,
+    heavy: bool,
+}
+
+impl Judging<'_> {
+    /// Runs the detectors on a request. Over a speculative shared-state load
+    /// the decision is made with its echoes deferred, and stands only if the
+    /// store confirms the state it was made on; otherwise it is dropped
+    /// unsaid and made again on the state the store holds.
+    async fn judge(
+        &self,
+        probed: &RequestView<'_>,
+        begun: Option<&mut Begun<'_>>,
+        outbox: Option<Arc<crate::state::Outbox>>,
+    ) -> (RequestDecision, Option<String>) {
+        let Self {
+            guard,
+            offload,
+            config,
+            heavy,
+        } = *self;
+        let Some(speculating) = begun.filter(|b| b.speculative()) else {
+            return offload
+                .run(heavy, || guard.on_request_with(config, probed, outbox))
+                .await;
+        };
+        let (decision, key, echoes) = offload
+            .run(heavy, || {
+                guard.on_request_deferred(config, probed, outbox.clone())
+            })
+            .await;
+        match Box::pin(guard.shared_speculate(speculating, key.as_deref())).await {
+            Speculated::Stands => {
+                echoes.tell();
+                (decision, key)
+            }
+            Speculated::Again => {
+                echoes.discard();
+                drop(decision);
+                offload
+                    .run(heavy, || guard.on_request_with(config, probed, outbox))
+                    .await
+            }
+        }
+    }
 }

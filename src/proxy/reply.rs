@@ -74,22 +74,7 @@ pub(super) async fn reply(
             stream::client_body_observed(response, config.server.idle_timeout, log, Some(Box::new(side)));
         return with_headers(status, body, out_headers);
     }
-    let mut tap = Tap::new(dialect, mode, config.server.max_response_bytes);
-    if admitted.trace.is_some() {
-        tap.keep_for_trace();
-    }
-    if let Some(mut copy) = decided.judge.recording() {
-        copy.framed(mode);
-        tap.record_into(copy);
-    }
-    let include_usage = admitted.parsed().is_some_and(|p| p.include_usage);
-    // Boxed: every stage it passes through would otherwise keep a copy of
-    // it (about a kilobyte) in the request's future.
-    let holder = Box::new(
-        Holder::new(tap, dialect, mode, include_usage, config.server.max_held_bytes)
-            .with_max_frame(config.server.max_response_bytes)
-            .with_offload_above(config.server.offload_body_bytes),
-    );
+    let holder = holder(config, admitted, dialect, mode, decided.judge.as_mut());
     let reply = Reply {
         status,
         headers: out_headers,
@@ -107,6 +92,32 @@ pub(super) async fn reply(
     } else {
         streamed(config, response, holder, decided.judge, reply, outbox).await
     }
+}
+
+/// The holder of a response judged in `dialect`, its tap copying what the
+/// trace and the recording keep. Boxed: every stage it passes through would
+/// otherwise keep a copy of it (about a kilobyte) in the request's future.
+fn holder(
+    config: &Config,
+    admitted: &Admitted<'_>,
+    dialect: Dialect,
+    mode: Mode,
+    judge: &mut dyn StreamJudge,
+) -> Box<Holder> {
+    let mut tap = Tap::new(dialect, mode, config.server.max_response_bytes);
+    if admitted.trace.is_some() {
+        tap.keep_for_trace();
+    }
+    if let Some(mut copy) = judge.recording() {
+        copy.framed(mode);
+        tap.record_into(copy);
+    }
+    let include_usage = admitted.parsed().is_some_and(|p| p.include_usage);
+    Box::new(
+        Holder::new(tap, dialect, mode, include_usage, config.server.max_held_bytes)
+            .with_max_frame(config.server.max_response_bytes)
+            .with_offload_above(config.server.offload_body_bytes),
+    )
 }
 
 /// What every reply through the holder carries.

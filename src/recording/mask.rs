@@ -160,7 +160,14 @@ fn join_pieces<'a>(events: impl Iterator<Item = &'a mut Value>) -> Vec<usize> {
 /// The delta pieces one event carries: (stream name, JSON pointer).
 fn pieces(event: &Value) -> Vec<(String, String)> {
     let mut out = Vec::new();
-    // OpenAI chat chunks.
+    chat_pieces(event, &mut out);
+    gemini_pieces(event, &mut out);
+    typed_pieces(event, &mut out);
+    out
+}
+
+/// The pieces of an OpenAI chat chunk: each choice's text and call arguments.
+fn chat_pieces(event: &Value, out: &mut Vec<(String, String)>) {
     if let Some(choices) = event.get("choices").and_then(Value::as_array) {
         for (c, choice) in choices.iter().enumerate() {
             let index = choice.get("index").and_then(Value::as_u64).unwrap_or(c as u64);
@@ -190,7 +197,10 @@ fn pieces(event: &Value) -> Vec<(String, String)> {
             }
         }
     }
-    // Gemini chunks.
+}
+
+/// The pieces of a Gemini chunk: each candidate's text parts.
+fn gemini_pieces(event: &Value, out: &mut Vec<(String, String)>) {
     if let Some(candidates) = event.get("candidates").and_then(Value::as_array) {
         for (c, candidate) in candidates.iter().enumerate() {
             let index = candidate.get("index").and_then(Value::as_u64).unwrap_or(c as u64);
@@ -205,6 +215,11 @@ fn pieces(event: &Value) -> Vec<(String, String)> {
             }
         }
     }
+}
+
+/// The pieces of an event named by its `type`: Anthropic's content block
+/// deltas and OpenAI Responses' `…delta` events.
+fn typed_pieces(event: &Value, out: &mut Vec<(String, String)>) {
     match event.get("type").and_then(Value::as_str) {
         // Anthropic.
         Some("content_block_delta") => {
@@ -240,7 +255,6 @@ fn pieces(event: &Value) -> Vec<(String, String)> {
         }
         _ => {}
     }
-    out
 }
 
 #[cfg(test)]

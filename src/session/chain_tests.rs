@@ -1,10 +1,86 @@
 //! Tests of the hash-chain parse: the request it gives is always the full
 //! parse's, and it reuses what it should.
 
+use std::collections::HashMap;
+
 use proptest::prelude::*;
 use serde_json::{Value, json};
 
+use super::index::{END_WINDOW, Slot};
 use super::*;
+
+impl ChainStore {
+    /// Asserts the indexes hold exactly the kept chains' hashes: each end
+    /// names its newest chain, each hash its holders (tests).
+    fn assert_indexed(&self) {
+        let inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        assert_eq!(
+            inner.order.len(),
+            inner.chains.len(),
+            "every chain has a place in the order"
+        );
+        // The chains from the least recently used.
+        let slots: Vec<(u64, &Slot)> = inner
+            .order
+            .iter()
+            .map(|(tick, id)| {
+                let slot = &inner.chains[id];
+                assert_eq!(slot.tick, *tick, "a chain's tick is its place in the order");
+                (*id, slot)
+            })
+            .collect();
+        let out = slots.iter().filter(|(_, slot)| slot.out).count();
+        assert_eq!(out, inner.out, "chains out counted");
+        let weight: usize = slots
+            .iter()
+            .filter(|(_, slot)| !slot.out)
+            .map(|(_, slot)| slot.chain.kept_weight())
+            .sum();
+        assert_eq!(weight, inner.bytes, "kept chains weighed");
+        let mut prefixes: HashMap<u128, u32> = HashMap::new();
+        for (_, slot) in &slots {
+            for hash in &slot.chain.hashes {
+                *prefixes.entry(*hash).or_default() += 1;
+            }
+        }
+        // An end names a chain ending there (one whose chain left is
+        // forgotten, not pointed elsewhere).
+        for (end, id) in &inner.ends {
+            let last = inner.chains.get(id).map(|slot| slot.chain.hashes.last());
+            assert_eq!(last, Some(Some(end)), "an end names a chain ending there");
+        }
+        assert_eq!(prefixes.len(), inner.prefixes.len(), "every held hash is indexed");
+        for (hash, holders) in &inner.prefixes {
+            assert_eq!(prefixes.get(hash), Some(&holders.count), "holders counted");
+            if let Some(id) = holders.last {
+                let holds = inner.chains.get(&id).map(|slot| slot.chain.hashes.contains(hash));
+                assert_eq!(holds, Some(true), "the last holder is there and holds the hash");
+            }
+        }
+        let mut by_bytes: HashMap<u128, Vec<u64>> = HashMap::new();
+        for (id, slot) in &slots {
+            if let Some(prefix) = &slot.chain.bytes {
+                assert!(!slot.out, "a chain out has no byte prefix");
+                by_bytes.entry(prefix.group).or_default().push(*id);
+            }
+        }
+        let indexed: HashMap<u128, Vec<u64>> = inner
+            .by_bytes
+            .iter()
+            .map(|(group, ids)| (*group, ids.clone()))
+            .collect();
+        assert_eq!(by_bytes, indexed, "every byte prefix is indexed, oldest first");
+    }
+
+    /// Chains kept or out with a request (tests).
+    fn slots(&self) -> usize {
+        self.inner
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .chains
+            .len()
+    }
+}
 
 const SCOPE: &[u8] = b"tenant\0/v1";
 

@@ -1,10 +1,10 @@
 //! The lean form of a parsed history item, for a request past its
-//! parse-memory budget (see [`crate::session::budget`]): calls judged by
+//! parse-memory budget (see [`crate::budget`]): calls judged by
 //! their hashes. A call with small arguments (at most [`CALL_KEEP`] bytes
 //! parsed) stays as it is; any other keeps its id, name, signature and, in its
 //! [`crate::transcript::Digest`], the identity and echo hashes of its full
 //! arguments, with the arguments themselves bounded (as the shared store
-//! keeps them, [`crate::state::record::lean`]); a tool result or an
+//! keeps them, [`crate::call_record::lean`]); a tool result or an
 //! assistant text longer than [`TEXT_KEEP`] bytes keeps its head and the
 //! hash of the whole (`…<hash>…`) and its tail, so equal results stay
 //! equal and different ones different. System and user texts stay whole: the session
@@ -46,10 +46,10 @@ fn message(m: &Message, settings: &Settings) -> Message {
 pub const CALL_KEEP: usize = 512;
 
 fn call(c: &ToolCall, settings: &Settings) -> ToolCall {
-    if c.digest.is_some() || super::chain::arguments_size(&c.arguments) <= CALL_KEEP {
+    if c.digest.is_some() || super::size::arguments_size(&c.arguments) <= CALL_KEEP {
         return c.clone();
     }
-    crate::state::record::lean(c, settings)
+    crate::call_record::lean(c, settings)
 }
 
 fn result(r: &ToolResult) -> ToolResult {

@@ -10,16 +10,18 @@
 //!   mutex; detection is synchronous, so no lock is held across an await.
 //! - [`chain`]: the hash chains of recent histories, so that a request's
 //!   parse reuses what earlier requests of the conversation already parsed.
-//! - [`budget`]: the parse-memory budget, per request and in total; past
-//!   it a request is judged in its [`lean`] form (calls by their hashes),
-//!   past that passed unjudged.
+//! - `size`: what a parsed history item weighs, for the chains' store and
+//!   the parse-memory budget.
+//! - [`lean`]: the form a request is judged in past its parse-memory
+//!   budget ([`crate::budget`]): calls by their hashes (past that it passes
+//!   unjudged).
 
-pub mod budget;
 pub mod chain;
 pub mod frequency;
 pub mod key;
 pub mod lean;
 pub mod semantic_schedule;
+mod size;
 pub mod slice;
 
 use std::collections::VecDeque;

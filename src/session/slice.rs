@@ -18,8 +18,8 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
-use super::budget::{Reservation, estimate};
 use super::lean;
+use crate::budget::{Reservation, estimate};
 use crate::detect::Settings;
 use crate::dialect::HistoryItem;
 use crate::dialect::split::{SplitRequest, append_turn, split_object};
@@ -51,7 +51,7 @@ pub fn lean_item(
     let held = budget.held();
     let item = parse_sliced(split, before, raw, budget, settings);
     match item {
-        Some(item) if budget.hold(held + super::chain::weight(&item)) => Some(item),
+        Some(item) if budget.hold(held + super::size::weight(&item)) => Some(item),
         _ => {
             budget.hold(held);
             None
@@ -124,7 +124,7 @@ fn parse_sliced(
         let part = lean::item(parsed.first()?, settings);
         drop(parsed);
         budget.shrink(guess);
-        if !budget.grow(super::chain::weight(&part)) {
+        if !budget.grow(super::size::weight(&part)) {
             return None;
         }
         joined = Some(match joined {

@@ -6,9 +6,9 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use super::super::budget::ByteBudget;
 use super::super::chain::{ChainStore, Parsed};
 use super::*;
+use crate::budget::ByteBudget;
 use crate::dialect::{Dialect, ParsedRequest};
 
 /// Calls in the large item: about 1.5 MB of JSON, six slices or more.

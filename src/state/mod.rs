@@ -51,8 +51,13 @@
 //! [`MAX_STATE_BYTES`]: past it the session is judged on the replica's copy
 //! only (counted as `op="oversize"`).
 
-pub mod record;
 mod redis;
+
+/// The stored form of a response record's calls, kept at its old path
+/// (`state::record`) for the Redis record fuzz target; it lives apart from
+/// the store so that the lean parse ([`crate::session::lean`]) can use it
+/// without `session` and `state` importing each other.
+pub use crate::call_record as record;
 
 pub(crate) use redis::install;
 #[cfg(test)]

@@ -155,23 +155,74 @@ pub fn replay_files(
     interval: Duration,
 ) -> Result<Replayed, ReplayError> {
     if let Some(recording) = files.iter().find(|p| is_recording_file(p)) {
-        if files.len() > 1 {
-            return Err(ReplayError::Recording {
-                path: recording.clone(),
-                message: "a recording is a session of its own: replay it alone (or use `loopguard tune`)"
-                    .to_owned(),
-            });
+        return replay_recording(settings, recording, files.len());
+    }
+    let Bodies {
+        requests,
+        flags,
+        response,
+    } = read_bodies(files, dialect)?;
+    if requests.is_empty() {
+        return Err(ReplayError::Empty);
+    }
+    let chained = flags.iter().filter(|f| f.chained).count();
+    if chained > 0 {
+        eprintln!(
+            "loopguard replay: {chained} request(s) chain to an earlier response (previous_response_id) and carry only \
+             the items new since; the tool calls they answer are in those responses, which request bodies do not \
+             hold, so such a chain cannot be judged from its bodies alone (loopguard serve follows it live)"
+        );
+    }
+    let mut lines = replay(settings, &requests, interval, response.as_deref());
+    for line in &mut lines {
+        if flags.get(line.request).is_some_and(|f| f.stateful) && line.action == crate::detect::Action::Block
+        {
+            // As `serve` does: a stateful request is aborted where others are blocked.
+            line.action = crate::detect::Action::Abort;
         }
-        let parsed = read_recording(recording)?;
-        return Ok(Replayed {
-            requests: parsed
-                .steps
-                .iter()
-                .filter(|s| matches!(s, super::recorded::ParsedStep::Request { .. }))
-                .count(),
-            lines: super::recorded::judge(&parsed, settings),
+    }
+    if settings.semantic_check.enabled {
+        let judged = crate::semantic::rerun::run(settings, &requests).map_err(ReplayError::Judge)?;
+        lines.extend(judged);
+        lines.sort_by_key(|l| l.request);
+    }
+    Ok(Replayed {
+        requests: requests.len(),
+        lines,
+    })
+}
+
+/// A recording replayed: alone, as the session it is.
+fn replay_recording(settings: &Settings, recording: &Path, files: usize) -> Result<Replayed, ReplayError> {
+    if files > 1 {
+        return Err(ReplayError::Recording {
+            path: recording.to_path_buf(),
+            message: "a recording is a session of its own: replay it alone (or use `loopguard tune`)"
+                .to_owned(),
         });
     }
+    let parsed = read_recording(recording)?;
+    Ok(Replayed {
+        requests: parsed
+            .steps
+            .iter()
+            .filter(|s| matches!(s, super::recorded::ParsedStep::Request { .. }))
+            .count(),
+        lines: super::recorded::judge(&parsed, settings),
+    })
+}
+
+/// What the files of a replay hold: request bodies in order, what each
+/// request is (stateful, chained), and the response they end with, if any.
+struct Bodies {
+    requests: Vec<crate::transcript::Transcript>,
+    flags: Vec<Flags>,
+    response: Option<Vec<StreamEvent>>,
+}
+
+/// Reads the replay's files: `.json` bodies, `.jsonl` lines of bodies, and
+/// a response last (an `.sse` stream, or a `.json` response body).
+fn read_bodies(files: &[PathBuf], dialect: Option<Dialect>) -> Result<Bodies, ReplayError> {
     let mut requests = Vec::new();
     let mut flags: Vec<Flags> = Vec::new();
     let mut seen_dialect = dialect;
@@ -213,33 +264,10 @@ pub fn replay_files(
         flags.push(Flags::of(&parsed));
         requests.push(parsed.transcript);
     }
-    if requests.is_empty() {
-        return Err(ReplayError::Empty);
-    }
-    let chained = flags.iter().filter(|f| f.chained).count();
-    if chained > 0 {
-        eprintln!(
-            "loopguard replay: {chained} request(s) chain to an earlier response (previous_response_id) and carry only \
-             the items new since; the tool calls they answer are in those responses, which request bodies do not \
-             hold, so such a chain cannot be judged from its bodies alone (loopguard serve follows it live)"
-        );
-    }
-    let mut lines = replay(settings, &requests, interval, response.as_deref());
-    for line in &mut lines {
-        if flags.get(line.request).is_some_and(|f| f.stateful) && line.action == crate::detect::Action::Block
-        {
-            // As `serve` does: a stateful request is aborted where others are blocked.
-            line.action = crate::detect::Action::Abort;
-        }
-    }
-    if settings.semantic_check.enabled {
-        let judged = crate::semantic::rerun::run(settings, &requests).map_err(ReplayError::Judge)?;
-        lines.extend(judged);
-        lines.sort_by_key(|l| l.request);
-    }
-    Ok(Replayed {
-        requests: requests.len(),
-        lines,
+    Ok(Bodies {
+        requests,
+        flags,
+        response,
     })
 }
 

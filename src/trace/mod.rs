@@ -261,31 +261,7 @@ fn span(open: Open, end: &End<'_>) -> SpanData {
         mut attributes,
         mut events,
     } = open;
-    if end.status != 0 {
-        attributes.push(KeyValue::new("http.response.status_code", i64::from(end.status)));
-    }
-    attributes.push(KeyValue::new("loopguard.outcome", end.outcome.to_owned()));
-    if let Some(verdict) = end.verdict {
-        attributes.push(KeyValue::new("loopguard.verdict", verdict.to_owned()));
-    }
-    if operation.is_some() {
-        if let Some(model) = end.response_model {
-            attributes.push(KeyValue::new("gen_ai.response.model", model.to_owned()));
-        }
-        if let Some(n) = end.tokens.0 {
-            attributes.push(KeyValue::new("gen_ai.usage.input_tokens", saturating(n)));
-        }
-        if let Some(n) = end.tokens.1 {
-            attributes.push(KeyValue::new("gen_ai.usage.output_tokens", saturating(n)));
-        }
-        if !end.finish_reasons.is_empty() {
-            let reasons: Vec<StringValue> = end.finish_reasons.iter().map(|r| r.clone().into()).collect();
-            attributes.push(KeyValue::new(
-                "gen_ai.response.finish_reasons",
-                Value::Array(Array::String(reasons)),
-            ));
-        }
-    }
+    end_attributes(&mut attributes, end, operation.is_some());
     for call in end.tool_calls {
         let mut call_attributes = vec![KeyValue::new("gen_ai.tool.name", call.name.clone())];
         if let Some(id) = &call.id {
@@ -337,6 +313,38 @@ fn span(open: Open, end: &End<'_>) -> SpanData {
         instrumentation_scope: opentelemetry::InstrumentationScope::builder("loopguard")
             .with_version(env!("CARGO_PKG_VERSION"))
             .build(),
+    }
+}
+
+/// The attributes a request's end adds to its span: the response status,
+/// loopguard's outcome and verdict and, for a GenAI operation
+/// (`gen_ai_operation`), the response model, token usage and finish reasons.
+fn end_attributes(attributes: &mut Vec<KeyValue>, end: &End<'_>, gen_ai_operation: bool) {
+    if end.status != 0 {
+        attributes.push(KeyValue::new("http.response.status_code", i64::from(end.status)));
+    }
+    attributes.push(KeyValue::new("loopguard.outcome", end.outcome.to_owned()));
+    if let Some(verdict) = end.verdict {
+        attributes.push(KeyValue::new("loopguard.verdict", verdict.to_owned()));
+    }
+    if !gen_ai_operation {
+        return;
+    }
+    if let Some(model) = end.response_model {
+        attributes.push(KeyValue::new("gen_ai.response.model", model.to_owned()));
+    }
+    if let Some(n) = end.tokens.0 {
+        attributes.push(KeyValue::new("gen_ai.usage.input_tokens", saturating(n)));
+    }
+    if let Some(n) = end.tokens.1 {
+        attributes.push(KeyValue::new("gen_ai.usage.output_tokens", saturating(n)));
+    }
+    if !end.finish_reasons.is_empty() {
+        let reasons: Vec<StringValue> = end.finish_reasons.iter().map(|r| r.clone().into()).collect();
+        attributes.push(KeyValue::new(
+            "gen_ai.response.finish_reasons",
+            Value::Array(Array::String(reasons)),
+        ));
     }
 }
 

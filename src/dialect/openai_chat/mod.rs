@@ -10,6 +10,8 @@ mod item;
 pub mod model;
 pub mod parse;
 pub mod sample;
+mod stream;
 pub mod write;
 
 pub use parse::*;
+pub use stream::ResponseParser;

@@ -3,6 +3,8 @@
 use serde_json::json;
 
 use super::*;
+use crate::dialect::StreamEvent;
+use crate::dialect::openai_chat::ResponseParser;
 
 fn request(body: Value) -> ParsedRequest {
     crate::dialect::testing::request(crate::dialect::Dialect::OpenaiChat, &body)

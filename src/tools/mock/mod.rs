@@ -46,8 +46,11 @@
 //! each event was sent, in µs since the Unix epoch, and whether the body
 //! completed or was dropped by the client), `GET /_mock/stats`.
 
+mod body;
 pub mod fixture;
+mod judge;
 pub mod ollama;
+mod pieces;
 pub mod script;
 pub mod signatures;
 
@@ -57,17 +60,18 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use axum::Router;
-use axum::body::{Body, Bytes};
+use axum::body::Bytes;
 use axum::extract::{Path as UrlPath, Request, State};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use http::{HeaderMap, HeaderValue, StatusCode, header};
-use rand::{Rng, SeedableRng};
 use serde_json::{Value, json};
 
+use body::{Controls, paced_body};
+use pieces::{Named, named_pieces, scripted_pieces};
 use script::Script;
 
 /// `loopguard mock-upstream` arguments.
@@ -252,54 +256,6 @@ fn header_str<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
     headers.get(name).and_then(|v| v.to_str().ok())
 }
 
-/// Per-request controls read from `x-mock-*` headers.
-#[derive(Debug, Default)]
-struct Controls {
-    pace: Duration,
-    chunk: String,
-    seed: u64,
-    die_after: Option<usize>,
-    stall_after: Option<usize>,
-    truncate_after: Option<usize>,
-    delay_headers: Option<Duration>,
-    status: Option<u16>,
-    no_terminator: bool,
-    gzip: bool,
-    /// Flip one bit in the last byte of the first piece (an event-stream
-    /// message whose CRC no longer matches).
-    corrupt: bool,
-    id: Option<String>,
-}
-
-impl Controls {
-    fn read(headers: &HeaderMap, default_pace_ms: u64) -> Self {
-        let num = |name: &str| header_str(headers, name).and_then(|v| v.trim().parse::<u64>().ok());
-        let mut c = Self {
-            pace: Duration::from_millis(num("x-mock-pace-ms").unwrap_or(default_pace_ms)),
-            chunk: header_str(headers, "x-mock-chunk").unwrap_or("event").to_owned(),
-            seed: num("x-mock-seed").unwrap_or(1),
-            id: header_str(headers, "x-mock-id").map(str::to_owned),
-            ..Self::default()
-        };
-        for fault in header_str(headers, "x-mock-fault").unwrap_or_default().split(',') {
-            let (name, arg) = fault.trim().split_once(':').unwrap_or((fault.trim(), ""));
-            let n = arg.trim().parse::<u64>().ok();
-            match name {
-                "die-after" => c.die_after = n.and_then(|n| usize::try_from(n).ok()),
-                "stall-after" => c.stall_after = n.and_then(|n| usize::try_from(n).ok()),
-                "truncate-after" => c.truncate_after = n.and_then(|n| usize::try_from(n).ok()),
-                "delay-headers-ms" => c.delay_headers = n.map(Duration::from_millis),
-                "status" => c.status = n.and_then(|n| u16::try_from(n).ok()),
-                "no-terminator" => c.no_terminator = true,
-                "gzip" => c.gzip = true,
-                "corrupt" => c.corrupt = true,
-                _ => {}
-            }
-        }
-        c
-    }
-}
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Mode {
     Sse,
@@ -322,54 +278,20 @@ impl Drop for CancelGuard<'_> {
     }
 }
 
+/// Answers a request to the mock upstream: a scripted judge's answer, a
+/// fault, a recorded fixture or a scripted turn, in the dialect the path
+/// (and body) ask for, paced and broken as the `x-mock-*` headers say.
 async fn answer(State(st): State<Arc<MockState>>, request: Request) -> Response {
     let (parts, body) = request.into_parts();
     let body = axum::body::to_bytes(body, usize::MAX).await.unwrap_or_default();
     let json_body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-    st.stats.requests.fetch_add(1, Ordering::SeqCst);
-    let headers_json: serde_json::Map<String, Value> = parts
-        .headers
-        .iter()
-        .map(|(k, v)| {
-            (
-                k.as_str().to_owned(),
-                json!(String::from_utf8_lossy(v.as_bytes())),
-            )
-        })
-        .collect();
-    if let Ok(mut r) = st.requests.lock() {
-        r.push(json!({
-            "method": parts.method.as_str(),
-            "path": parts.uri.path(),
-            "query": parts.uri.query(),
-            "headers": headers_json,
-            "body": String::from_utf8_lossy(&body),
-            "body_len": body.len(),
-            "body_sha256": sha256_hex(&body),
-        }));
-    }
-    if let Some(answer) = judge_answer(&st, &json_body) {
-        return play_judge(answer, &json_body).await;
+    note_request(&st, &parts, &body);
+    if let Some(answer) = judge::judge_answer(&st, &json_body) {
+        return judge::play_judge(answer, &json_body).await;
     }
     let controls = Controls::read(&parts.headers, st.pace_ms);
-    if let Some(delay) = controls.delay_headers {
-        let mut guard = CancelGuard {
-            stats: &st.stats,
-            armed: true,
-        };
-        tokio::time::sleep(delay).await;
-        guard.armed = false;
-    }
-    if let Some(code) = controls.status {
-        let status = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        let body =
-            json!({"error": {"message": format!("mock error {code}"), "type": "server_error", "code": code}});
-        return (
-            status,
-            [(header::CONTENT_TYPE, "application/json")],
-            body.to_string(),
-        )
-            .into_response();
+    if let Some(refused) = delay_or_fail(&st, &controls).await {
+        return refused;
     }
 
     let path = parts.uri.path();
@@ -417,77 +339,201 @@ async fn answer(State(st): State<Arc<MockState>>, request: Request) -> Response 
         Mode::Whole
     };
 
-    let pieces = match header_str(&parts.headers, "x-mock-fixture") {
-        Some(name) => match fixture::read(&st.fixtures, name) {
-            Ok(bytes) if mode == Mode::Array => fixture::json_array_pieces(&fixture::sse_payloads(&bytes)),
-            Ok(bytes) if name.ends_with(".ndjson") => ollama::fixture_lines(&bytes),
-            Ok(bytes) => fixture::sse_events(&bytes),
-            Err(e) => return (StatusCode::NOT_FOUND, e).into_response(),
-        },
-        None => {
-            let script = match header_str(&parts.headers, "x-mock-script") {
-                Some(text) => match serde_json::from_str::<Script>(text) {
-                    Ok(s) => s,
-                    Err(e) => {
-                        return (StatusCode::BAD_REQUEST, format!("invalid x-mock-script: {e}"))
-                            .into_response();
-                    }
-                },
-                None => st.script.clone(),
-            };
-            let model = json_body
-                .get("model")
-                .and_then(Value::as_str)
-                .map(str::to_owned)
-                .or_else(|| {
-                    (gemini || vertex_claude)
-                        .then(|| path.rsplit('/').next().and_then(|last| last.split(':').next()))
-                        .flatten()
-                        .map(str::to_owned)
-                })
-                .or_else(|| {
-                    // Bedrock: `/model/{modelId}/invoke…`.
-                    bedrock
-                        .then(|| path.rsplit('/').nth(1))
-                        .flatten()
-                        .map(str::to_owned)
-                })
-                .unwrap_or_else(|| "mock-model".to_owned());
-            if header_str(&parts.headers, "x-mock-signatures") == Some("strict") {
-                let signer = header_str(&parts.headers, "x-mock-signer");
-                if let Some(why) = signatures::rejection(&json_body, &model, signer) {
-                    let body = json!({"type": "error", "error": {"type": "invalid_request_error", "message": why, "code": 400}});
-                    return (
-                        StatusCode::BAD_REQUEST,
-                        [(header::CONTENT_TYPE, "application/json")],
-                        body.to_string(),
-                    )
-                        .into_response();
-                }
-            }
-            let script = script.models.get(&model).cloned().unwrap_or(script);
-            let turn = script.answer(&json_body);
-            let seq = st.seq.fetch_add(1, Ordering::SeqCst);
-            match named {
-                _ if ollama && mode == Mode::Lines => ollama::stream(&turn, &model, ollama_generate),
-                _ if ollama => vec![ollama::whole(&turn, &model, ollama_generate)],
-                Some(named) => named_pieces(named, &turn, &model, seq, mode),
-                None => scripted_pieces(
-                    &turn,
-                    &model,
-                    seq,
-                    mode,
-                    gemini,
-                    &json_body,
-                    controls.no_terminator,
-                ),
-            }
-        }
+    let asked = Asked {
+        path,
+        gemini,
+        ollama,
+        ollama_generate,
+        vertex_claude,
+        bedrock,
+        named,
+        mode,
     };
+    let pieces = match header_str(&parts.headers, "x-mock-fixture") {
+        Some(name) => recorded(&st, name, mode),
+        None => scripted(&st, &parts.headers, &asked, &json_body, &controls),
+    };
+    let pieces = match pieces {
+        Ok(pieces) => pieces,
+        Err(refused) => return *refused,
+    };
+    framed(&st, &parts.headers, pieces, mode, bedrock_stream, controls)
+}
+
+/// Counts a request and keeps it for `GET /mock/requests`.
+fn note_request(st: &MockState, parts: &http::request::Parts, body: &Bytes) {
+    st.stats.requests.fetch_add(1, Ordering::SeqCst);
+    let headers_json: serde_json::Map<String, Value> = parts
+        .headers
+        .iter()
+        .map(|(k, v)| {
+            (
+                k.as_str().to_owned(),
+                json!(String::from_utf8_lossy(v.as_bytes())),
+            )
+        })
+        .collect();
+    if let Ok(mut r) = st.requests.lock() {
+        r.push(json!({
+            "method": parts.method.as_str(),
+            "path": parts.uri.path(),
+            "query": parts.uri.query(),
+            "headers": headers_json,
+            "body": String::from_utf8_lossy(body),
+            "body_len": body.len(),
+            "body_sha256": sha256_hex(body),
+        }));
+    }
+}
+
+/// The `delay-headers-ms` and `status` faults: the answer waits (a handler
+/// cancelled meanwhile is counted), or is an error.
+async fn delay_or_fail(st: &MockState, controls: &Controls) -> Option<Response> {
+    if let Some(delay) = controls.delay_headers {
+        let mut guard = CancelGuard {
+            stats: &st.stats,
+            armed: true,
+        };
+        tokio::time::sleep(delay).await;
+        guard.armed = false;
+    }
+    if let Some(code) = controls.status {
+        let status = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let body =
+            json!({"error": {"message": format!("mock error {code}"), "type": "server_error", "code": code}});
+        return Some(
+            (
+                status,
+                [(header::CONTENT_TYPE, "application/json")],
+                body.to_string(),
+            )
+                .into_response(),
+        );
+    }
+    None
+}
+
+/// What a request's path (and body) ask the mock for.
+struct Asked<'a> {
+    path: &'a str,
+    gemini: bool,
+    ollama: bool,
+    ollama_generate: bool,
+    vertex_claude: bool,
+    bedrock: bool,
+    named: Option<Named>,
+    mode: Mode,
+}
+
+/// The pieces of recorded fixture `name` (a JSON array's elements for a
+/// Gemini array stream, NDJSON lines, or SSE events); a fixture that cannot
+/// be read is answered with HTTP 404.
+fn recorded(st: &MockState, name: &str, mode: Mode) -> Result<Vec<Vec<u8>>, Box<Response>> {
+    match fixture::read(&st.fixtures, name) {
+        Ok(bytes) if mode == Mode::Array => Ok(fixture::json_array_pieces(&fixture::sse_payloads(&bytes))),
+        Ok(bytes) if name.ends_with(".ndjson") => Ok(ollama::fixture_lines(&bytes)),
+        Ok(bytes) => Ok(fixture::sse_events(&bytes)),
+        Err(e) => Err(Box::new((StatusCode::NOT_FOUND, e).into_response())),
+    }
+}
+
+/// The pieces of a scripted turn (the `x-mock-script` header's script, or
+/// the mock's own) for the request's model, in the dialect asked for; an
+/// invalid script, or a body that `x-mock-signatures: strict` rejects, is
+/// answered instead.
+fn scripted(
+    st: &MockState,
+    headers: &HeaderMap,
+    asked: &Asked<'_>,
+    json_body: &Value,
+    controls: &Controls,
+) -> Result<Vec<Vec<u8>>, Box<Response>> {
+    let Asked {
+        path,
+        gemini,
+        ollama,
+        ollama_generate,
+        vertex_claude,
+        bedrock,
+        named,
+        mode,
+    } = *asked;
+    let script = match header_str(headers, "x-mock-script") {
+        Some(text) => match serde_json::from_str::<Script>(text) {
+            Ok(s) => s,
+            Err(e) => {
+                return Err(Box::new(
+                    (StatusCode::BAD_REQUEST, format!("invalid x-mock-script: {e}")).into_response(),
+                ));
+            }
+        },
+        None => st.script.clone(),
+    };
+    let model = json_body
+        .get("model")
+        .and_then(Value::as_str)
+        .map(str::to_owned)
+        .or_else(|| {
+            (gemini || vertex_claude)
+                .then(|| path.rsplit('/').next().and_then(|last| last.split(':').next()))
+                .flatten()
+                .map(str::to_owned)
+        })
+        .or_else(|| {
+            // Bedrock: `/model/{modelId}/invoke…`.
+            bedrock
+                .then(|| path.rsplit('/').nth(1))
+                .flatten()
+                .map(str::to_owned)
+        })
+        .unwrap_or_else(|| "mock-model".to_owned());
+    if header_str(headers, "x-mock-signatures") == Some("strict") {
+        let signer = header_str(headers, "x-mock-signer");
+        if let Some(why) = signatures::rejection(json_body, &model, signer) {
+            let body = json!({"type": "error", "error": {"type": "invalid_request_error", "message": why, "code": 400}});
+            return Err(Box::new(
+                (
+                    StatusCode::BAD_REQUEST,
+                    [(header::CONTENT_TYPE, "application/json")],
+                    body.to_string(),
+                )
+                    .into_response(),
+            ));
+        }
+    }
+    let script = script.models.get(&model).cloned().unwrap_or(script);
+    let turn = script.answer(json_body);
+    let seq = st.seq.fetch_add(1, Ordering::SeqCst);
+    Ok(match named {
+        _ if ollama && mode == Mode::Lines => ollama::stream(&turn, &model, ollama_generate),
+        _ if ollama => vec![ollama::whole(&turn, &model, ollama_generate)],
+        Some(named) => named_pieces(named, &turn, &model, seq, mode),
+        None => scripted_pieces(
+            &turn,
+            &model,
+            seq,
+            mode,
+            gemini,
+            json_body,
+            controls.no_terminator,
+        ),
+    })
+}
+
+/// The response carrying `pieces`: its content type, the bodies re-framed
+/// for Bedrock's event stream, and the `corrupt` and `gzip` faults.
+fn framed(
+    st: &Arc<MockState>,
+    request_headers: &HeaderMap,
+    pieces: Vec<Vec<u8>>,
+    mode: Mode,
+    bedrock_stream: bool,
+    controls: Controls,
+) -> Response {
     // A recorded stream is served as the stream it is, whatever the request asked.
-    let recorded_stream = mode != Mode::Array && header_str(&parts.headers, "x-mock-fixture").is_some();
+    let recorded_stream = mode != Mode::Array && header_str(request_headers, "x-mock-fixture").is_some();
     let ndjson = mode == Mode::Lines
-        || header_str(&parts.headers, "x-mock-fixture").is_some_and(|n| n.ends_with(".ndjson"));
+        || header_str(request_headers, "x-mock-fixture").is_some_and(|n| n.ends_with(".ndjson"));
     let pieces = if bedrock_stream {
         pieces
             .iter()
@@ -507,7 +553,7 @@ async fn answer(State(st): State<Arc<MockState>>, request: Request) -> Response 
     };
     let mut headers = HeaderMap::new();
     headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
-    let accepts_gzip = header_str(&parts.headers, "accept-encoding").is_some_and(|v| v.contains("gzip"));
+    let accepts_gzip = header_str(request_headers, "accept-encoding").is_some_and(|v| v.contains("gzip"));
     let mut pieces = pieces;
     if controls.corrupt {
         if let Some(last) = pieces.first_mut().and_then(|p| p.last_mut()) {
@@ -522,221 +568,7 @@ async fn answer(State(st): State<Arc<MockState>>, request: Request) -> Response 
     } else {
         pieces
     };
-    let mut response = Response::new(paced_body(pieces, controls, Arc::clone(&st)));
+    let mut response = Response::new(paced_body(pieces, controls, Arc::clone(st)));
     *response.headers_mut() = headers;
     response
-}
-
-/// The next scripted judge answer when the request's model is in the judge script.
-fn judge_answer(st: &MockState, body: &Value) -> Option<JudgeAnswer> {
-    let model = body.get("model").and_then(Value::as_str)?;
-    let answers = st.judge.get(model)?;
-    let mut calls = st.judge_calls.lock().ok()?;
-    let n = calls.entry(model.to_owned()).or_insert(0);
-    let answer = answers.get(*n).or_else(|| answers.last()).cloned();
-    *n += 1;
-    answer
-}
-
-async fn play_judge(answer: JudgeAnswer, body: &Value) -> Response {
-    if let Some(ms) = answer.delay_ms {
-        tokio::time::sleep(Duration::from_millis(ms)).await;
-    }
-    if let Some(code) = answer.status {
-        let status = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        let body = json!({"error": {"message": format!("mock judge error {code}"), "type": "server_error"}});
-        return (
-            status,
-            [(header::CONTENT_TYPE, "application/json")],
-            body.to_string(),
-        )
-            .into_response();
-    }
-    let text = answer
-        .text
-        .or_else(|| answer.json.map(|v| v.to_string()))
-        .unwrap_or_default();
-    let model = body.get("model").and_then(Value::as_str).unwrap_or("judge");
-    let turn = script::Turn {
-        text,
-        ..script::Turn::default()
-    };
-    (
-        [(header::CONTENT_TYPE, "application/json")],
-        script::openai_whole(&turn, model, 0),
-    )
-        .into_response()
-}
-
-/// The dialects whose streams are named SSE events.
-#[derive(Debug, Clone, Copy)]
-enum Named {
-    Responses,
-    Anthropic,
-}
-
-/// A scripted turn in the OpenAI Responses or Anthropic Messages dialect.
-fn named_pieces(named: Named, turn: &script::Turn, model: &str, seq: u64, mode: Mode) -> Vec<Vec<u8>> {
-    if mode != Mode::Sse {
-        return vec![
-            match named {
-                Named::Responses => script::responses_whole(turn, model, seq),
-                Named::Anthropic => script::anthropic_whole(turn, model, seq),
-            }
-            .into_bytes(),
-        ];
-    }
-    let events = match named {
-        Named::Responses => script::responses_stream(turn, model, seq),
-        Named::Anthropic => script::anthropic_stream(turn, model, seq),
-    };
-    events
-        .into_iter()
-        .map(|(kind, data)| format!("event: {kind}\ndata: {data}\n\n").into_bytes())
-        .collect()
-}
-
-fn scripted_pieces(
-    turn: &script::Turn,
-    model: &str,
-    seq: u64,
-    mode: Mode,
-    gemini: bool,
-    body: &Value,
-    no_terminator: bool,
-) -> Vec<Vec<u8>> {
-    match (gemini, mode) {
-        (false, Mode::Sse) => {
-            let include_usage = body
-                .pointer("/stream_options/include_usage")
-                .and_then(Value::as_bool)
-                .unwrap_or(false);
-            let mut out: Vec<Vec<u8>> = script::openai_stream(turn, model, seq, include_usage)
-                .into_iter()
-                .map(|p| format!("data: {p}\n\n").into_bytes())
-                .collect();
-            if !no_terminator {
-                out.push(b"data: [DONE]\n\n".to_vec());
-            }
-            out
-        }
-        (false, _) => vec![script::openai_whole(turn, model, seq).into_bytes()],
-        (true, Mode::Sse) => script::gemini_stream(turn, model)
-            .into_iter()
-            .map(|p| format!("data: {p}\r\n\r\n").into_bytes())
-            .collect(),
-        (true, Mode::Array) => fixture::json_array_pieces(&script::gemini_stream(turn, model)),
-        (true, Mode::Whole | Mode::Lines) => vec![script::gemini_whole(turn, model).into_bytes()],
-    }
-}
-
-struct BodyState {
-    pieces: std::vec::IntoIter<Vec<u8>>,
-    pending: Vec<Bytes>,
-    controls: Controls,
-    rng: rand::rngs::StdRng,
-    sent: usize,
-    finished: bool,
-    state: Arc<MockState>,
-}
-
-impl BodyState {
-    fn log(&self, f: impl FnOnce(&mut SendLog)) {
-        if let Some(id) = &self.controls.id {
-            if let Ok(mut logs) = self.state.logs.lock() {
-                f(logs.entry(id.clone()).or_default());
-            }
-        }
-    }
-}
-
-impl Drop for BodyState {
-    fn drop(&mut self) {
-        if !self.finished {
-            self.state.stats.responses_dropped.fetch_add(1, Ordering::SeqCst);
-            self.log(|l| l.dropped = true);
-        }
-    }
-}
-
-fn split(piece: Vec<u8>, how: &str, rng: &mut rand::rngs::StdRng) -> Vec<Bytes> {
-    match how {
-        "bytes" => piece.into_iter().map(|b| Bytes::from(vec![b])).collect(),
-        "random" => {
-            let mut out = Vec::new();
-            let mut rest = &piece[..];
-            while !rest.is_empty() {
-                let n = rng.random_range(1..=97).min(rest.len());
-                out.push(Bytes::copy_from_slice(&rest[..n]));
-                rest = &rest[n..];
-            }
-            out
-        }
-        _ => vec![Bytes::from(piece)],
-    }
-}
-
-fn paced_body(pieces: Vec<Vec<u8>>, controls: Controls, state: Arc<MockState>) -> Body {
-    let pieces = if controls.chunk == "whole" {
-        vec![pieces.concat()]
-    } else {
-        pieces
-    };
-    let rng = rand::rngs::StdRng::seed_from_u64(controls.seed);
-    let st = BodyState {
-        pieces: pieces.into_iter(),
-        pending: Vec::new(),
-        controls,
-        rng,
-        sent: 0,
-        finished: false,
-        state,
-    };
-    let stream = futures_util::stream::unfold(st, |mut st| async move {
-        if st.finished {
-            return None;
-        }
-        if let Some(bytes) = st.pending.pop() {
-            // One write per piece: yield so the server flushes it alone.
-            tokio::task::yield_now().await;
-            return Some((Ok::<Bytes, std::io::Error>(bytes), st));
-        }
-        if st.controls.die_after == Some(st.sent) {
-            // Let the server flush what was sent, then break the connection.
-            tokio::time::sleep(Duration::from_millis(50)).await;
-            st.finished = true;
-            st.state.stats.responses_dropped.fetch_add(1, Ordering::SeqCst);
-            return Some((
-                Err(std::io::Error::other("mock: dying mid-stream as scripted")),
-                st,
-            ));
-        }
-        if st.controls.truncate_after == Some(st.sent) {
-            st.pieces = Vec::new().into_iter();
-        }
-        if st.controls.stall_after == Some(st.sent) {
-            std::future::pending::<()>().await;
-        }
-        let Some(piece) = st.pieces.next() else {
-            st.finished = true;
-            st.state.stats.responses_completed.fetch_add(1, Ordering::SeqCst);
-            st.log(|l| l.completed = true);
-            return None;
-        };
-        if st.sent > 0 && !st.controls.pace.is_zero() {
-            tokio::time::sleep(st.controls.pace).await;
-        } else {
-            // One write per event: yield so the server flushes the previous one alone.
-            tokio::task::yield_now().await;
-        }
-        st.sent += 1;
-        let at = now_us();
-        st.log(|l| l.sent_at_us.push(at));
-        let mut parts = split(piece, &st.controls.chunk.clone(), &mut st.rng);
-        parts.reverse();
-        let first = parts.pop().unwrap_or_default();
-        st.pending = parts;
-        Some((Ok(first), st))
-    });
-    Body::from_stream(stream)
 }

@@ -36,8 +36,12 @@
 //! 4. otherwise the turn indexed by the history's assistant turns, the last one
 //!    repeating.
 
+mod responses;
+
 use serde::Deserialize;
 use serde_json::{Value, json};
+
+pub use responses::{responses_stream, responses_whole};
 
 /// A script: the turns of a scripted model (format in the module docs).
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -450,142 +454,6 @@ pub fn gemini_whole(turn: &Turn, model: &str) -> String {
         "usageMetadata": usage_gemini(), "modelVersion": model,
     })
     .to_string()
-}
-
-/// OpenAI Responses: the named events (`(event, data)`) of a streamed turn,
-/// `response.created` … `response.completed`, with sequence numbers.
-pub fn responses_stream(turn: &Turn, model: &str, seq: u64) -> Vec<(String, String)> {
-    let mut out: Vec<(String, String)> = Vec::new();
-    let mut emit = |kind: &str, mut data: Value| {
-        data["type"] = json!(kind);
-        data["sequence_number"] = json!(out.len());
-        out.push((kind.to_owned(), data.to_string()));
-    };
-    let id = format!("resp_mock_{seq}");
-    let response = |status: &str, output: Value, usage: Value| {
-        json!({"id": id, "object": "response", "created_at": 1_700_000_000u64, "status": status,
-            "model": model, "output": output, "usage": usage, "error": null, "incomplete_details": null,
-            "parallel_tool_calls": true, "tools": []})
-    };
-    emit(
-        "response.created",
-        json!({"response": response("in_progress", json!([]), Value::Null)}),
-    );
-    emit(
-        "response.in_progress",
-        json!({"response": response("in_progress", json!([]), Value::Null)}),
-    );
-    let mut output = Vec::new();
-    if !turn.reasoning.is_empty() {
-        let rid = format!("rs_mock_{seq}");
-        let index = output.len();
-        emit(
-            "response.output_item.added",
-            json!({"output_index": index,
-            "item": {"id": rid, "type": "reasoning", "summary": []}}),
-        );
-        for piece in deltas(&turn.reasoning) {
-            emit(
-                "response.reasoning_summary_text.delta",
-                json!({"item_id": rid, "output_index": index,
-                "summary_index": 0, "delta": piece}),
-            );
-        }
-        let item = json!({"id": rid, "type": "reasoning",
-            "summary": [{"type": "summary_text", "text": turn.reasoning}]});
-        emit(
-            "response.output_item.done",
-            json!({"output_index": index, "item": item}),
-        );
-        output.push(item);
-    }
-    if !turn.text.is_empty() {
-        let mid = format!("msg_mock_{seq}");
-        let index = output.len();
-        emit(
-            "response.output_item.added",
-            json!({"output_index": index,
-            "item": {"id": mid, "type": "message", "status": "in_progress", "role": "assistant", "content": []}}),
-        );
-        emit(
-            "response.content_part.added",
-            json!({"item_id": mid, "output_index": index, "content_index": 0,
-            "part": {"type": "output_text", "text": "", "annotations": []}}),
-        );
-        for piece in deltas(&turn.text) {
-            emit(
-                "response.output_text.delta",
-                json!({"item_id": mid, "output_index": index,
-                "content_index": 0, "delta": piece, "logprobs": []}),
-            );
-        }
-        emit(
-            "response.output_text.done",
-            json!({"item_id": mid, "output_index": index, "content_index": 0,
-            "text": turn.text, "logprobs": []}),
-        );
-        let part = json!({"type": "output_text", "text": turn.text, "annotations": []});
-        emit(
-            "response.content_part.done",
-            json!({"item_id": mid, "output_index": index, "content_index": 0,
-            "part": part}),
-        );
-        let item = json!({"id": mid, "type": "message", "status": "completed", "role": "assistant",
-            "content": [part]});
-        emit(
-            "response.output_item.done",
-            json!({"output_index": index, "item": item}),
-        );
-        output.push(item);
-    }
-    for (i, call) in turn.tool_calls.iter().enumerate() {
-        let fid = format!("fc_mock_{seq}_{i}");
-        let call_id = format!("call_{seq}_{i}");
-        let index = output.len();
-        let args = call.arguments.to_string();
-        emit(
-            "response.output_item.added",
-            json!({"output_index": index, "item": {"id": fid,
-            "type": "function_call", "status": "in_progress", "arguments": "", "call_id": call_id, "name": call.name}}),
-        );
-        for part in halves(&args) {
-            emit(
-                "response.function_call_arguments.delta",
-                json!({"item_id": fid, "output_index": index,
-                "delta": part}),
-            );
-        }
-        emit(
-            "response.function_call_arguments.done",
-            json!({"item_id": fid, "output_index": index,
-            "arguments": args}),
-        );
-        let item = json!({"id": fid, "type": "function_call", "status": "completed", "arguments": args,
-            "call_id": call_id, "name": call.name});
-        emit(
-            "response.output_item.done",
-            json!({"output_index": index, "item": item}),
-        );
-        output.push(item);
-    }
-    emit(
-        "response.completed",
-        json!({"response": response("completed", Value::Array(output), usage_responses())}),
-    );
-    out
-}
-
-fn usage_responses() -> Value {
-    json!({"input_tokens": 10, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": 5,
-        "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 15})
-}
-
-/// OpenAI Responses: a non-streaming `response` object for a turn.
-pub fn responses_whole(turn: &Turn, model: &str, seq: u64) -> String {
-    let events = responses_stream(turn, model, seq);
-    let last = events.last().map(|(_, data)| data.as_str()).unwrap_or("{}");
-    let completed: Value = serde_json::from_str(last).unwrap_or_default();
-    completed.get("response").cloned().unwrap_or_default().to_string()
 }
 
 /// Anthropic Messages: the named events (`(event, data)`) of a streamed

@@ -178,5 +178,5 @@ fn bounded(arguments: &Arguments) -> Arguments {
 }
 
 #[cfg(test)]
-#[path = "record_tests.rs"]
+#[path = "call_record_tests.rs"]
 mod tests;
