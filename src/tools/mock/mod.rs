@@ -9,7 +9,8 @@
 //! which streams whatever the body's `stream` says), Claude on Bedrock
 //! (`…/model/{id}/invoke`, and `…/invoke-with-response-stream`, whose
 //! Anthropic events — scripted, or an `anthropic/*.sse` fixture — are sent as
-//! AWS event-stream `chunk`s, one per event) and Ollama's `…/api/chat`
+//! AWS event-stream `chunk`s, one per event), Bedrock's `…/converse` and
+//! `…/converse-stream` (see [`converse`]) and Ollama's `…/api/chat`
 //! and `…/api/generate` (NDJSON unless `stream: false`, see [`ollama`]) with either a recorded
 //! fixture or a scripted turn (see [`script`]), in the mode the request
 //! asked for (SSE — named events for Responses and Anthropic —, streamed
@@ -46,6 +47,7 @@
 //! each event was sent, in µs since the Unix epoch, and whether the body
 //! completed or was dropped by the client), `GET /_mock/stats`.
 
+pub mod converse;
 pub mod fixture;
 pub mod ollama;
 pub mod script;
@@ -421,6 +423,7 @@ async fn answer(State(st): State<Arc<MockState>>, request: Request) -> Response 
         Some(name) => match fixture::read(&st.fixtures, name) {
             Ok(bytes) if mode == Mode::Array => fixture::json_array_pieces(&fixture::sse_payloads(&bytes)),
             Ok(bytes) if name.ends_with(".ndjson") => ollama::fixture_lines(&bytes),
+            Ok(bytes) if converse::streams(path) => converse::recorded(&bytes),
             Ok(bytes) => fixture::sse_events(&bytes),
             Err(e) => return (StatusCode::NOT_FOUND, e).into_response(),
         },
@@ -471,6 +474,7 @@ async fn answer(State(st): State<Arc<MockState>>, request: Request) -> Response 
             match named {
                 _ if ollama && mode == Mode::Lines => ollama::stream(&turn, &model, ollama_generate),
                 _ if ollama => vec![ollama::whole(&turn, &model, ollama_generate)],
+                _ if converse::is_converse(path) => converse::scripted(&turn, seq, path),
                 Some(named) => named_pieces(named, &turn, &model, seq, mode),
                 None => scripted_pieces(
                     &turn,
@@ -496,7 +500,7 @@ async fn answer(State(st): State<Arc<MockState>>, request: Request) -> Response 
     } else {
         pieces
     };
-    let content_type = if bedrock_stream {
+    let content_type = if bedrock_stream || converse::streams(path) {
         crate::dialect::bedrock::EVENT_STREAM
     } else if ndjson {
         "application/x-ndjson"
