@@ -101,7 +101,9 @@ fn text_of(events: &[Value]) -> String {
 }
 
 fn has_calls(events: &[Value]) -> bool {
-    events.iter().any(|e| !e["contentBlockStart"]["start"]["toolUse"].is_null())
+    events
+        .iter()
+        .any(|e| !e["contentBlockStart"]["start"]["toolUse"].is_null())
 }
 
 fn stop_reason(events: &[Value]) -> Option<String> {
@@ -129,12 +131,19 @@ fn unnumbered(value: &Value) -> String {
 async fn quiet_converse_traffic_passes_byte_exact() {
     let (mock, lg) = start("");
     for file in fixtures_of("anthropic") {
-        let name = format!("anthropic/{}", file.file_name().unwrap_or_default().to_string_lossy());
+        let name = format!(
+            "anthropic/{}",
+            file.file_name().unwrap_or_default().to_string_lossy()
+        );
         let fixture = std::fs::read(&file).unwrap_or_else(|e| panic!("{e}"));
         let want = loopguard::tools::mock::converse::recorded(&fixture).concat();
         assert!(!events(&want).is_empty(), "{name} translates");
         for (chunk, seed) in [("random", "1"), ("bytes", "0")] {
-            let headers = [("x-mock-fixture", name.as_str()), ("x-mock-chunk", chunk), ("x-mock-seed", seed)];
+            let headers = [
+                ("x-mock-fixture", name.as_str()),
+                ("x-mock-chunk", chunk),
+                ("x-mock-seed", seed),
+            ];
             let got = send(&lg.url(), STREAM, &history("hi", 0), &headers).await;
             assert_eq!(got.status, 200, "{name}");
             assert!(got.body == want, "{name} ({chunk}) is not byte-exact");
@@ -174,7 +183,11 @@ async fn a_request_time_warning_never_changes_the_signed_body() {
     }
     let verdicts = lg.wait_log_events("verdict", 2);
     assert!(verdicts.iter().all(|v| v["level"] == "warning"), "{verdicts:?}");
-    assert!(verdicts.iter().all(|v| v["dialect"].is_null() || v["dialect"] == "bedrock-converse"));
+    assert!(
+        verdicts
+            .iter()
+            .all(|v| v["dialect"].is_null() || v["dialect"] == "bedrock-converse")
+    );
 }
 
 /// block × request time × stream and whole: five identical cycles are
@@ -198,9 +211,14 @@ async fn a_request_time_block_is_a_complete_converse_stream() {
     assert_eq!(got.content_type, "application/json");
     let answer = json_of(&got.body);
     assert_eq!(answer["stopReason"], "end_turn");
-    let text = answer["output"]["message"]["content"][0]["text"].as_str().unwrap_or_default();
+    let text = answer["output"]["message"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default();
     assert!(text.starts_with("[loopguard]"), "{answer}");
-    assert!(mock_requests(&mock).await.is_empty(), "no upstream call for a block");
+    assert!(
+        mock_requests(&mock).await.is_empty(),
+        "no upstream call for a block"
+    );
 }
 
 /// abort × request time × stream and whole: HTTP 400 with Bedrock's
@@ -211,7 +229,10 @@ async fn a_request_time_abort_is_bedrocks_error() {
     for path in [STREAM, WHOLE] {
         let got = send(&lg.url(), path, &history(&format!("fix it {path}"), 5), &[]).await;
         assert_eq!(got.status, 400);
-        let message = json_of(&got.body)["message"].as_str().unwrap_or_default().to_owned();
+        let message = json_of(&got.body)["message"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
         assert!(message.starts_with("loop_detected"), "{message}");
         assert!(message.contains("identical_call"), "{message}");
     }
@@ -233,7 +254,10 @@ async fn a_stream_time_warning_releases_the_call_unchanged() {
             assert_eq!(unnumbered(&json!(got)), unnumbered(&json!(direct)));
             assert!(has_calls(&got));
         } else {
-            assert_eq!(unnumbered(&json_of(&got.body)), unnumbered(&json_of(&direct.body)));
+            assert_eq!(
+                unnumbered(&json_of(&got.body)),
+                unnumbered(&json_of(&direct.body))
+            );
         }
     }
     let at_stream: Vec<Value> = lg
@@ -270,7 +294,10 @@ async fn a_stream_time_block_replaces_the_call_in_the_event_stream() {
 
     let got = send(&lg.url(), WHOLE, &history("walk the forest", 4), &headers).await;
     let answer = json_of(&got.body);
-    let blocks = answer["output"]["message"]["content"].as_array().cloned().unwrap_or_default();
+    let blocks = answer["output"]["message"]["content"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
     assert!(blocks.iter().all(|b| b.get("toolUse").is_none()), "{answer}");
     assert_eq!(blocks[0]["text"], "Let me look again.");
     assert_eq!(answer["stopReason"], "end_turn");
@@ -287,7 +314,10 @@ async fn a_stream_time_abort_is_an_error_status_or_an_exception_message() {
         let body = history(&format!("read it {path}"), 4);
         let got = send(&lg.url(), path, &body, &[("x-mock-script", LS_LOOP)]).await;
         assert_eq!(got.status, 400, "{}", String::from_utf8_lossy(&got.body));
-        let message = json_of(&got.body)["message"].as_str().unwrap_or_default().to_owned();
+        let message = json_of(&got.body)["message"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
         assert!(message.starts_with("loop_detected"), "{message}");
     }
     let body = history("read it once more", 4);
@@ -298,7 +328,11 @@ async fn a_stream_time_abort_is_an_error_status_or_an_exception_message() {
     assert_eq!(last.header(":message-type"), Some("exception"));
     assert_eq!(last.header(":exception-type"), Some("validationException"));
     let payload: Value = serde_json::from_slice(&last.payload).unwrap_or_default();
-    assert!(payload["message"].as_str().is_some_and(|m| m.starts_with("loop_detected")));
+    assert!(
+        payload["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("loop_detected"))
+    );
     assert!(!has_calls(&events(&got.body)));
 }
 
@@ -313,12 +347,21 @@ async fn a_corrupt_converse_stream_passes_unjudged_and_unchanged() {
         ("x-mock-fault", "corrupt"),
         ("x-mock-chunk", "random"),
     ];
-    let direct = send(&mock.url(), STREAM.trim_start_matches("/bedrock"), &body, &headers).await;
+    let direct = send(
+        &mock.url(),
+        STREAM.trim_start_matches("/bedrock"),
+        &body,
+        &headers,
+    )
+    .await;
     let got = send(&lg.url(), STREAM, &body, &headers).await;
     assert_eq!(got.status, 200);
     assert!(got.body == direct.body, "byte for byte");
     assert!(got.verdict.is_none());
-    assert!(Decoder::default().push(&got.body, &mut Vec::new()).is_err(), "still corrupt");
+    assert!(
+        Decoder::default().push(&got.body, &mut Vec::new()).is_err(),
+        "still corrupt"
+    );
     let text = metrics(&lg).await;
     assert!(
         metric_value(&text, "loopguard_fail_open_total{reason=\"response_unparsable\"}") >= 1.0,

@@ -12,7 +12,8 @@ impl Dialect {
     /// (`toolConfig`, `inferenceConfig`, `toolUse` / `toolResult` blocks) is
     /// `bedrock-converse`.
     pub fn guess(body: &serde_json::Value) -> Option<Dialect> {
-        if body.get("toolConfig").is_some() || body.get("inferenceConfig").is_some() || converse_blocks(body) {
+        if body.get("toolConfig").is_some() || body.get("inferenceConfig").is_some() || converse_blocks(body)
+        {
             return Some(Dialect::BedrockConverse);
         }
         if body.get("contents").is_some() {
@@ -45,7 +46,11 @@ impl Dialect {
 
 /// A content block of Converse's shape (`toolUse`, `toolResult`) in `messages`.
 fn converse_blocks(body: &serde_json::Value) -> bool {
-    let messages = body.get("messages").and_then(|m| m.as_array()).into_iter().flatten();
+    let messages = body
+        .get("messages")
+        .and_then(|m| m.as_array())
+        .into_iter()
+        .flatten();
     messages
         .filter_map(|m| m.get("content").and_then(|c| c.as_array()))
         .flatten()

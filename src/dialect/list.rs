@@ -220,7 +220,9 @@ impl Dialect {
                 StreamParser::Ollama(ollama::Endpoint::Generate, ollama::ResponseParser::default())
             }
             Self::Bedrock => StreamParser::Bedrock(anthropic::ResponseParser::default()),
-            Self::BedrockConverse => StreamParser::BedrockConverse(bedrock_converse::ResponseParser::default()),
+            Self::BedrockConverse => {
+                StreamParser::BedrockConverse(bedrock_converse::ResponseParser::default())
+            }
         }
     }
 
@@ -485,7 +487,9 @@ impl StreamParser {
             Self::OpenaiChat(p) => p.meta(),
             Self::Gemini(p) => p.meta(),
             Self::Ollama(_, p) => p.meta(),
-            Self::OpenaiResponses(_) | Self::Anthropic(_) | Self::Bedrock(_) | Self::BedrockConverse(_) => None,
+            Self::OpenaiResponses(_) | Self::Anthropic(_) | Self::Bedrock(_) | Self::BedrockConverse(_) => {
+                None
+            }
         }
     }
 

@@ -66,7 +66,12 @@ pub fn tokens(usage: &Value) -> (Option<u64>, Option<u64>) {
         "inputTokens",
     ])
     .map(|n| {
-        let cached = ["cache_read_input_tokens", "cache_creation_input_tokens", "cacheReadInputTokens", "cacheWriteInputTokens"];
+        let cached = [
+            "cache_read_input_tokens",
+            "cache_creation_input_tokens",
+            "cacheReadInputTokens",
+            "cacheWriteInputTokens",
+        ];
         n + cached.iter().filter_map(|k| get(k)).sum::<u64>()
     });
     let output = first(&[

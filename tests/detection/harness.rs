@@ -161,8 +161,10 @@ impl Scenario {
             }
             Dialect::OllamaChat | Dialect::OllamaGenerate => json!({"model": "m", "messages": items,
                 "tools": names.iter().map(|t| json!({"type": "function", "function": {"name": t, "parameters": {"type": "object"}}})).collect::<Vec<_>>()}),
-            Dialect::BedrockConverse => json!({"system": [{"text": "You are a coding agent."}], "messages": items,
-                "toolConfig": {"tools": names.iter().map(|t| json!({"toolSpec": {"name": t, "inputSchema": {"json": {"type": "object"}}}})).collect::<Vec<_>>()}}),
+            Dialect::BedrockConverse => {
+                json!({"system": [{"text": "You are a coding agent."}], "messages": items,
+                "toolConfig": {"tools": names.iter().map(|t| json!({"toolSpec": {"name": t, "inputSchema": {"json": {"type": "object"}}}})).collect::<Vec<_>>()}})
+            }
         }
     }
 
@@ -444,7 +446,10 @@ pub fn answer_stream(d: Dialect, deltas: &[String]) -> String {
         Dialect::BedrockConverse => {
             event(None, json!({"messageStart": {"role": "assistant"}}));
             for t in deltas {
-                event(None, json!({"contentBlockDelta": {"contentBlockIndex": 0, "delta": {"text": t}}}));
+                event(
+                    None,
+                    json!({"contentBlockDelta": {"contentBlockIndex": 0, "delta": {"text": t}}}),
+                );
             }
         }
         // Ollama's lines, each framed as one SSE payload for the harness.

@@ -216,3 +216,45 @@ def test_the_endpoint_variable_points_boto3_at_loopguard(lg, monkeypatch):
                            lambda request, **_: request.headers.__setitem__("x-mock-script", TEXT))
     r = c.converse(modelId=MODEL, messages=history(f"hello {uuid.uuid4()}", 0))
     assert r["output"]["message"]["content"][0]["text"] == "Here is what I found in the directory listing."
+
+
+def test_keepalives_while_a_call_is_held_are_skipped_by_botocore(mock, tmp_path):
+    """While loopguard holds a slowly streamed tool call (after text went
+    out), it sends keep-alive messages of an event type botocore's model
+    does not name: botocore skips them, and the client reads the events
+    the upstream sent."""
+    import urllib.request
+
+    from botocore.eventstream import EventStreamBuffer
+    from conftest import Proc
+
+    config = tmp_path / "lg.toml"
+    config.write_text(f"""
+[server]
+listen = "127.0.0.1:0"
+admin_listen = "127.0.0.1:0"
+keepalive_secs = 1
+header_hold_ms = 100
+{route(mock)}
+""")
+    proc = Proc(["serve", "--config", str(config)], "loopguard")
+    try:
+        url = "http://" + proc.addr("proxy=") + "/bedrock"
+        h = dict(headers(LOOP), **{"x-mock-pace-ms": "700"})
+        messages = history(f"slowly {uuid.uuid4()}", 0)
+        proxied = stream_events(client(url, h), messages)
+        direct = stream_events(client(mock.url, h), messages)
+        assert masked(proxied) == masked(direct)
+        assert any("contentBlockStart" in e for e in proxied)
+        body = json.dumps({"messages": messages, "toolConfig": {"tools": [LS]}}).encode()
+        request = urllib.request.Request(f"{url}/model/m/converse-stream", data=body, method="POST",
+                                         headers=dict(h, **{"content-type": "application/json"}))
+        with urllib.request.urlopen(request, timeout=30) as r:
+            raw = r.read()
+        buffer = EventStreamBuffer()
+        buffer.add_data(raw)
+        kinds = [m.headers.get(":event-type") for m in buffer]
+        assert "loopguardKeepalive" in kinds, kinds
+        assert kinds[-1] == "metadata"
+    finally:
+        proc.stop()

@@ -98,7 +98,10 @@ fn parse_items(before: &[HistoryItem], messages: &[Value]) -> Vec<HistoryItem> {
 fn assistant_message(content: Option<&Value>, names: &mut HashMap<String, String>) -> Message {
     let mut out = Message::text(Role::Assistant, text_of(content));
     for tool_use in blocks(content).filter_map(|b| b.get("toolUse")) {
-        let id = tool_use.get("toolUseId").and_then(Value::as_str).map(str::to_owned);
+        let id = tool_use
+            .get("toolUseId")
+            .and_then(Value::as_str)
+            .map(str::to_owned);
         let name = tool_use.get("name").and_then(Value::as_str).unwrap_or_default();
         if let Some(id) = &id {
             names.insert(id.clone(), name.to_owned());
@@ -107,7 +110,8 @@ fn assistant_message(content: Option<&Value>, names: &mut HashMap<String, String
             None | Some(Value::Null) => Value::Object(Map::new()),
             Some(input) => input.clone(),
         };
-        out.tool_calls.push(ToolCall::new(id, name, Arguments::Json(input)));
+        out.tool_calls
+            .push(ToolCall::new(id, name, Arguments::Json(input)));
     }
     out
 }
@@ -289,7 +293,13 @@ impl ResponseParser {
             return;
         };
         self.open(i, "toolUse");
-        let text = |key: &str| tool_use.get(key).and_then(Value::as_str).unwrap_or_default().to_owned();
+        let text = |key: &str| {
+            tool_use
+                .get(key)
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned()
+        };
         let position = self.next_position;
         self.next_position += 1;
         let call = PendingCall {
@@ -316,7 +326,11 @@ impl ResponseParser {
             push_text(text, false, out);
         } else if let Some(reasoning) = delta.get("reasoningContent") {
             self.open(i, "reasoningContent");
-            push_text(reasoning.get("text").and_then(Value::as_str).unwrap_or_default(), true, out);
+            push_text(
+                reasoning.get("text").and_then(Value::as_str).unwrap_or_default(),
+                true,
+                out,
+            );
         } else if let Some(part) = delta.get("toolUse").and_then(|t| t.get("input")) {
             if let Some(call) = self.calls.get_mut(&i) {
                 let part = part.as_str().unwrap_or_default();
@@ -342,7 +356,10 @@ impl ResponseParser {
 
     /// A whole `Converse` answer: its message's blocks, usage and stop reason.
     fn whole(&mut self, answer: &Map<String, Value>, out: &mut Vec<StreamEvent>) {
-        let content = answer.get("output").and_then(|o| o.get("message")).and_then(|m| m.get("content"));
+        let content = answer
+            .get("output")
+            .and_then(|o| o.get("message"))
+            .and_then(|m| m.get("content"));
         let mut position = 0;
         for block in blocks(content) {
             if let Some(text) = block.get("text").and_then(Value::as_str) {

@@ -99,7 +99,13 @@ fn a_stream_yields_text_calls_finish_and_usage() {
         json!({"messageStop": {"stopReason": "tool_use"}}),
         json!({"metadata": {"usage": {"inputTokens": 10, "outputTokens": 5, "totalTokens": 15}, "metrics": {"latencyMs": 9}}}),
     ]);
-    assert_eq!(out[0], StreamEvent::TextDelta { choice: 0, text: "Let me look.".to_owned() });
+    assert_eq!(
+        out[0],
+        StreamEvent::TextDelta {
+            choice: 0,
+            text: "Let me look.".to_owned()
+        }
+    );
     let complete = out.iter().find_map(|e| match e {
         StreamEvent::ToolCallComplete { call, .. } => Some(call.clone()),
         _ => None,
@@ -108,7 +114,10 @@ fn a_stream_yields_text_calls_finish_and_usage() {
     assert_eq!(call.name, "ls");
     assert_eq!(call.id.as_deref(), Some("tooluse_1"));
     assert_eq!(call.arguments, Arguments::Json(json!({"path": "."})));
-    assert!(out.contains(&StreamEvent::Finish { choice: 0, reason: "tool_use".to_owned() }));
+    assert!(out.contains(&StreamEvent::Finish {
+        choice: 0,
+        reason: "tool_use".to_owned()
+    }));
     assert!(matches!(out[out.len() - 2], StreamEvent::Usage { .. }));
     assert_eq!(out.last(), Some(&StreamEvent::Done));
 }
@@ -119,13 +128,27 @@ fn a_stream_yields_text_calls_finish_and_usage() {
 fn the_state_follows_the_blocks() {
     let mut parser = ResponseParser::default();
     let mut out = Vec::new();
-    let feed = |p: &mut ResponseParser, v: Value, out: &mut Vec<StreamEvent>| p.payload(&v.to_string(), out).unwrap();
-    feed(&mut parser, json!({"contentBlockDelta": {"contentBlockIndex": 0, "delta": {"text": "a"}}}), &mut out);
+    let feed = |p: &mut ResponseParser, v: Value, out: &mut Vec<StreamEvent>| {
+        p.payload(&v.to_string(), out).unwrap()
+    };
+    feed(
+        &mut parser,
+        json!({"contentBlockDelta": {"contentBlockIndex": 0, "delta": {"text": "a"}}}),
+        &mut out,
+    );
     assert_eq!(parser.state().open_block, Some((0, "text".to_owned())));
     assert!(parser.state().opened_by_last);
-    feed(&mut parser, json!({"contentBlockDelta": {"contentBlockIndex": 0, "delta": {"text": "b"}}}), &mut out);
+    feed(
+        &mut parser,
+        json!({"contentBlockDelta": {"contentBlockIndex": 0, "delta": {"text": "b"}}}),
+        &mut out,
+    );
     assert!(!parser.state().opened_by_last);
-    feed(&mut parser, json!({"contentBlockStop": {"contentBlockIndex": 0}}), &mut out);
+    feed(
+        &mut parser,
+        json!({"contentBlockStop": {"contentBlockIndex": 0}}),
+        &mut out,
+    );
     feed(
         &mut parser,
         json!({"contentBlockStart": {"contentBlockIndex": 1, "start": {"toolUse": {"toolUseId": "x", "name": "ls"}}}}),
@@ -146,15 +169,38 @@ fn a_whole_answer_yields_its_blocks() {
         "stopReason": "tool_use",
         "usage": {"inputTokens": 3, "outputTokens": 4, "totalTokens": 7},
         "metrics": {"latencyMs": 12}})]);
-    assert_eq!(out[0], StreamEvent::ReasoningDelta { choice: 0, text: "think".to_owned() });
-    assert_eq!(out[1], StreamEvent::TextDelta { choice: 0, text: "Listing.".to_owned() });
+    assert_eq!(
+        out[0],
+        StreamEvent::ReasoningDelta {
+            choice: 0,
+            text: "think".to_owned()
+        }
+    );
+    assert_eq!(
+        out[1],
+        StreamEvent::TextDelta {
+            choice: 0,
+            text: "Listing.".to_owned()
+        }
+    );
     assert!(matches!(&out[3], StreamEvent::ToolCallComplete { call, .. } if call.name == "ls"));
-    assert_eq!(out.last(), Some(&StreamEvent::Finish { choice: 0, reason: "tool_use".to_owned() }));
+    assert_eq!(
+        out.last(),
+        Some(&StreamEvent::Finish {
+            choice: 0,
+            reason: "tool_use".to_owned()
+        })
+    );
 }
 
 /// An exception message is an error event.
 #[test]
 fn an_exception_is_an_error() {
     let out = events(&[json!({"modelStreamErrorException": {"message": "boom"}})]);
-    assert_eq!(out, [StreamEvent::Error { message: "boom".to_owned() }]);
+    assert_eq!(
+        out,
+        [StreamEvent::Error {
+            message: "boom".to_owned()
+        }]
+    );
 }

@@ -68,7 +68,10 @@ pub fn block_whole(state: &StreamState, message: &str, drop_text: bool) -> Optio
         .cloned()
         .chain(std::iter::once(json!({"text": message})))
         .collect();
-    let role = whole.pointer("/output/message/role").cloned().unwrap_or(json!("assistant"));
+    let role = whole
+        .pointer("/output/message/role")
+        .cloned()
+        .unwrap_or(json!("assistant"));
     whole["output"] = json!({"message": {"role": role, "content": content}});
     whole["stopReason"] = json!("end_turn");
     Some(whole.to_string().into_bytes())

@@ -29,9 +29,18 @@ fn a_streamed_block_is_a_complete_converse_stream() {
         .collect();
     assert_eq!(
         kinds,
-        ["messageStart", "contentBlockDelta", "contentBlockStop", "messageStop", "metadata"]
+        [
+            "messageStart",
+            "contentBlockDelta",
+            "contentBlockStop",
+            "messageStop",
+            "metadata"
+        ]
     );
-    assert_eq!(events[1]["contentBlockDelta"]["delta"]["text"], "[loopguard] stop");
+    assert_eq!(
+        events[1]["contentBlockDelta"]["delta"]["text"],
+        "[loopguard] stop"
+    );
     assert_eq!(events[3]["messageStop"]["stopReason"], "end_turn");
     assert_eq!(events[4]["metadata"]["usage"]["totalTokens"], 0);
 }
@@ -56,7 +65,8 @@ fn a_whole_answer_keeps_all_but_its_calls() {
         "stopReason": "tool_use", "usage": {"inputTokens": 1, "outputTokens": 2, "totalTokens": 3},
         "metrics": {"latencyMs": 5}});
     parser.payload(&answer.to_string(), &mut Vec::new()).unwrap();
-    let kept: Value = serde_json::from_slice(&block_whole(parser.state(), "[loopguard] no", false).unwrap()).unwrap();
+    let kept: Value =
+        serde_json::from_slice(&block_whole(parser.state(), "[loopguard] no", false).unwrap()).unwrap();
     let content = kept["output"]["message"]["content"].as_array().cloned().unwrap();
     assert_eq!(content.len(), 3);
     assert!(content.iter().all(|b| b.get("toolUse").is_none()));
@@ -77,7 +87,10 @@ fn stream_endings_continue_the_blocks() {
     parser.payload(&more.to_string(), &mut Vec::new()).unwrap();
     let cut = read(&cut_ending(parser.state(), "[loopguard] cut"));
     assert_eq!(cut[0]["contentBlockDelta"]["contentBlockIndex"], 0);
-    assert_eq!(cut[0]["contentBlockDelta"]["delta"]["text"], "\n\n[loopguard] cut");
+    assert_eq!(
+        cut[0]["contentBlockDelta"]["delta"]["text"],
+        "\n\n[loopguard] cut"
+    );
     assert_eq!(cut[2]["messageStop"]["stopReason"], "end_turn");
     let block = read(&block_stream_ending(parser.state(), Some(1), "[loopguard] held"));
     assert_eq!(block[0]["contentBlockDelta"]["contentBlockIndex"], 1);

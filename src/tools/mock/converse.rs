@@ -96,7 +96,10 @@ fn converse_event(event: &Value, usage: &mut Value) -> Option<Value> {
         "content_block_stop" => Some(json!({"contentBlockStop": {"contentBlockIndex": index}})),
         "message_delta" => {
             usage["outputTokens"] = json!(count(event.pointer("/usage/output_tokens")));
-            let reason = event.pointer("/delta/stop_reason").cloned().unwrap_or(json!("end_turn"));
+            let reason = event
+                .pointer("/delta/stop_reason")
+                .cloned()
+                .unwrap_or(json!("end_turn"));
             Some(json!({"messageStop": {"stopReason": reason}}))
         }
         "message_stop" => {
@@ -114,7 +117,9 @@ pub fn whole(turn: &Turn, seq: u64) -> String {
     let mut content = Vec::new();
     if !turn.reasoning.is_empty() {
         let signature = super::signatures::sign("mock");
-        content.push(json!({"reasoningContent": {"reasoningText": {"text": turn.reasoning, "signature": signature}}}));
+        content.push(
+            json!({"reasoningContent": {"reasoningText": {"text": turn.reasoning, "signature": signature}}}),
+        );
     }
     if !turn.text.is_empty() {
         content.push(json!({"text": turn.text}));
@@ -123,7 +128,11 @@ pub fn whole(turn: &Turn, seq: u64) -> String {
         content.push(json!({"toolUse": {"toolUseId": format!("tooluse_mock_{seq}_{i}"),
             "name": call.name, "input": call.arguments}}));
     }
-    let stop = if turn.tool_calls.is_empty() { "end_turn" } else { "tool_use" };
+    let stop = if turn.tool_calls.is_empty() {
+        "end_turn"
+    } else {
+        "tool_use"
+    };
     json!({"output": {"message": {"role": "assistant", "content": content}}, "stopReason": stop,
         "usage": {"inputTokens": 10, "outputTokens": 5, "totalTokens": 15}, "metrics": {"latencyMs": 42}})
     .to_string()
