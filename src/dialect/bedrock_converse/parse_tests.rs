@@ -204,3 +204,29 @@ fn an_exception_is_an_error() {
         }]
     );
 }
+
+/// The path says whether the answer streams; a recorded Converse body
+/// replayed without its path is told by its shape.
+#[test]
+fn the_path_picks_the_framing_and_the_shape_tells_the_dialect() {
+    use crate::dialect::Mode;
+    let stream = "/bedrock/model/us.amazon.nova-pro-v1:0/converse-stream";
+    assert_eq!(
+        Dialect::BedrockConverse.mode(stream, None, false),
+        Mode::EventStream
+    );
+    assert_eq!(
+        Dialect::BedrockConverse.mode("/model/m/converse", None, true),
+        Mode::Whole
+    );
+    assert_eq!(
+        Dialect::BedrockConverse.path_model(stream),
+        "us.amazon.nova-pro-v1:0"
+    );
+    let body = json!({"messages": [{"role": "user", "content": [{"text": "hi"}]}], "inferenceConfig": {}});
+    assert_eq!(Dialect::guess(&body), Some(Dialect::BedrockConverse));
+    let body = json!({"messages": [{"role": "user", "content": [{"toolResult": {"toolUseId": "a", "content": []}}]}]});
+    assert_eq!(Dialect::guess(&body), Some(Dialect::BedrockConverse));
+    let anthropic = json!({"max_tokens": 1, "messages": [{"role": "user", "content": "hi"}]});
+    assert_eq!(Dialect::guess(&anthropic), Some(Dialect::Anthropic));
+}
