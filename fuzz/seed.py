@@ -127,6 +127,78 @@ def gemini_of_chat(body):
     return {"systemInstruction": {"parts": [{"text": system or ""}]}, "contents": contents, "tools": [{"functionDeclarations": decls}]}
 
 
+def converse_of_chat(body):
+    """A chat request as Bedrock Converse's body (`toolUse` / `toolResult`
+    blocks, `system` blocks, `toolConfig`)."""
+    messages = []
+    for m in body.get("messages", []):
+        role = m.get("role")
+        if role == "assistant":
+            blocks = [{"text": m["content"]}] if isinstance(m.get("content"), str) and m["content"] else []
+            for c in m.get("tool_calls") or []:
+                f = c.get("function", {})
+                try:
+                    args = json.loads(f.get("arguments") or "{}")
+                except ValueError:
+                    args = {}
+                blocks.append({"toolUse": {"toolUseId": c.get("id"), "name": f.get("name"), "input": args}})
+            messages.append({"role": "assistant", "content": blocks})
+        elif role == "tool":
+            content = m.get("content") if isinstance(m.get("content"), str) else json.dumps(m.get("content"))
+            messages.append({"role": "user", "content": [{"toolResult": {"toolUseId": m.get("tool_call_id"),
+                                                                         "content": [{"text": content}], "status": "success"}}]})
+        elif role == "user":
+            content = m.get("content") if isinstance(m.get("content"), str) else json.dumps(m.get("content"))
+            messages.append({"role": "user", "content": [{"text": content}]})
+    system = next((m.get("content") for m in body.get("messages", []) if m.get("role") == "system"), None)
+    tools = [{"toolSpec": {"name": t.get("function", {}).get("name"), "inputSchema": {"json": {"type": "object"}}}}
+             for t in body.get("tools", [])]
+    return {"messages": messages, "system": [{"text": system}] if isinstance(system, str) else [],
+            "inferenceConfig": {"maxTokens": 1024}, "toolConfig": {"tools": tools}}
+
+
+def converse_of_anthropic(events):
+    """Anthropic stream events as ConverseStream events `(type, payload)`,
+    as the mock translates them (src/tools/mock/converse.rs)."""
+    out = []
+    usage = {"inputTokens": 0, "outputTokens": 0, "totalTokens": 0}
+    for e in events:
+        kind, i = e.get("type"), e.get("index", 0)
+        if kind == "message_start":
+            usage["inputTokens"] = (e.get("message") or {}).get("usage", {}).get("input_tokens", 0)
+            out.append(("messageStart", {"role": "assistant"}))
+        elif kind == "content_block_start" and (e.get("content_block") or {}).get("type") == "tool_use":
+            b = e["content_block"]
+            out.append(("contentBlockStart", {"contentBlockIndex": i, "start": {"toolUse": {"toolUseId": b.get("id"), "name": b.get("name")}}}))
+        elif kind == "content_block_delta":
+            d = e.get("delta") or {}
+            delta = {"text_delta": lambda: {"text": d.get("text")},
+                     "thinking_delta": lambda: {"reasoningContent": {"text": d.get("thinking")}},
+                     "signature_delta": lambda: {"reasoningContent": {"signature": d.get("signature")}},
+                     "input_json_delta": lambda: {"toolUse": {"input": d.get("partial_json")}}}.get(d.get("type"))
+            if delta:
+                out.append(("contentBlockDelta", {"contentBlockIndex": i, "delta": delta()}))
+        elif kind == "content_block_stop":
+            out.append(("contentBlockStop", {"contentBlockIndex": i}))
+        elif kind == "message_delta":
+            usage["outputTokens"] = (e.get("usage") or {}).get("output_tokens", 0)
+            out.append(("messageStop", {"stopReason": (e.get("delta") or {}).get("stop_reason") or "end_turn"}))
+        elif kind == "message_stop":
+            usage["totalTokens"] = usage["inputTokens"] + usage["outputTokens"]
+            out.append(("metadata", {"usage": dict(usage), "metrics": {"latencyMs": 42}}))
+    return out
+
+
+def converse_event(kind, payload):
+    return eventstream_message(
+        [(":event-type", kind), (":content-type", "application/json"), (":message-type", "event")],
+        json.dumps(payload).encode())
+
+
+# The dialect byte of the later dialects in the fuzz targets (fuzz_targets/common.rs).
+CONVERSE_BYTE = 0xFB
+
+
 def shrink(body, keep):
     """The request with its system text cut and only the first `keep` messages."""
     body = dict(body)
@@ -186,6 +258,7 @@ def main():
             put("warning_injection", bytes([i]) + full)
             shorter = dict(body, messages=body["messages"][:-2])
             put("history_chain", bytes([i]) + json.dumps(to(shorter)).encode() + b"\xff" + full)
+        put("request_parser", bytes([CONVERSE_BYTE]) + json.dumps(converse_of_chat(body)).encode())
     for path in sorted((ROOT / "config").glob("*.toml")):
         put("config", path.read_bytes())
     # Every ```toml block of the README and docs/: the shapes the docs show.
@@ -204,6 +277,29 @@ def main():
         put("eventstream", bytes([i]) + frames + eventstream_message(
             [(":exception-type", "validationException"), (":content-type", "application/json"),
              (":message-type", "exception")], b'{"message":"boom"}'))
+    # Bedrock Converse: the same fixtures as ConverseStream events (each
+    # message's type in `:event-type`, its payload the event's JSON), as
+    # event streams and, for the stream parser, as `{"<type>": payload}`
+    # lines; one whole Converse answer.
+    for i, path in enumerate(sorted((FIXTURES / "anthropic").glob("*.sse"))):
+        events = []
+        for p in sse_payloads(path.read_bytes()):
+            try:
+                events.append(json.loads(p))
+            except ValueError:
+                pass
+        converse = converse_of_anthropic(events)
+        frames = b"".join(converse_event(k, v) for k, v in converse)
+        put("eventstream", bytes([i * 41 % 256]) + frames + eventstream_message(
+            [(":exception-type", "throttlingException"), (":content-type", "application/json"),
+             (":message-type", "exception")], b'{"message":"slow down"}'))
+        put("stream_parser", bytes([CONVERSE_BYTE]) + b"\n".join(json.dumps({k: v}).encode() for k, v in converse))
+    put("stream_parser", bytes([CONVERSE_BYTE]) + json.dumps({
+        "output": {"message": {"role": "assistant", "content": [
+            {"reasoningContent": {"reasoningText": {"text": "hmm", "signature": "s"}}}, {"text": "Listing."},
+            {"toolUse": {"toolUseId": "t1", "name": "ls", "input": {"path": "."}}}]}},
+        "stopReason": "tool_use", "usage": {"inputTokens": 3, "outputTokens": 4, "totalTokens": 7},
+        "metrics": {"latencyMs": 12}}).encode())
     # Recordings (recording::format): a header, then each request as what it
     # adds to the lane's history (keep + items), a fixture's stream as its
     # response, and a stream-time verdict; one whole-body request too.

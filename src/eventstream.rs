@@ -1,7 +1,7 @@
 //! AWS event-stream framing (`application/vnd.amazon.eventstream`, the body
-//! of Bedrock's `InvokeModelWithResponseStream`): an incremental decoder,
-//! CRCs checked and memory bounded, and the encoder loopguard's own Bedrock
-//! events (and the mock's) are written with.
+//! of Bedrock's `InvokeModelWithResponseStream` and `ConverseStream`): an
+//! incremental decoder, CRCs checked and memory bounded, and the encoder
+//! loopguard's own Bedrock events (and the mock's) are written with.
 //!
 //! One message on the wire (all integers big-endian):
 //!

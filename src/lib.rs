@@ -17,7 +17,7 @@
 //! - [`http_client`]: the upstream HTTP client (also the semantic check's).
 //! - [`sse`], [`json_array`], [`ndjson`], [`eventstream`]: framing — split a
 //!   response body into events, keeping each event's raw bytes (AWS's binary
-//!   event stream for Bedrock).
+//!   event stream for Bedrock's InvokeModel and ConverseStream).
 //! - [`dialect`]: one folder per wire protocol (`dialect/<name>/`: `parse`,
 //!   `write`, `ending`, `sample`): request body → [`transcript`], response
 //!   payloads → [`dialect::StreamEvent`]s, and what loopguard writes in it

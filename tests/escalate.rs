@@ -13,7 +13,9 @@ use serde_json::{Value, json};
 /// signed by the client (a `bedrock` route with `escalate_model` is a
 /// config error).
 fn escalating() -> impl Iterator<Item = Dialect> {
-    Dialect::ALL.into_iter().filter(|d| *d != Dialect::Bedrock)
+    Dialect::ALL
+        .into_iter()
+        .filter(|d| !matches!(d, Dialect::Bedrock | Dialect::BedrockConverse))
 }
 
 /// The mock script: the agent's model loops, `strong` answers in text.

@@ -5,14 +5,27 @@
 
 use loopguard::dialect::Dialect;
 
-/// The dialect byte `b` selects.
+/// The dialect byte `b` selects: `b % 4` of the first four dialects, and
+/// from `0xF8` the later ones (`0xF8` Ollama chat, `0xF9` Ollama generate,
+/// `0xFA` Bedrock, `0xFB` Bedrock Converse), so that the corpora written
+/// before them keep their meaning below `0xF8`.
 pub fn dialect(b: u8) -> Dialect {
-    [
-        Dialect::OpenaiChat,
-        Dialect::OpenaiResponses,
-        Dialect::Anthropic,
-        Dialect::Gemini,
-    ][usize::from(b % 4)]
+    let list = if b >= 0xF8 {
+        [
+            Dialect::OllamaChat,
+            Dialect::OllamaGenerate,
+            Dialect::Bedrock,
+            Dialect::BedrockConverse,
+        ]
+    } else {
+        [
+            Dialect::OpenaiChat,
+            Dialect::OpenaiResponses,
+            Dialect::Anthropic,
+            Dialect::Gemini,
+        ]
+    };
+    list[usize::from(b % 4)]
 }
 
 /// `data` cut into chunks of 1..=64 bytes, their sizes drawn from `seed`.

@@ -4,14 +4,14 @@
 //! stays within the cap on hostile lengths (a cap of 4 KiB: nothing past it
 //! is ever buffered); every decoded message re-encodes (string headers
 //! only) to a message that decodes to the same headers and payload; each
-//! payload read as a Bedrock `chunk` and parsed as an Anthropic event never
-//! panics.
+//! payload read as a Bedrock `chunk` and parsed as an Anthropic event, and
+//! read as a `ConverseStream` event and parsed as one, never panics.
 #![no_main]
 
 mod common;
 
 use libfuzzer_sys::fuzz_target;
-use loopguard::dialect::{Dialect, bedrock};
+use loopguard::dialect::{Dialect, bedrock, bedrock_converse};
 use loopguard::eventstream::{Decoder, Message, encode};
 
 const CAP: usize = 4096;
@@ -41,6 +41,7 @@ fuzz_target!(|input: &[u8]| {
     assert_eq!(whole, chunked, "chunking changed the messages");
     assert_eq!(whole_failed, chunked_failed);
     let mut parser = Dialect::Bedrock.stream_parser();
+    let mut converse = Dialect::BedrockConverse.stream_parser();
     let mut events = Vec::new();
     for m in &whole {
         let headers: Vec<(&str, &str)> = m.headers.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
@@ -58,6 +59,10 @@ fuzz_target!(|input: &[u8]| {
         if let Some(payload) = bedrock::payload_of(m) {
             let _ = parser.payload(&payload, &mut events);
         }
+        if let Some(payload) = bedrock_converse::payload_of(m) {
+            let _ = converse.payload(&payload, &mut events);
+        }
     }
     parser.end(&mut events);
+    converse.end(&mut events);
 });

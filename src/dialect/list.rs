@@ -7,7 +7,7 @@ use serde_json::Value;
 use super::ending::Kept;
 use super::write::{Answer, Mode, Signed};
 use super::{DialectError, ParsedRequest, SplitRequest, StreamEvent};
-use super::{anthropic, bedrock, gemini, ollama, openai_chat, openai_responses};
+use super::{anthropic, bedrock, bedrock_converse, gemini, ollama, openai_chat, openai_responses};
 
 /// The wire protocol of a request, chosen from its path (DESIGN §8).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
@@ -31,6 +31,9 @@ pub enum Dialect {
     /// Claude on Amazon Bedrock: `POST …/model/{id}/invoke` and
     /// `…/invoke-with-response-stream` (Anthropic's body; AWS event stream).
     Bedrock,
+    /// Amazon Bedrock's model-neutral API: `POST …/model/{id}/converse` and
+    /// `…/converse-stream` (its own body and events; AWS event stream).
+    BedrockConverse,
 }
 
 impl Dialect {
@@ -45,11 +48,12 @@ impl Dialect {
             Self::OllamaChat => "ollama-chat",
             Self::OllamaGenerate => "ollama-generate",
             Self::Bedrock => "bedrock",
+            Self::BedrockConverse => "bedrock-converse",
         }
     }
 
     /// Every dialect, in the order they are documented.
-    pub const ALL: [Self; 7] = [
+    pub const ALL: [Self; 8] = [
         Self::OpenaiChat,
         Self::Gemini,
         Self::OpenaiResponses,
@@ -57,6 +61,7 @@ impl Dialect {
         Self::OllamaChat,
         Self::OllamaGenerate,
         Self::Bedrock,
+        Self::BedrockConverse,
     ];
 
     /// Picks the dialect for a request path (without query), or `None` for
@@ -79,14 +84,15 @@ impl Dialect {
         if path.ends_with("/api/generate") {
             return Some(Self::OllamaGenerate);
         }
-        // Bedrock InvokeModel: `/model/{modelId}/invoke[-with-response-stream]`.
+        // Bedrock: `/model/{modelId}/invoke[-with-response-stream]`, `/converse[-stream]`.
         if let Some((head, method)) = path.rsplit_once('/') {
-            if matches!(method, "invoke" | "invoke-with-response-stream")
-                && head.rsplit_once('/').is_some_and(|(before, id)| {
-                    !id.is_empty() && (before == "/model" || before.ends_with("/model"))
-                })
-            {
-                return Some(Self::Bedrock);
+            let model_path = head.rsplit_once('/').is_some_and(|(before, id)| {
+                !id.is_empty() && (before == "/model" || before.ends_with("/model"))
+            });
+            match method {
+                "invoke" | "invoke-with-response-stream" if model_path => return Some(Self::Bedrock),
+                "converse" | "converse-stream" if model_path => return Some(Self::BedrockConverse),
+                _ => {}
             }
         }
         let last = path.rsplit('/').next().unwrap_or_default();
@@ -114,7 +120,7 @@ impl Dialect {
         let mut segments = path.trim_end_matches('/').rsplit('/');
         let last = segments.next().unwrap_or_default();
         match self {
-            Self::Bedrock => segments.next().unwrap_or_default(),
+            Self::Bedrock | Self::BedrockConverse => segments.next().unwrap_or_default(),
             _ => last.split(':').next().unwrap_or_default(),
         }
     }
@@ -133,6 +139,7 @@ impl Dialect {
             Self::Anthropic | Self::Bedrock => anthropic::parse_request(body),
             Self::OllamaChat => ollama::parse_chat(body),
             Self::OllamaGenerate => ollama::parse_generate(body),
+            Self::BedrockConverse => bedrock_converse::parse_request(body),
         }
     }
 
@@ -151,6 +158,7 @@ impl Dialect {
             Self::Anthropic | Self::Bedrock => Some(anthropic::split_request(body)),
             Self::OpenaiResponses => Some(openai_responses::split_request(body)),
             Self::OllamaChat => Some(ollama::split_chat(body)),
+            Self::BedrockConverse => Some(bedrock_converse::split_request(body)),
             Self::OllamaGenerate => None,
         }
     }
@@ -173,6 +181,7 @@ impl Dialect {
             Self::Anthropic | Self::Bedrock => anthropic::resume_request(body, from),
             Self::OpenaiResponses => openai_responses::resume_request(body, from),
             Self::OllamaChat => ollama::resume_chat(body, from),
+            Self::BedrockConverse => bedrock_converse::resume_request(body, from),
             Self::OllamaGenerate => Err(DialectError::Shape(
                 "`/api/generate` has no history to resume".to_owned(),
             )),
@@ -184,9 +193,12 @@ impl Dialect {
     /// `input`.
     pub fn history_key(self) -> &'static str {
         match self {
-            Self::OpenaiChat | Self::Anthropic | Self::OllamaChat | Self::OllamaGenerate | Self::Bedrock => {
-                "messages"
-            }
+            Self::OpenaiChat
+            | Self::Anthropic
+            | Self::OllamaChat
+            | Self::OllamaGenerate
+            | Self::Bedrock
+            | Self::BedrockConverse => "messages",
             Self::Gemini => "contents",
             Self::OpenaiResponses => "input",
         }
@@ -208,6 +220,9 @@ impl Dialect {
                 StreamParser::Ollama(ollama::Endpoint::Generate, ollama::ResponseParser::default())
             }
             Self::Bedrock => StreamParser::Bedrock(anthropic::ResponseParser::default()),
+            Self::BedrockConverse => {
+                StreamParser::BedrockConverse(bedrock_converse::ResponseParser::default())
+            }
         }
     }
 
@@ -219,7 +234,7 @@ impl Dialect {
             Self::Gemini => "gemini",
             Self::Anthropic => "anthropic",
             Self::OllamaChat | Self::OllamaGenerate => "ollama",
-            Self::Bedrock => "bedrock",
+            Self::Bedrock | Self::BedrockConverse => "bedrock",
         }
     }
 
@@ -247,6 +262,8 @@ impl Dialect {
             Self::OllamaChat | Self::OllamaGenerate => Mode::Whole,
             Self::Bedrock if path.ends_with("/invoke-with-response-stream") => Mode::EventStream,
             Self::Bedrock => Mode::Whole,
+            Self::BedrockConverse if path.ends_with("/converse-stream") => Mode::EventStream,
+            Self::BedrockConverse => Mode::Whole,
         }
     }
 
@@ -272,7 +289,7 @@ impl Dialect {
     /// and always on Bedrock, whose bodies are SigV4-signed by the client.
     pub fn inject_warning(self, body: &mut Value, warning: &str) -> bool {
         match self {
-            Self::Bedrock => false,
+            Self::Bedrock | Self::BedrockConverse => false,
             Self::OpenaiChat => openai_chat::write::inject_warning(body, warning),
             Self::Gemini => gemini::write::inject_warning(body, warning),
             Self::OpenaiResponses => openai_responses::write::inject_warning(body, warning),
@@ -304,7 +321,7 @@ impl Dialect {
                 None
             }
             // A signed request is never changed (the model is in its path).
-            Self::Bedrock => None,
+            Self::Bedrock | Self::BedrockConverse => None,
         }
     }
 
@@ -322,7 +339,7 @@ impl Dialect {
             Self::OpenaiResponses => openai_responses::model::strip_foreign_signatures(body, foreign),
             Self::Anthropic => anthropic::model::strip_foreign_signatures(body, foreign),
             Self::OllamaChat | Self::OllamaGenerate => ollama::model::strip_foreign_signatures(body, foreign),
-            Self::Bedrock => Signed::default(),
+            Self::Bedrock | Self::BedrockConverse => Signed::default(),
         }
     }
 
@@ -337,7 +354,7 @@ impl Dialect {
             Self::Anthropic => anthropic::model::set_credential(headers, url, secret),
             Self::OllamaChat | Self::OllamaGenerate => ollama::model::set_credential(headers, url, secret),
             // SigV4 signs each request: a static secret cannot replace it.
-            Self::Bedrock => {}
+            Self::Bedrock | Self::BedrockConverse => {}
         }
     }
 
@@ -355,6 +372,7 @@ impl Dialect {
                 ollama::write::block_answer(ollama::Endpoint::Generate, mode, model, message)
             }
             Self::Bedrock => bedrock::write::block_answer(mode, model, message),
+            Self::BedrockConverse => bedrock_converse::write::block_answer(mode, model, message),
         }
     }
 
@@ -367,42 +385,10 @@ impl Dialect {
             Self::OpenaiResponses => openai_responses::write::abort_body(message),
             Self::Anthropic => anthropic::write::abort_body(message),
             Self::OllamaChat | Self::OllamaGenerate => ollama::write::abort_body(message),
-            Self::Bedrock => bedrock::write::abort_body(message),
+            Self::Bedrock | Self::BedrockConverse => bedrock::write::abort_body(message),
         }
     }
 
-    /// Guesses the dialect of a request body from its shape: `contents` is
-    /// Gemini, `input` OpenAI Responses; `messages` is Anthropic when the body
-    /// has Anthropic's marks (a top-level `system`, `max_tokens` without any
-    /// OpenAI `tool` message, or `tool_use` / `tool_result` / `thinking`
-    /// blocks), else OpenAI chat.
-    pub fn guess(body: &serde_json::Value) -> Option<Dialect> {
-        if body.get("contents").is_some() {
-            return Some(Dialect::Gemini);
-        }
-        if body.get("input").is_some() {
-            return Some(Dialect::OpenaiResponses);
-        }
-        let messages = body.get("messages")?.as_array()?;
-        let openai = messages.iter().any(|m| {
-            m.get("tool_calls").is_some()
-                || matches!(m.get("role").and_then(|r| r.as_str()), Some("tool" | "developer"))
-        });
-        let blocks = messages
-            .iter()
-            .filter_map(|m| m.get("content").and_then(|c| c.as_array()))
-            .flatten()
-            .filter_map(|b| b.get("type").and_then(|t| t.as_str()));
-        let anthropic_blocks = blocks
-            .into_iter()
-            .any(|t| matches!(t, "tool_use" | "tool_result" | "thinking" | "redacted_thinking"));
-        let anthropic_body = body.get("system").is_some() || body.get("max_tokens").is_some() && !openai;
-        Some(if anthropic_blocks || (anthropic_body && !openai) {
-            Dialect::Anthropic
-        } else {
-            Dialect::OpenaiChat
-        })
-    }
     /// `loopguard demo`'s first request in this dialect through the proxy at
     /// `proxy`: URL and body.
     pub fn demo_request(self, proxy: &str) -> (String, Value) {
@@ -412,6 +398,7 @@ impl Dialect {
             Self::OpenaiResponses => openai_responses::sample::demo_request(proxy),
             Self::Anthropic | Self::Bedrock => anthropic::sample::demo_request(proxy),
             Self::OllamaChat | Self::OllamaGenerate => ollama::sample::demo_request(proxy),
+            Self::BedrockConverse => bedrock_converse::sample::demo_request(proxy),
         }
     }
 
@@ -426,6 +413,7 @@ impl Dialect {
             Self::OllamaChat | Self::OllamaGenerate => {
                 ollama::sample::push_call_turn(body, n, name, args, result)
             }
+            Self::BedrockConverse => bedrock_converse::sample::push_call_turn(body, n, name, args, result),
         }
     }
 
@@ -437,6 +425,7 @@ impl Dialect {
             Self::OpenaiResponses => openai_responses::sample::push_user_turn(body, text),
             Self::Anthropic | Self::Bedrock => anthropic::sample::push_user_turn(body, text),
             Self::OllamaChat | Self::OllamaGenerate => ollama::sample::push_user_turn(body, text),
+            Self::BedrockConverse => bedrock_converse::sample::push_user_turn(body, text),
         }
     }
 }
@@ -469,6 +458,8 @@ pub enum StreamParser {
     Ollama(ollama::Endpoint, ollama::ResponseParser),
     /// `bedrock` answers: Anthropic events, one per decoded `chunk`.
     Bedrock(anthropic::ResponseParser),
+    /// `bedrock-converse` answers: `ConverseStream` events or a `Converse` answer.
+    BedrockConverse(bedrock_converse::ResponseParser),
 }
 
 impl StreamParser {
@@ -484,6 +475,7 @@ impl StreamParser {
             Self::OpenaiResponses(p) => p.payload(payload, out),
             Self::Anthropic(p) | Self::Bedrock(p) => p.payload(payload, out),
             Self::Ollama(_, p) => p.payload(payload, out),
+            Self::BedrockConverse(p) => p.payload(payload, out),
         }
     }
 
@@ -495,7 +487,9 @@ impl StreamParser {
             Self::OpenaiChat(p) => p.meta(),
             Self::Gemini(p) => p.meta(),
             Self::Ollama(_, p) => p.meta(),
-            Self::OpenaiResponses(_) | Self::Anthropic(_) | Self::Bedrock(_) => None,
+            Self::OpenaiResponses(_) | Self::Anthropic(_) | Self::Bedrock(_) | Self::BedrockConverse(_) => {
+                None
+            }
         }
     }
 
@@ -507,6 +501,7 @@ impl StreamParser {
             Self::OpenaiResponses(p) => p.end(out),
             Self::Anthropic(p) | Self::Bedrock(p) => p.end(out),
             Self::Ollama(_, p) => p.end(out),
+            Self::BedrockConverse(p) => p.end(out),
         }
     }
 
@@ -517,6 +512,7 @@ impl StreamParser {
         match self {
             Self::OpenaiResponses(p) => openai_responses::ending::anchor(p.state()),
             Self::Anthropic(p) | Self::Bedrock(p) => anthropic::ending::anchor(p.state()),
+            Self::BedrockConverse(p) => bedrock_converse::ending::anchor(p.state()),
             Self::OpenaiChat(_) | Self::Gemini(_) | Self::Ollama(..) => (None, None),
         }
     }
@@ -531,6 +527,7 @@ impl StreamParser {
             Self::Anthropic(p) => anthropic::ending::block(p.state(), kept, message),
             Self::Ollama(e, p) => ollama::write::block(*e, p.identity(), kept, message),
             Self::Bedrock(p) => bedrock::ending::block(p.state(), kept, message),
+            Self::BedrockConverse(p) => bedrock_converse::ending::block(p.state(), kept, message),
         }
     }
 
@@ -544,6 +541,7 @@ impl StreamParser {
             Self::Anthropic(_) => anthropic::ending::error(kept, message),
             Self::Ollama(..) => ollama::write::error(kept, message),
             Self::Bedrock(_) => bedrock::ending::error(kept, message),
+            Self::BedrockConverse(_) => bedrock_converse::ending::error(kept, message),
         }
     }
 
@@ -558,6 +556,27 @@ impl StreamParser {
             Self::Anthropic(p) => anthropic::ending::cut(p.state(), kept, message),
             Self::Ollama(e, p) => ollama::write::cut(*e, p.identity(), kept, message),
             Self::Bedrock(p) => bedrock::ending::cut(p.state(), kept, message),
+            Self::BedrockConverse(p) => bedrock_converse::ending::cut(p.state(), kept, message),
+        }
+    }
+
+    /// The payload an AWS event-stream message carries for this parser:
+    /// a `ConverseStream` event as `{"<event-type>": …}`, else (Bedrock's
+    /// `InvokeModelWithResponseStream`) the Anthropic event of a `chunk`.
+    pub fn event_payload(&self, message: &crate::eventstream::Message) -> Option<String> {
+        match self {
+            Self::BedrockConverse(_) => bedrock_converse::payload_of(message),
+            _ => bedrock::payload_of(message),
+        }
+    }
+
+    /// A message an event-stream client skips, to keep an idle connection
+    /// alive while a call is held: an Anthropic `ping` in a `chunk`
+    /// (InvokeModel), an event of a type no SDK models (`ConverseStream`).
+    pub fn event_keepalive(&self) -> Vec<u8> {
+        match self {
+            Self::BedrockConverse(_) => bedrock_converse::keepalive(),
+            _ => bedrock::chunk(r#"{"type":"ping"}"#),
         }
     }
 }

@@ -9,9 +9,11 @@
 
 pub mod anthropic;
 pub mod bedrock;
+pub mod bedrock_converse;
 pub mod ending;
 pub mod event;
 pub mod gemini;
+mod guess;
 mod list;
 pub mod meta;
 pub mod ollama;
@@ -208,7 +210,16 @@ mod tests {
             Dialect::from_path("/bedrock/model/us.anthropic.claude-haiku-4-5-20251001-v1%3A0/invoke"),
             Some(Dialect::Bedrock)
         );
-        assert_eq!(Dialect::from_path("/model/m/converse-stream"), None);
+        assert_eq!(
+            Dialect::from_path("/bedrock/model/m/converse-stream"),
+            Some(Dialect::BedrockConverse)
+        );
+        assert_eq!(
+            Dialect::from_path("/model/us.amazon.nova-pro-v1:0/converse"),
+            Some(Dialect::BedrockConverse)
+        );
+        assert_eq!(Dialect::from_path("/model//converse"), None);
+        assert_eq!(Dialect::from_path("/v1/converse"), None);
         assert_eq!(Dialect::from_path("/model//invoke"), None);
         assert_eq!(Dialect::from_path("/v1/invoke"), None);
     }

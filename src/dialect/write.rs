@@ -25,7 +25,8 @@ pub enum Mode {
     /// Newline-delimited JSON, one object per line (Ollama).
     Ndjson,
     /// AWS's binary event stream (`application/vnd.amazon.eventstream`,
-    /// Bedrock's `InvokeModelWithResponseStream`), see [`crate::eventstream`].
+    /// Bedrock's `InvokeModelWithResponseStream` and `ConverseStream`), see
+    /// [`crate::eventstream`].
     EventStream,
 }
 

@@ -178,8 +178,8 @@ impl Holder {
             // NDJSON clients parse every line they get, and a blank one is
             // no JSON: no keep-alive (see README, Ollama).
             Mode::Ndjson | Mode::Whole => None,
-            // Bedrock: an Anthropic `ping` event in a `chunk` (clients skip it).
-            Mode::EventStream => Some(Bytes::from(crate::dialect::bedrock::chunk(r#"{"type":"ping"}"#))),
+            // Bedrock: a message its clients skip (see `event_keepalive`).
+            Mode::EventStream => Some(Bytes::from(self.tap.parser().event_keepalive())),
         }
     }
 

@@ -342,6 +342,7 @@ fn a_whole_answer_keeps_the_models_text_and_usage_when_its_calls_are_blocked() {
             }
             Dialect::OpenaiResponses => crate::tools::mock::script::responses_whole(&turn, "m", 7),
             Dialect::OpenaiChat => crate::tools::mock::script::openai_whole(&turn, "m", 7),
+            Dialect::BedrockConverse => crate::tools::mock::converse::whole(&turn, 7),
             Dialect::Gemini => crate::tools::mock::script::gemini_whole(&turn, "mock-7"),
         };
         let h = Holder::new(
@@ -359,14 +360,16 @@ fn a_whole_answer_keeps_the_models_text_and_usage_when_its_calls_are_blocked() {
         assert!(text.contains("I will list the files."), "{dialect:?}: {text}");
         assert!(!text.contains("list_directory"), "the call is withheld: {text}");
         assert!(text.contains("[loopguard] stopped"));
+        // A Converse answer names neither its id nor its model.
         assert!(
-            text.contains("mock-7") || text.contains("mock_7"),
+            dialect == Dialect::BedrockConverse || text.contains("mock-7") || text.contains("mock_7"),
             "the upstream's identity is kept: {text}"
         );
         let output_tokens = match dialect {
             Dialect::OpenaiChat => &answer["usage"]["completion_tokens"],
             Dialect::Gemini => &answer["usageMetadata"]["candidatesTokenCount"],
             Dialect::OllamaChat => &answer["eval_count"],
+            Dialect::BedrockConverse => &answer["usage"]["outputTokens"],
             _ => &answer["usage"]["output_tokens"],
         };
         assert!(

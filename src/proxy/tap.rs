@@ -228,7 +228,7 @@ impl Tap {
                     self.failed = Some(e.to_string());
                 }
                 for message in self.message_scratch.drain(..) {
-                    let payload = crate::dialect::bedrock::payload_of(&message);
+                    let payload = self.parser.event_payload(&message);
                     self.pending.push_back((message.end, payload));
                 }
             }

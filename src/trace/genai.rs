@@ -7,7 +7,8 @@ use serde_json::Value;
 use crate::dialect::Dialect;
 
 /// `gen_ai.operation.name` of a dialect: `chat` for the chat-shaped APIs
-/// (OpenAI chat and Responses, Anthropic Messages, also on Bedrock, Ollama
+/// (OpenAI chat and Responses, Anthropic Messages, also on Bedrock, Bedrock
+/// Converse, Ollama
 /// `/api/chat`),
 /// `generate_content` for Gemini, `text_completion` for Ollama
 /// `/api/generate`.
@@ -17,6 +18,7 @@ pub fn operation(dialect: Dialect) -> &'static str {
         | Dialect::OpenaiResponses
         | Dialect::Anthropic
         | Dialect::Bedrock
+        | Dialect::BedrockConverse
         | Dialect::OllamaChat => "chat",
         Dialect::Gemini => "generate_content",
         Dialect::OllamaGenerate => "text_completion",
@@ -50,7 +52,9 @@ pub fn provider(provider: crate::config::Provider, upstream_host: Option<&str>) 
 /// `output_tokens` (Anthropic's cache reads and writes added to the
 /// input); Gemini `promptTokenCount` / `candidatesTokenCount` (plus
 /// `thoughtsTokenCount`, which Gemini bills as output); Ollama
-/// `prompt_eval_count` / `eval_count`. `None` for a count not reported.
+/// `prompt_eval_count` / `eval_count`; Bedrock Converse `inputTokens` /
+/// `outputTokens` (its `cacheReadInputTokens` and `cacheWriteInputTokens`
+/// added to the input). `None` for a count not reported.
 pub fn tokens(usage: &Value) -> (Option<u64>, Option<u64>) {
     let get = |key: &str| usage.get(key).and_then(Value::as_u64);
     let first = |keys: &[&str]| keys.iter().find_map(|k| get(k));
@@ -59,15 +63,23 @@ pub fn tokens(usage: &Value) -> (Option<u64>, Option<u64>) {
         "input_tokens",
         "promptTokenCount",
         "prompt_eval_count",
+        "inputTokens",
     ])
     .map(|n| {
-        n + get("cache_read_input_tokens").unwrap_or(0) + get("cache_creation_input_tokens").unwrap_or(0)
+        let cached = [
+            "cache_read_input_tokens",
+            "cache_creation_input_tokens",
+            "cacheReadInputTokens",
+            "cacheWriteInputTokens",
+        ];
+        n + cached.iter().filter_map(|k| get(k)).sum::<u64>()
     });
     let output = first(&[
         "completion_tokens",
         "output_tokens",
         "candidatesTokenCount",
         "eval_count",
+        "outputTokens",
     ])
     .map(|n| n + get("thoughtsTokenCount").unwrap_or(0));
     (input, output)
@@ -97,6 +109,10 @@ mod tests {
         assert_eq!(
             t(r#"{"prompt_eval_count":11,"eval_count":2}"#),
             (Some(11), Some(2))
+        );
+        assert_eq!(
+            t(r#"{"inputTokens":5,"cacheReadInputTokens":10,"outputTokens":3,"totalTokens":18}"#),
+            (Some(15), Some(3))
         );
         // Anthropic's message_delta reports the output alone.
         assert_eq!(t(r#"{"output_tokens":12}"#), (None, Some(12)));
@@ -130,5 +146,6 @@ mod tests {
             "aws.bedrock"
         );
         assert_eq!(operation(Dialect::Bedrock), "chat");
+        assert_eq!(operation(Dialect::BedrockConverse), "chat");
     }
 }

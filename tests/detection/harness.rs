@@ -13,14 +13,16 @@ use loopguard::detect::{Level, Settings, replay};
 use loopguard::dialect::Dialect;
 use serde_json::{Value, json};
 
-/// The dialects the scenarios are rendered into (Ollama's `/api/chat`
-/// among them; `/api/generate` carries no tool calls).
-pub const ALL: [Dialect; 5] = [
+/// The dialects the scenarios are rendered into (Ollama's `/api/chat` and
+/// Bedrock Converse among them; `/api/generate` carries no tool calls, and
+/// `bedrock` reads Anthropic's bodies).
+pub const ALL: [Dialect; 6] = [
     Dialect::OpenaiChat,
     Dialect::OpenaiResponses,
     Dialect::Gemini,
     Dialect::Anthropic,
     Dialect::OllamaChat,
+    Dialect::BedrockConverse,
 ];
 
 /// What a tool returned.
@@ -126,6 +128,7 @@ impl Scenario {
                 items.push(json!({"role": "system", "content": "You are a coding agent."}));
                 items.push(json!({"role": "user", "content": task}));
             }
+            Dialect::BedrockConverse => items.push(json!({"role": "user", "content": [{"text": task}]})),
         }
         for step in &self.steps[..n] {
             if let Step::Compacted(summary) = step {
@@ -158,6 +161,10 @@ impl Scenario {
             }
             Dialect::OllamaChat | Dialect::OllamaGenerate => json!({"model": "m", "messages": items,
                 "tools": names.iter().map(|t| json!({"type": "function", "function": {"name": t, "parameters": {"type": "object"}}})).collect::<Vec<_>>()}),
+            Dialect::BedrockConverse => {
+                json!({"system": [{"text": "You are a coding agent."}], "messages": items,
+                "toolConfig": {"tools": names.iter().map(|t| json!({"toolSpec": {"name": t, "inputSchema": {"json": {"type": "object"}}}})).collect::<Vec<_>>()}})
+            }
         }
     }
 
@@ -289,6 +296,7 @@ fn render(d: Dialect, step: &Step, id: &mut usize, items: &mut Vec<Value>) {
                 json!({"type": "message", "role": "user", "content": [{"type": "input_text", "text": t}]})
             }
             Dialect::Gemini => json!({"role": "user", "parts": [{"text": t}]}),
+            Dialect::BedrockConverse => json!({"role": "user", "content": [{"text": t}]}),
         }),
         Step::Said(t) => items.push(match d {
             Dialect::OpenaiChat | Dialect::OllamaChat | Dialect::OllamaGenerate => json!({"role": "assistant", "content": t}),
@@ -297,12 +305,16 @@ fn render(d: Dialect, step: &Step, id: &mut usize, items: &mut Vec<Value>) {
                 json!({"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": t}]})
             }
             Dialect::Gemini => json!({"role": "model", "parts": [{"text": t}]}),
+            Dialect::BedrockConverse => json!({"role": "assistant", "content": [{"text": t}]}),
         }),
         Step::ServerSearch { query, result } => {
             *id += 1;
             match d {
                 Dialect::OpenaiChat | Dialect::OllamaChat | Dialect::OllamaGenerate => {
                     items.push(json!({"role": "assistant", "content": format!("Searched: {query}")}));
+                }
+                Dialect::BedrockConverse => {
+                    items.push(json!({"role": "assistant", "content": [{"text": format!("Searched: {query}")}]}));
                 }
                 Dialect::OpenaiResponses => {
                     items.push(json!({"type": "web_search_call", "id": format!("ws_{id}"), "status": "completed",
@@ -353,6 +365,15 @@ fn render(d: Dialect, step: &Step, id: &mut usize, items: &mut Vec<Value>) {
                         turn.push(json!({"type": "tool_use", "id": cid, "name": name, "input": args}));
                         results.push(json!({"type": "tool_result", "tool_use_id": cid, "content": result_text(res), "is_error": is_error}));
                     }
+                    Dialect::BedrockConverse => {
+                        turn.push(json!({"toolUse": {"toolUseId": cid, "name": name, "input": args}}));
+                        let content = match res {
+                            Res::Json(v) => json!([{"json": v}]),
+                            _ => json!([{"text": result_text(res)}]),
+                        };
+                        let status = if is_error { "error" } else { "success" };
+                        results.push(json!({"toolResult": {"toolUseId": cid, "content": content, "status": status}}));
+                    }
                 }
             }
             match d {
@@ -369,7 +390,7 @@ fn render(d: Dialect, step: &Step, id: &mut usize, items: &mut Vec<Value>) {
                     items.push(json!({"role": "model", "parts": turn}));
                     items.push(json!({"role": "user", "parts": results}));
                 }
-                Dialect::Anthropic | Dialect::Bedrock => {
+                Dialect::Anthropic | Dialect::Bedrock | Dialect::BedrockConverse => {
                     items.push(json!({"role": "assistant", "content": turn}));
                     items.push(json!({"role": "user", "content": results}));
                 }
@@ -417,6 +438,17 @@ pub fn answer_stream(d: Dialect, deltas: &[String]) -> String {
                     Some("response.output_text.delta"),
                     json!({"type": "response.output_text.delta", "sequence_number": i + 2,
                     "item_id": "m", "output_index": 0, "content_index": 0, "delta": t}),
+                );
+            }
+        }
+        // Converse events as `{"<event-type>": …}` (as the parser reads
+        // them), each framed as one SSE payload for the harness.
+        Dialect::BedrockConverse => {
+            event(None, json!({"messageStart": {"role": "assistant"}}));
+            for t in deltas {
+                event(
+                    None,
+                    json!({"contentBlockDelta": {"contentBlockIndex": 0, "delta": {"text": t}}}),
                 );
             }
         }

@@ -16,7 +16,8 @@
 //! `message_stop`, each a `chunk` event), an abort Bedrock's error shape.
 //! Requests are SigV4-signed by the client over their body: loopguard
 //! never changes one, so a warning is never injected (see README, Bedrock).
-//! `Converse` / `ConverseStream` are not judged (proxied unchanged).
+//! `Converse` / `ConverseStream` are the `bedrock-converse` dialect
+//! ([`crate::dialect::bedrock_converse`]).
 
 pub(crate) mod ending;
 pub mod write;

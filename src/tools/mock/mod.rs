@@ -9,7 +9,8 @@
 //! which streams whatever the body's `stream` says), Claude on Bedrock
 //! (`…/model/{id}/invoke`, and `…/invoke-with-response-stream`, whose
 //! Anthropic events — scripted, or an `anthropic/*.sse` fixture — are sent as
-//! AWS event-stream `chunk`s, one per event) and Ollama's `…/api/chat`
+//! AWS event-stream `chunk`s, one per event), Bedrock's `…/converse` and
+//! `…/converse-stream` (see [`converse`]) and Ollama's `…/api/chat`
 //! and `…/api/generate` (NDJSON unless `stream: false`, see [`ollama`]) with either a recorded
 //! fixture or a scripted turn (see [`script`]), in the mode the request
 //! asked for (SSE — named events for Responses and Anthropic —, streamed
@@ -47,6 +48,7 @@
 //! completed or was dropped by the client), `GET /_mock/stats`.
 
 mod body;
+pub mod converse;
 pub mod fixture;
 mod judge;
 pub mod ollama;
@@ -350,7 +352,7 @@ async fn answer(State(st): State<Arc<MockState>>, request: Request) -> Response 
         mode,
     };
     let pieces = match header_str(&parts.headers, "x-mock-fixture") {
-        Some(name) => recorded(&st, name, mode),
+        Some(name) => recorded(&st, name, mode, path),
         None => scripted(&st, &parts.headers, &asked, &json_body, &controls),
     };
     let pieces = match pieces {
@@ -428,10 +430,11 @@ struct Asked<'a> {
 /// The pieces of recorded fixture `name` (a JSON array's elements for a
 /// Gemini array stream, NDJSON lines, or SSE events); a fixture that cannot
 /// be read is answered with HTTP 404.
-fn recorded(st: &MockState, name: &str, mode: Mode) -> Result<Vec<Vec<u8>>, Box<Response>> {
+fn recorded(st: &MockState, name: &str, mode: Mode, path: &str) -> Result<Vec<Vec<u8>>, Box<Response>> {
     match fixture::read(&st.fixtures, name) {
         Ok(bytes) if mode == Mode::Array => Ok(fixture::json_array_pieces(&fixture::sse_payloads(&bytes))),
         Ok(bytes) if name.ends_with(".ndjson") => Ok(ollama::fixture_lines(&bytes)),
+        Ok(bytes) if converse::streams(path) => Ok(converse::recorded(&bytes)),
         Ok(bytes) => Ok(fixture::sse_events(&bytes)),
         Err(e) => Err(Box::new((StatusCode::NOT_FOUND, e).into_response())),
     }
@@ -507,6 +510,7 @@ fn scripted(
     Ok(match named {
         _ if ollama && mode == Mode::Lines => ollama::stream(&turn, &model, ollama_generate),
         _ if ollama => vec![ollama::whole(&turn, &model, ollama_generate)],
+        _ if converse::is_converse(path) => converse::scripted(&turn, seq, path),
         Some(named) => named_pieces(named, &turn, &model, seq, mode),
         None => scripted_pieces(
             &turn,
