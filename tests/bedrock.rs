@@ -184,6 +184,36 @@ async fn a_request_time_warning_never_changes_the_signed_body() {
     assert!(verdicts.iter().all(|v| v["level"] == "warning"), "{verdicts:?}");
 }
 
+/// A model id's escaped `:` (`v1%3A0`, as the AWS SDKs write it) reaches
+/// the upstream as sent: SigV4 signs the path's escapes. The same path on an
+/// Anthropic route is forwarded decoded, as every other route's.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_bedrock_path_reaches_the_upstream_with_its_escapes() {
+    let (mock, lg) = start("");
+    let escaped = "/bedrock/model/anthropic.claude-3-haiku-20240307-v1%3A0/invoke-with-response-stream";
+    let got = send(
+        &lg.url(),
+        escaped,
+        &history("read the notes", 0),
+        &[("x-mock-script", TEXT)],
+    )
+    .await;
+    assert_eq!(got.status, 200);
+    let recorded = mock_requests(&mock).await;
+    let last = recorded.last().cloned().unwrap_or_default();
+    assert_eq!(
+        last["path"], "/model/anthropic.claude-3-haiku-20240307-v1%3A0/invoke-with-response-stream",
+        "{last}"
+    );
+    // Judged all the same: the decoded path names the dialect.
+    let text = metrics(&lg).await;
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("loopguard_requests_total{") && l.contains("dialect=\"bedrock\"")),
+        "not judged as bedrock: {text}"
+    );
+}
+
 /// block × request time × stream and whole: five identical cycles are
 /// answered without calling upstream: a complete, valid event stream
 /// (`message_start` … `message_stop`, `end_turn`, every CRC right), or one

@@ -150,6 +150,30 @@ pub(super) async fn admit<'c>(
     })
 }
 
+/// On a Bedrock route, the upstream URL with the path as the client sent it:
+/// SigV4 signs the path's escapes (an SDK writes a model id's `:` as `%3A`,
+/// and AWS checks the signature over the path it receives), so the decoded
+/// spelling that is routed and judged would fail the signature. The path
+/// was checked as safe already; it is kept only when it matches the same
+/// route.
+fn signed_path<'c>(
+    config: &'c Config,
+    raw: &str,
+    query: Option<&str>,
+    matched: route::Matched<'c>,
+) -> route::Matched<'c> {
+    if matched.route.provider != crate::config::Provider::Bedrock {
+        return matched;
+    }
+    match route::resolve(&config.routes, raw, query) {
+        Some(as_sent) if std::ptr::eq(as_sent.route, matched.route) => route::Matched {
+            upstream_url: as_sent.upstream_url,
+            ..matched
+        },
+        _ => matched,
+    }
+}
+
 /// The request's normalised path and its route, or the answer that refuses
 /// it: HTTP 400 for an unsafe path or a misrouted request, 404 without a
 /// route.
@@ -187,7 +211,7 @@ fn routed<'c>(
     if let Some(wanted) = route::misrouted(matched.route, &path, query, &parts.headers) {
         return Err(Box::new(misrouted(config, matched.route, wanted, &path)));
     }
-    Ok((path, matched))
+    Ok((path, signed_path(config, parts.uri.path(), query, matched)))
 }
 
 /// Reads the request body under `server.max_request_bytes` and the client
