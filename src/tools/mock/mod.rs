@@ -359,7 +359,15 @@ async fn answer(State(st): State<Arc<MockState>>, request: Request) -> Response 
         Ok(pieces) => pieces,
         Err(refused) => return *refused,
     };
-    framed(&st, &parts.headers, pieces, mode, bedrock_stream, controls)
+    let converse_stream = converse::streams(path);
+    framed(
+        &st,
+        &parts.headers,
+        pieces,
+        mode,
+        (bedrock_stream, converse_stream),
+        controls,
+    )
 }
 
 /// Counts a request and keeps it for `GET /mock/requests`.
@@ -526,14 +534,18 @@ fn scripted(
 
 /// The response carrying `pieces`: its content type, the bodies re-framed
 /// for Bedrock's event stream, and the `corrupt` and `gzip` faults.
+/// `streams`: an `InvokeModelWithResponseStream` answer (pieces to re-frame
+/// as `chunk`s), a `ConverseStream` one (framed already); either is served
+/// as an event stream.
 fn framed(
     st: &Arc<MockState>,
     request_headers: &HeaderMap,
     pieces: Vec<Vec<u8>>,
     mode: Mode,
-    bedrock_stream: bool,
+    streams: (bool, bool),
     controls: Controls,
 ) -> Response {
+    let (bedrock_stream, converse_stream) = streams;
     // A recorded stream is served as the stream it is, whatever the request asked.
     let recorded_stream = mode != Mode::Array && header_str(request_headers, "x-mock-fixture").is_some();
     let ndjson = mode == Mode::Lines
@@ -546,7 +558,7 @@ fn framed(
     } else {
         pieces
     };
-    let content_type = if bedrock_stream {
+    let content_type = if bedrock_stream || converse_stream {
         crate::dialect::bedrock::EVENT_STREAM
     } else if ndjson {
         "application/x-ndjson"
