@@ -42,6 +42,7 @@ fn transcript(cycles: usize) -> Transcript {
         tools: vec!["read_file".into(), "edit_file".into()],
         messages: messages.into(),
         compactions: 0,
+        lineage: Default::default(),
     }
 }
 

@@ -85,6 +85,8 @@ mod compaction_tests;
 #[cfg(test)]
 mod config_tests;
 #[cfg(test)]
+mod known_tests;
+#[cfg(test)]
 mod novelty_tests;
 #[cfg(test)]
 mod rewrite_tests;

@@ -27,7 +27,7 @@ use super::compaction_storm;
 use super::engine;
 use super::replay_storm::{self, Repeats};
 use super::settings::Settings;
-use super::step::{Cycle, Step, StepKind};
+use super::step::{Cycle, Known, Step, StepKind};
 use super::verdict::{Verdict, rank};
 use super::view::{Guard, View};
 use crate::transcript::{ToolCall, Transcript};
@@ -92,6 +92,10 @@ pub struct SessionState {
     guard: Option<Guard>,
     /// The current run of identical requests (`replay_storm`).
     repeats: Repeats,
+    /// The items of the previous request's stable messages, for the next
+    /// request with the same turns ([`Known`]); not stored.
+    #[serde(skip)]
+    known: Known,
 }
 
 impl SessionState {

@@ -7,6 +7,7 @@
 //! into [`Step`]s. Calls with no result anywhere in the request are not
 //! cycles (their outcome is unknown); exempt tools produce nothing at all.
 
+mod known;
 mod user;
 
 use std::collections::{HashMap, VecDeque};
@@ -16,8 +17,8 @@ use super::json_volatile;
 use super::outcome::{Outcome, hash64, hash64_parts, outcome_for};
 use super::settings::Settings;
 use crate::transcript::{
-    Arguments, CallHashes, Message, ResultContent, Role, Signature, ToolCall, ToolResult, Transcript,
-    canonical_json_prefix,
+    Arguments, CallHashes, Lineage, Message, ResultContent, Role, Signature, ToolCall, ToolResult,
+    Transcript, canonical_json_prefix,
 };
 
 /// Longest argument preview kept per cycle, in characters.
@@ -111,6 +112,7 @@ impl Step {
 }
 
 pub(crate) use crate::transcript::UserText;
+pub(crate) use known::{Kind, Known};
 pub(crate) use user::{classify_user, own_text};
 use user::{user_patterns, user_read};
 
@@ -150,14 +152,6 @@ impl Item {
             Self::User { .. } => 1,
             Self::Said { .. } => 2,
             Self::Cycle { shape, .. } => *shape,
-        }
-    }
-
-    /// The call id's hash, for a cycle whose dialect carries one.
-    pub(crate) fn ident(&self) -> Option<u64> {
-        match self {
-            Self::Cycle { ident, .. } => *ident,
-            _ => None,
         }
     }
 }
@@ -358,10 +352,64 @@ impl Draft<'_> {
             Self::Cycle(found) => found.shape,
         }
     }
+
+    fn kind(&self) -> Kind {
+        match self {
+            Self::Item(Item::User { text, .. }) => Kind::User(*text),
+            Self::Item(Item::Said { .. }) => Kind::Said,
+            Self::Item(Item::Cycle { .. }) | Self::Cycle(_) => Kind::Cycle,
+        }
+    }
 }
 
 fn shape_of(name: &str) -> u64 {
     hash64(name.as_bytes()) | 4
+}
+
+/// A request's items as absorbing reads them (see [`extract`]): every
+/// item's keys, shape and kind, and from `first_fresh` on the items
+/// themselves (the ones before were read from the lane's previous request,
+/// [`Known`]), cycles materialised from `start`, the alignment point, on.
+pub(crate) struct Extracted {
+    pub keys: Vec<u64>,
+    pub idents: Vec<Option<u64>>,
+    pub shapes: Vec<u64>,
+    pub kinds: Vec<Kind>,
+    /// Items `first_fresh..`, in order.
+    pub fresh: Vec<Item>,
+    pub first_fresh: usize,
+    /// The first item not absorbed yet (at least `first_fresh`).
+    pub start: usize,
+    /// What the next request of the same turns may take unread: the
+    /// messages before this index, which made the first `next.1` items.
+    next: (usize, usize),
+    lineage: Lineage,
+    patterns: u64,
+}
+
+impl Extracted {
+    /// The items the next request with the same turns takes unread (see
+    /// [`Known`]); nothing when the turns are no kept chain's.
+    pub(crate) fn into_known(self) -> Known {
+        let (messages, count) = self.next;
+        if !self.lineage.is_some() || count > Known::MAX_ITEMS {
+            return Known::default();
+        }
+        let mut known = Known {
+            lineage: self.lineage,
+            patterns: self.patterns,
+            messages,
+            keys: self.keys,
+            idents: self.idents,
+            shapes: self.shapes,
+            kinds: self.kinds,
+        };
+        known.keys.truncate(count);
+        known.idents.truncate(count);
+        known.shapes.truncate(count);
+        known.kinds.truncate(count);
+        known
+    }
 }
 
 /// Extracts the items of a request, in order, and the alignment point that
@@ -369,37 +417,73 @@ fn shape_of(name: &str) -> u64 {
 /// known to the session and never judged again, so their outcomes are not
 /// computed (no normalisation, no SHA-256) unless their key needs one (a
 /// call without an id): the cost of a request follows what is new in it.
+///
+/// The items of the messages `known` read from the lane's previous request
+/// are taken as read then, when this request has the same turns
+/// ([`Lineage`]) and user-text patterns: a long conversation's turn drafts
+/// its last turns only. When the alignment point falls among them (the
+/// session's previous request was another one), every item is drafted
+/// again and aligned once more.
 pub(crate) fn extract(
     transcript: &Transcript,
     s: &Settings,
-    align: impl FnOnce(&Keys) -> usize,
-) -> (Vec<Item>, usize) {
-    let drafts = drafts(transcript, s);
-    let keys: Vec<u64> = drafts.iter().map(Draft::key).collect();
-    let idents: Vec<Option<u64>> = drafts.iter().map(Draft::ident).collect();
-    let shapes: Vec<u64> = drafts.iter().map(Draft::shape).collect();
+    known: &Known,
+    mut align: impl FnMut(&Keys) -> usize,
+) -> Extracted {
+    let patterns = user_patterns(s);
+    let nothing = Known::default();
+    let known = if known.reusable(transcript, patterns) {
+        known
+    } else {
+        &nothing
+    };
+    extract_from(transcript, s, known, patterns, &mut align)
+}
+
+/// [`extract`] with the items of `known` taken as read (all of them drafted
+/// again when the alignment point falls among them).
+fn extract_from(
+    transcript: &Transcript,
+    s: &Settings,
+    known: &Known,
+    patterns: u64,
+    align: &mut impl FnMut(&Keys) -> usize,
+) -> Extracted {
+    let from = known.messages;
+    let (drafts, next) = drafts(transcript, s, from, patterns);
+    let first_fresh = known.keys.len();
+    let next = (next.0, first_fresh + next.1);
+    let keys = joined(&known.keys, &drafts, Draft::key);
+    let shapes = joined(&known.shapes, &drafts, Draft::shape);
+    let idents = joined(&known.idents, &drafts, Draft::ident);
+    let kinds = joined(&known.kinds, &drafts, Draft::kind);
     let start = align(&Keys {
         keys: &keys,
         idents: &idents,
         shapes: &shapes,
     });
-    let previous: Vec<Option<&ToolResult>> = (start..drafts.len())
-        .map(|i| previous_result(&drafts, i, s))
+    if start < first_fresh {
+        return extract_from(transcript, s, &Known::default(), patterns, align);
+    }
+    let earlier = &transcript.messages[..from];
+    let previous: Vec<Option<&ToolResult>> = (start - first_fresh..drafts.len())
+        .map(|j| previous_result(&drafts, j, transcript, earlier, s))
         .collect();
-    let items = drafts
+    let fresh = drafts
         .into_iter()
         .enumerate()
-        .map(|(i, draft)| match draft {
+        .map(|(j, draft)| match draft {
             Draft::Item(item) => item,
             Draft::Cycle(found) => Item::Cycle {
                 key: found.key,
                 ident: found.ident,
                 shape: found.shape,
-                cycle: (i >= start).then(|| {
+                cycle: (first_fresh + j >= start).then(|| {
                     let mut outcome = found
                         .outcome
                         .unwrap_or_else(|| outcome_for(found.result, Some(found.call), s));
-                    if let Some(previous) = previous.get(i - start).copied().flatten() {
+                    let at = first_fresh + j - start;
+                    if let Some(previous) = previous.get(at).copied().flatten() {
                         outcome = json_volatile::successive(outcome, previous, found.result, s);
                     }
                     Cycle::of(found.call, Some(outcome), &transcript.tools, s)
@@ -408,14 +492,40 @@ pub(crate) fn extract(
             },
         })
         .collect();
-    (items, start)
+    Extracted {
+        keys,
+        idents,
+        shapes,
+        kinds,
+        fresh,
+        first_fresh,
+        start,
+        next,
+        lineage: transcript.lineage,
+        patterns,
+    }
 }
 
-/// The previous result of the call of cycle `i`, for a JSON result
+/// `known` followed by what `f` reads of each draft.
+fn joined<'t, T: Copy>(known: &[T], drafts: &[Draft<'t>], f: impl Fn(&Draft<'t>) -> T) -> Vec<T> {
+    let mut all = Vec::with_capacity(known.len() + drafts.len());
+    all.extend_from_slice(known);
+    all.extend(drafts.iter().map(f));
+    all
+}
+
+/// The previous result of the call of draft `j`, for a JSON result
 /// (`json_volatile`): the result of the latest earlier cycle of the same
-/// tool, when that call has the same identity or spelling-free key.
-fn previous_result<'t>(drafts: &[Draft<'t>], i: usize, s: &Settings) -> Option<&'t ToolResult> {
-    let Some(Draft::Cycle(found)) = drafts.get(i) else {
+/// tool, when that call has the same identity or spelling-free key. The
+/// cycles before the drafts are those of the `earlier` messages.
+fn previous_result<'t>(
+    drafts: &[Draft<'t>],
+    j: usize,
+    transcript: &'t Transcript,
+    earlier: &'t [Message],
+    s: &Settings,
+) -> Option<&'t ToolResult> {
+    let Some(Draft::Cycle(found)) = drafts.get(j) else {
         return None;
     };
     let json = match &found.result.content {
@@ -425,23 +535,69 @@ fn previous_result<'t>(drafts: &[Draft<'t>], i: usize, s: &Settings) -> Option<&
     if !json {
         return None;
     }
-    let before = drafts[..i].iter().rev().find_map(|d| match d {
-        Draft::Cycle(f) if f.call.name == found.call.name => Some(f),
-        _ => None,
-    })?;
+    let name = found.call.name.as_str();
+    let before = drafts[..j]
+        .iter()
+        .rev()
+        .find_map(|d| match d {
+            Draft::Cycle(f) if f.call.name == name => Some((f.call, f.result)),
+            _ => None,
+        })
+        .or_else(|| latest_cycle(transcript, earlier.len(), name, s))?;
     // The same call, or a respelling of it (a cache buster in the URL).
-    let same = before.call.signature == found.call.signature
-        || super::identity::of(before.call, s) == super::identity::of(found.call, s)
-        || super::identity::loose(before.call, s) == super::identity::loose(found.call, s);
-    same.then_some(before.result)
+    let same = before.0.signature == found.call.signature
+        || super::identity::of(before.0, s) == super::identity::of(found.call, s)
+        || super::identity::loose(before.0, s) == super::identity::loose(found.call, s);
+    same.then_some(before.1)
 }
 
-fn drafts<'t>(transcript: &'t Transcript, s: &Settings) -> Vec<Draft<'t>> {
+/// The call and result of the latest cycle of tool `name` drafted from the
+/// transcript's messages before `end` (the ones [`Known`] read unread).
+fn latest_cycle<'t>(
+    transcript: &'t Transcript,
+    end: usize,
+    name: &str,
+    s: &Settings,
+) -> Option<(&'t ToolCall, &'t ToolResult)> {
     let messages = &transcript.messages;
-    let mut items = Vec::with_capacity(messages.len());
     let mut results = Results::new();
-    let patterns = user_patterns(s);
-    for (i, message) in messages.iter().enumerate() {
+    let mut drafts = Vec::new();
+    (0..end).rev().find_map(|i| {
+        let message = &messages[i];
+        if message.role != Role::Assistant || !message.tool_calls.iter().any(|c| c.name == name) {
+            return None;
+        }
+        drafts.clear();
+        push_cycles(message, &messages[i + 1..], s, &mut results, &mut drafts);
+        drafts.iter().rev().find_map(|d| match d {
+            Draft::Cycle(f) if f.call.name == name => Some((f.call, f.result)),
+            _ => None,
+        })
+    })
+}
+
+/// The drafts of the messages from `from` on, and what the next request of
+/// the same turns may take unread: the messages before the last assistant
+/// turn (whose results may still grow) and before the last message (which
+/// a part may still join), and how many of the drafts they made.
+fn drafts<'t>(
+    transcript: &'t Transcript,
+    s: &Settings,
+    from: usize,
+    patterns: u64,
+) -> (Vec<Draft<'t>>, (usize, usize)) {
+    let messages = &transcript.messages;
+    let mut items = Vec::with_capacity(messages.len().saturating_sub(from));
+    let mut results = Results::new();
+    let stable = messages
+        .iter()
+        .rposition(|m| m.role == Role::Assistant)
+        .unwrap_or(messages.len().saturating_sub(1));
+    let mut next = None;
+    for (i, message) in messages.iter().enumerate().skip(from) {
+        if i == stable {
+            next = Some((stable, items.len()));
+        }
         match message.role {
             Role::Assistant if message.tool_calls.is_empty() => {
                 let text = message.text.trim();
@@ -465,7 +621,14 @@ fn drafts<'t>(transcript: &'t Transcript, s: &Settings) -> Vec<Draft<'t>> {
             Role::Tool | Role::System => {}
         }
     }
-    items
+    // Nothing drafted here is stable (an empty history, or the stable part
+    // all known already): the next request takes what this one took.
+    let next = next.unwrap_or(if stable < from {
+        (from, 0)
+    } else {
+        (messages.len().min(from), items.len())
+    });
+    (items, next)
 }
 
 fn push_cycles<'t>(

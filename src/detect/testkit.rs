@@ -29,6 +29,7 @@ impl Builder {
             tools: tools.iter().map(|s| (*s).to_owned()).collect(),
             messages: vec![Message::text(Role::User, "Fix the failing test in the repo.")].into(),
             compactions: 0,
+            lineage: Default::default(),
         };
         Self {
             dialect,

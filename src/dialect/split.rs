@@ -203,7 +203,10 @@ pub fn resume_with<'a>(
         return Err(shape("no history array before the known items' end"));
     }
     // The known items: jumped over. The new ones: scanned.
-    let mut items: Vec<&'a RawValue> = vec![RawValue::NULL; from.items];
+    // Room for a turn's few new items: the placeholders are not copied
+    // again by the first push.
+    let mut items: Vec<&'a RawValue> = Vec::with_capacity(from.items + 8);
+    items.resize(from.items, RawValue::NULL);
     at = skip_space(body, from.at);
     loop {
         match body.get(at) {

@@ -68,6 +68,7 @@ use crate::budget::{Estimate, Reservation, estimate};
 use crate::detect::Settings;
 use crate::dialect::split::{SplitRequest, assemble, assemble_shared};
 use crate::dialect::{Dialect, DialectError, HistoryItem, ParsedRequest};
+use crate::transcript::Lineage;
 
 /// Most bytes the store keeps, all chains together (128 MiB: a kept chain
 /// weighs its items and its assembled turns, so this keeps as many
@@ -310,7 +311,11 @@ impl ChainStore {
             chain.bytes = split
                 .history_end
                 .and_then(|len| self.byte_prefix(groups, body, len));
-            let parsed = assemble_shared(split.head, &chain.items, Arc::clone(&chain.turns));
+            if !chain.lineage.is_some() {
+                chain.lineage = Lineage::fresh();
+            }
+            let mut parsed = assemble_shared(split.head, &chain.items, Arc::clone(&chain.turns));
+            parsed.transcript.lineage = chain.lineage;
             self.put_back(chain);
             parsed
         } else {

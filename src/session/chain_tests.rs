@@ -290,6 +290,38 @@ fn a_request_shares_the_chain_turns_and_an_earlier_one_keeps_its_own() {
     );
 }
 
+/// The turns of one kept chain carry one lineage while they only grow; a
+/// request cut short of them gets turns of its own, under another.
+#[test]
+fn a_chain_turns_keep_their_lineage_while_they_grow() {
+    let s = store();
+    let mut history = vec![
+        json!({"role": "user", "content": "go"}),
+        call("c1", "read"),
+        result("c1", "a"),
+    ];
+    let first = s.parse(Dialect::OpenaiChat, SCOPE, &openai(&history)).unwrap();
+    history.extend([call("c2", "read"), result("c2", "b")]);
+    let second = s.parse(Dialect::OpenaiChat, SCOPE, &openai(&history)).unwrap();
+    let cut = s
+        .parse(Dialect::OpenaiChat, SCOPE, &openai(&history[..2]))
+        .unwrap();
+    let alone = Dialect::OpenaiChat.parse_request(&openai(&history)).unwrap();
+    assert!(first.transcript.lineage.is_some());
+    assert!(
+        first.transcript.lineage.same(second.transcript.lineage),
+        "appended"
+    );
+    assert!(
+        !cut.transcript.lineage.same(second.transcript.lineage),
+        "cut short"
+    );
+    assert!(
+        !alone.transcript.lineage.is_some(),
+        "a full parse has no kept turns"
+    );
+}
+
 /// A retry of the same body parses nothing again.
 #[test]
 fn a_retry_reuses_every_item() {

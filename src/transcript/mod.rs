@@ -47,6 +47,49 @@ pub struct Transcript {
     /// Opaque compaction items the history carries (OpenAI Responses
     /// `compaction`): one more than in the previous request is a compaction.
     pub compactions: usize,
+    /// Which kept history `messages` are the turns of, when they are a kept
+    /// hash chain's ([`crate::session::chain`]): not part of a comparison or
+    /// a serialised form.
+    #[serde(skip)]
+    pub lineage: Lineage,
+}
+
+/// A stamp shared by the turns of one kept hash chain from the time they
+/// are first assembled: while a chain keeps its stamp its turns only grow
+/// (turns are appended, or a part joined to the last turn), so two
+/// transcripts with the same stamp agree on every turn but the last of the
+/// shorter one. Detection reads the items of those turns once
+/// ([`crate::detect::step`]). `Lineage::NONE` (the default) stamps turns
+/// of no kept chain. Never part of a comparison.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Lineage(u64);
+
+impl Lineage {
+    /// No kept chain's turns.
+    pub const NONE: Self = Self(0);
+
+    /// A stamp no other turns have had in this process.
+    pub fn fresh() -> Self {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        static NEXT: AtomicU64 = AtomicU64::new(1);
+        Self(NEXT.fetch_add(1, Ordering::Relaxed))
+    }
+
+    /// Whether these are a kept chain's turns.
+    pub fn is_some(self) -> bool {
+        self.0 != 0
+    }
+
+    /// Whether both stamps name the same kept chain's turns.
+    pub fn same(self, other: Self) -> bool {
+        self.is_some() && self.0 == other.0
+    }
+}
+
+impl PartialEq for Lineage {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
 }
 
 impl Transcript {

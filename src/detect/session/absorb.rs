@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use super::{Absorbed, SessionState};
 use crate::detect::settings::Settings;
-use crate::detect::step::{Cycle, Item, Step, StepKind, UserText, extract};
+use crate::detect::step::{Cycle, Extracted, Item, Kind, Known, Step, StepKind, UserText, extract};
 use crate::transcript::Transcript;
 
 /// Previous-request keys kept for alignment.
@@ -59,30 +59,44 @@ impl SessionState {
     ) -> Absorbed {
         self.declared.clone_from(&transcript.tools);
         let mut identity = None;
-        let (items, start) = extract(transcript, settings, |keys| {
+        let nothing = Known::default();
+        let known = match carries {
+            Carries::Whole => &self.known,
+            Carries::New => &nothing,
+        };
+        let extracted = extract(transcript, settings, known, |keys| {
             identity = Some(request_identity(keys.keys));
             match carries {
                 Carries::Whole => self.align(keys),
                 Carries::New => 0,
             }
         });
+        let Extracted {
+            ref keys,
+            ref kinds,
+            ref fresh,
+            first_fresh,
+            start,
+            ..
+        } = extracted;
         // A first prompt (no model turn yet) sent n times is sampling
         // (best-of-n, pass@k), not a client resending a conversation.
-        let conversation = items.iter().any(|i| !matches!(i, Item::User { .. }));
+        let conversation = kinds.iter().any(|k| !matches!(k, Kind::User(_)));
         if let (Carries::Whole, Some(identity), true) = (carries, identity, conversation) {
             self.count_repeat(identity, now, settings);
         }
         let mut absorbed = Absorbed::default();
         let mut prev_canned = false;
-        for (i, item) in items.iter().enumerate() {
+        for (i, (kind, key)) in kinds.iter().zip(keys).enumerate() {
             if i < start {
-                prev_canned = self.resent(item);
+                prev_canned = self.resent(*kind, *key);
                 continue;
             }
             // A canned reply answers a model turn: right after the assistant,
             // or right after another canned reply (recordings and some agents
             // drop the empty model turns between a run of format reminders).
-            let after_assistant = (i > 0 && !matches!(items[i - 1], Item::User { .. })) || prev_canned;
+            let after_assistant = (i > 0 && !matches!(kinds[i - 1], Kind::User(_))) || prev_canned;
+            let item = &fresh[i - first_fresh];
             let (kind, canned) = self.step_of(item, after_assistant, &mut absorbed);
             if let Some(kind) = kind {
                 self.push(kind, item.key(), now, settings);
@@ -90,7 +104,11 @@ impl SessionState {
             }
             prev_canned = canned;
         }
-        self.remember_items(&items);
+        self.remember_items(&extracted);
+        self.known = match carries {
+            Carries::Whole => extracted.into_known(),
+            Carries::New => Known::default(),
+        };
         absorbed
     }
 
@@ -110,24 +128,14 @@ impl SessionState {
             .observe(identity, now, settings.replay_storm_window, keep);
     }
 
-    /// An item before the alignment point (already absorbed): only the
-    /// person's own text is remembered again. Returns whether it is a
-    /// canned reply.
-    fn resent(&mut self, item: &Item) -> bool {
-        if let Item::User {
-            key,
-            text: UserText::Own,
-        } = item
-        {
-            self.remember_user(*key);
+    /// An item before the alignment point (already absorbed), of `kind`
+    /// and merge key `key`: only the person's own text is remembered again.
+    /// Returns whether it is a canned reply.
+    fn resent(&mut self, kind: Kind, key: u64) -> bool {
+        if kind == Kind::User(UserText::Own) {
+            self.remember_user(key);
         }
-        matches!(
-            item,
-            Item::User {
-                text: UserText::Canned,
-                ..
-            }
-        )
+        kind == Kind::User(UserText::Canned)
     }
 
     /// The step a new item makes, if any, and whether it is a canned reply.
@@ -201,18 +209,21 @@ impl SessionState {
 
     /// Remembers the request's items for aligning the next one: their
     /// count, tail keys, anchors and shapes.
-    fn remember_items(&mut self, items: &[Item]) {
-        let n = items.len();
+    fn remember_items(&mut self, items: &Extracted) {
+        let n = items.keys.len();
         self.seen_items = n;
-        self.tail = items.iter().rev().take(TAIL_KEYS).rev().map(Item::key).collect();
+        self.tail.clear();
+        self.tail
+            .extend_from_slice(&items.keys[n.saturating_sub(TAIL_KEYS)..]);
         self.anchors = items
+            .idents
             .iter()
             .enumerate()
             .rev()
-            .filter_map(|(i, item)| item.ident().map(|id| (id, n - 1 - i)))
+            .filter_map(|(i, ident)| ident.map(|id| (id, n - 1 - i)))
             .take(ANCHORS)
             .collect();
-        self.shapes = items.iter().map(Item::shape).collect();
+        self.shapes.clone_from(&items.shapes);
         self.realign = false;
     }
 

@@ -74,6 +74,7 @@ fn head(root: &Map<String, Value>) -> ParsedRequest {
             tools,
             messages: Default::default(),
             compactions: 0,
+            lineage: Default::default(),
         },
         stream: false,
         include_usage: false,

@@ -7,7 +7,7 @@ use std::time::Instant;
 use crate::dialect::HistoryItem;
 use crate::dialect::split::push_turns;
 use crate::session::size::parsed_size;
-use crate::transcript::Message;
+use crate::transcript::{Lineage, Message};
 
 /// One history's items: their chain hashes and parses, and the turns they
 /// assemble into.
@@ -24,6 +24,10 @@ pub(super) struct Chain {
     /// 500 KB history's request (issue #14). While no request holds them
     /// any more, the next one extends them in place.
     pub(super) turns: Arc<Vec<Message>>,
+    /// The stamp of `turns` (see [`Lineage`]): given when they are first
+    /// handed to a request, kept while they only grow. A prefix copied
+    /// from another chain assembles turns of its own, so it starts without.
+    pub(super) lineage: Lineage,
     /// How many of `items` have their turns in `turns` (a prefix copied
     /// from another chain has none until [`Chain::build_turns`]).
     pub(super) built: usize,

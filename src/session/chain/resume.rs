@@ -111,7 +111,8 @@ impl ChainStore {
         }
         self.resumed.fetch_add(1, Ordering::Relaxed);
         metrics::counter!("loopguard_parse_resumed_total").increment(1);
-        let mut hashes = chain.hashes.clone();
+        let mut hashes = Vec::with_capacity(split.items.len());
+        hashes.extend_from_slice(&chain.hashes);
         hashes.extend(chain_hashes(self.seed, last, &split.items[chain.hashes.len()..]));
         Some((split, hashes, chain))
     }
