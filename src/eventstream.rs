@@ -264,6 +264,16 @@ pub fn encode(headers: &[(&str, &str)], payload: &[u8]) -> Vec<u8> {
     out
 }
 
+/// Every message of `body`, decoded at once: a helper of the Bedrock
+/// dialects' tests (panics on a malformed message).
+#[cfg(test)]
+#[expect(clippy::unwrap_used, reason = "test helper")]
+pub(crate) fn decode(body: &[u8]) -> Vec<Message> {
+    let mut out = Vec::new();
+    Decoder::default().push(body, &mut out).unwrap();
+    out
+}
+
 #[cfg(test)]
 #[expect(clippy::unwrap_used, reason = "test")]
 mod tests {

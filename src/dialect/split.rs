@@ -176,17 +176,61 @@ pub fn resume_with<'a>(
     parse: ItemParser,
     from: Resume,
 ) -> Result<SplitRequest<'a>, DialectError> {
-    let shape = |what: &str| DialectError::Shape(format!("resumed split: {what}"));
     // The bytes before `from.at` were an earlier body's, checked then (the
     // offset is just past an item: a character boundary).
     utf8(body.get(from.at..).unwrap_or_default())?;
     let mut envelope = Map::new();
+    let at = fields_before_history(body, key, &mut envelope)?;
+    if body.get(at) != Some(&b'[') || from.at <= at || from.at > body.len() || from.items == 0 {
+        return Err(resumed("no history array before the known items' end"));
+    }
+    // The known items: jumped over (with room for a turn's new ones).
+    let mut items: Vec<&'a RawValue> = Vec::with_capacity(from.items + 8);
+    items.resize(from.items, RawValue::NULL);
+    let close = new_items(body, from.at, &mut items)?;
+    let history_end = match items.get(from.items..).and_then(<[_]>::last) {
+        Some(raw) => end_in(body, raw),
+        None => from.at,
+    };
+    // The fields after the history: taken as read before when their bytes
+    // are the same, else read.
+    let tail = body.get(close + 1..).unwrap_or_default();
+    let digest = xxhash_rust::xxh3::xxh3_128(tail);
+    let after = match from.after.filter(|k| k.len == tail.len() && k.digest == digest) {
+        Some(known) => known,
+        None => {
+            fields_after_history(body, close + 1, key, &mut envelope)?;
+            Arc::new(AfterHistory {
+                len: tail.len(),
+                digest,
+                head: head(&envelope),
+            })
+        }
+    };
+    let mut split = SplitRequest::new(after.head.clone(), items, parse);
+    split.history_end = Some(history_end);
+    split.after = Some(after);
+    Ok(split)
+}
+
+/// The error of a body that does not resume: `what` is wrong with it.
+fn resumed(what: &str) -> DialectError {
+    DialectError::Shape(format!("resumed split: {what}"))
+}
+
+/// Reads the fields of the body's object before its history key into
+/// `envelope`: the offset of the history's value (whitespace skipped).
+#[inline]
+fn fields_before_history(
+    body: &[u8],
+    key: &str,
+    envelope: &mut Map<String, Value>,
+) -> Result<usize, DialectError> {
     let mut at = skip_space(body, 0);
     if body.get(at) != Some(&b'{') {
-        return Err(shape("not an object"));
+        return Err(resumed("not an object"));
     }
     at += 1;
-    // The fields before the history: read, up to its key.
     loop {
         at = skip_space(body, at);
         let (name, next) = next_value::<String>(body, at)?;
@@ -198,16 +242,18 @@ pub fn resume_with<'a>(
         envelope.insert(name, value);
         at = expect(body, next, b',')?;
     }
-    at = skip_space(body, at);
-    if body.get(at) != Some(&b'[') || from.at <= at || from.at > body.len() || from.items == 0 {
-        return Err(shape("no history array before the known items' end"));
-    }
-    // The known items: jumped over. The new ones: scanned.
-    // Room for a turn's few new items: the placeholders are not copied
-    // again by the first push.
-    let mut items: Vec<&'a RawValue> = Vec::with_capacity(from.items + 8);
-    items.resize(from.items, RawValue::NULL);
-    at = skip_space(body, from.at);
+    Ok(skip_space(body, at))
+}
+
+/// Scans the history's items after the known ones, which end at `known_end`,
+/// onto `items`: the offset of the history's closing `]`.
+#[inline]
+fn new_items<'a>(
+    body: &'a [u8],
+    known_end: usize,
+    items: &mut Vec<&'a RawValue>,
+) -> Result<usize, DialectError> {
+    let mut at = skip_space(body, known_end);
     loop {
         match body.get(at) {
             Some(b',') => {
@@ -215,59 +261,48 @@ pub fn resume_with<'a>(
                 items.push(raw);
                 at = skip_space(body, next);
             }
-            Some(b']') => break,
-            _ => return Err(shape("the known items do not end where they did")),
+            Some(b']') => return Ok(at),
+            _ => return Err(resumed("the known items do not end where they did")),
         }
     }
-    let history_end = match items.get(from.items..).and_then(<[_]>::last) {
-        Some(raw) => end_in(body, raw),
-        None => from.at,
-    };
-    // The fields after the history: taken as read before when their bytes
-    // are the same, else read.
-    let tail = body.get(at + 1..).unwrap_or_default();
-    let digest = xxhash_rust::xxh3::xxh3_128(tail);
-    if let Some(known) = from.after.filter(|k| k.len == tail.len() && k.digest == digest) {
-        let mut split = SplitRequest::new(known.head.clone(), items, parse);
-        split.history_end = Some(history_end);
-        split.after = Some(known);
-        return Ok(split);
-    }
-    at = skip_space(body, at + 1);
+}
+
+/// Reads the fields of the body's object after its history, from `from`
+/// (just past the history's `]`), into `envelope`, up to the object's end,
+/// which must end the body.
+#[inline]
+fn fields_after_history(
+    body: &[u8],
+    from: usize,
+    key: &str,
+    envelope: &mut Map<String, Value>,
+) -> Result<(), DialectError> {
+    let mut at = skip_space(body, from);
     loop {
         match body.get(at) {
             Some(b',') => {
                 let (name, next) = next_value::<String>(body, skip_space(body, at + 1))?;
                 if name == key {
-                    return Err(shape("the history key repeats"));
+                    return Err(resumed("the history key repeats"));
                 }
                 at = expect(body, next, b':')?;
                 let (value, next) = next_field(&name, body, at)?;
                 // Read on its own, a value may nest one level deeper than
                 // inside the body's object: the full split refuses that.
                 if nesting(&value) >= MAX_NESTING {
-                    return Err(shape("a field nests past serde_json's limit"));
+                    return Err(resumed("a field nests past serde_json's limit"));
                 }
                 envelope.insert(name, value);
                 at = skip_space(body, next);
             }
             Some(b'}') => break,
-            _ => return Err(shape("not an object")),
+            _ => return Err(resumed("not an object")),
         }
     }
     if skip_space(body, at + 1) != body.len() {
-        return Err(shape("trailing characters"));
+        return Err(resumed("trailing characters"));
     }
-    let head = head(&envelope);
-    let after = AfterHistory {
-        len: tail.len(),
-        digest,
-        head: head.clone(),
-    };
-    let mut split = SplitRequest::new(head, items, parse);
-    split.history_end = Some(history_end);
-    split.after = Some(Arc::new(after));
-    Ok(split)
+    Ok(())
 }
 
 /// Levels a field of the body's object may not reach: serde_json refuses
@@ -308,8 +343,6 @@ fn expect(body: &[u8], at: usize, byte: u8) -> Result<usize, DialectError> {
     }
 }
 
-/// One JSON value of type `T` starting at `at` (after optional whitespace),
-/// and the offset just past it.
 /// The value of envelope field `name` at `at` ([`next_value`]), read as
 /// [`split_with`] reads it: slim for the declared tools ([`super::slim`]).
 fn next_field(name: &str, body: &[u8], at: usize) -> Result<(Value, usize), DialectError> {
@@ -320,6 +353,8 @@ fn next_field(name: &str, body: &[u8], at: usize) -> Result<(Value, usize), Dial
     Ok((value, next))
 }
 
+/// One JSON value of type `T` starting at `at` (after optional whitespace),
+/// and the offset just past it.
 fn next_value<'a, T: serde::Deserialize<'a>>(body: &'a [u8], at: usize) -> Result<(T, usize), DialectError> {
     let rest = body.get(at..).unwrap_or_default();
     let mut values = serde_json::Deserializer::from_slice(rest).into_iter::<T>();

@@ -247,11 +247,24 @@ impl StreamState {
     /// The block the client has open and the next free index, when the
     /// generation is cut at the last payload (whose bytes are dropped).
     pub fn before_last(&self) -> (Option<&(u32, String)>, u32) {
-        if self.opened_by_last {
-            (None, self.blocks.saturating_sub(1))
-        } else {
-            (self.open_block.as_ref(), self.blocks)
-        }
+        block_before_last(self.open_block.as_ref(), self.blocks, self.opened_by_last)
+    }
+}
+
+/// [`StreamState::before_last`] of a stream whose block `open` is open,
+/// `blocks` started, and whose last payload opened `open` or not: no block
+/// and one index less when it did (its bytes dropped, the block never
+/// opened), else `open` and `blocks`. Bedrock's Converse streams count
+/// their blocks the same way.
+pub(crate) fn block_before_last(
+    open: Option<&(u32, String)>,
+    blocks: u32,
+    opened_by_last: bool,
+) -> (Option<&(u32, String)>, u32) {
+    if opened_by_last {
+        (None, blocks.saturating_sub(1))
+    } else {
+        (open, blocks)
     }
 }
 

@@ -103,13 +103,7 @@ pub const EVENT_STREAM: &str = "application/vnd.amazon.eventstream";
 #[expect(clippy::unwrap_used, reason = "test")]
 mod tests {
     use super::*;
-    use crate::eventstream::Decoder;
-
-    fn decode(body: &[u8]) -> Vec<Message> {
-        let mut out = Vec::new();
-        Decoder::default().push(body, &mut out).unwrap();
-        out
-    }
+    use crate::eventstream::decode;
 
     /// A chunk round-trips to the Anthropic event it carries; an exception
     /// reads as an Anthropic `error` event.

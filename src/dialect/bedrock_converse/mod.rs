@@ -131,14 +131,8 @@ pub fn keepalive() -> Vec<u8> {
 #[expect(clippy::unwrap_used, reason = "test")]
 mod tests {
     use super::*;
-    use crate::eventstream::Decoder;
+    use crate::eventstream::decode;
     use serde_json::json;
-
-    fn decode(body: &[u8]) -> Vec<Message> {
-        let mut out = Vec::new();
-        Decoder::default().push(body, &mut out).unwrap();
-        out
-    }
 
     /// An event reads back as `{"<event-type>": payload}`, its headers as
     /// Bedrock sends them; an exception as `{"<exception-type>": {message}}`.

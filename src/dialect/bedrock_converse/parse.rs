@@ -193,11 +193,11 @@ impl StreamState {
     /// The block the client has open and the next free index when the
     /// generation is cut at the last payload (whose bytes are dropped).
     pub fn before_last(&self) -> (Option<&(u32, String)>, u32) {
-        if self.opened_by_last {
-            (None, self.blocks.saturating_sub(1))
-        } else {
-            (self.open_block.as_ref(), self.blocks)
-        }
+        crate::dialect::anthropic::parse::block_before_last(
+            self.open_block.as_ref(),
+            self.blocks,
+            self.opened_by_last,
+        )
     }
 }
 

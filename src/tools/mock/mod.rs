@@ -47,6 +47,7 @@
 //! each event was sent, in µs since the Unix epoch, and whether the body
 //! completed or was dropped by the client), `GET /_mock/stats`.
 
+mod asked;
 mod body;
 pub mod converse;
 pub mod fixture;
@@ -72,8 +73,9 @@ use axum::routing::get;
 use http::{HeaderMap, HeaderValue, StatusCode, header};
 use serde_json::{Value, json};
 
+use asked::Asked;
 use body::{Controls, paced_body};
-use pieces::{Named, named_pieces, scripted_pieces};
+use pieces::{named_pieces, scripted_pieces};
 use script::Script;
 
 /// `loopguard mock-upstream` arguments.
@@ -296,76 +298,22 @@ async fn answer(State(st): State<Arc<MockState>>, request: Request) -> Response 
         return refused;
     }
 
-    let path = parts.uri.path();
-    let query = parts.uri.query().unwrap_or_default();
-    let gemini = path.contains(":generateContent") || path.contains(":streamGenerateContent");
-    let ollama_generate = path.ends_with("/api/generate");
-    let ollama = ollama_generate || path.ends_with("/api/chat");
-    // Claude on Vertex AI: Anthropic's answer; `:streamRawPredict` streams
-    // whatever the body says.
-    let vertex_claude = path.contains("/publishers/anthropic/models/")
-        && (path.ends_with(":rawPredict") || path.ends_with(":streamRawPredict"));
-    // Claude on Bedrock: Anthropic's answer; `invoke-with-response-stream`
-    // streams its events as AWS event-stream `chunk`s.
-    let bedrock = crate::dialect::Dialect::from_path(path) == Some(crate::dialect::Dialect::Bedrock);
-    let bedrock_stream = bedrock && path.ends_with("/invoke-with-response-stream");
-    let named = if path.ends_with("/responses") {
-        Some(Named::Responses)
-    } else if path.ends_with("/messages") || vertex_claude || bedrock {
-        Some(Named::Anthropic)
-    } else {
-        None
-    };
-    let mode = if gemini {
-        if path.ends_with(":generateContent") {
-            Mode::Whole
-        } else if query.split('&').any(|kv| kv == "alt=sse") {
-            Mode::Sse
-        } else {
-            Mode::Array
-        }
-    } else if ollama {
-        // Ollama streams unless told not to.
-        if json_body.get("stream").and_then(Value::as_bool) == Some(false) {
-            Mode::Whole
-        } else {
-            Mode::Lines
-        }
-    } else if bedrock {
-        if bedrock_stream { Mode::Sse } else { Mode::Whole }
-    } else if json_body.get("stream").and_then(Value::as_bool) == Some(true)
-        || path.ends_with(":streamRawPredict")
-    {
-        Mode::Sse
-    } else {
-        Mode::Whole
-    };
-
-    let asked = Asked {
-        path,
-        gemini,
-        ollama,
-        ollama_generate,
-        vertex_claude,
-        bedrock,
-        named,
-        mode,
-    };
+    let asked = Asked::read(&parts.uri, &json_body);
     let pieces = match header_str(&parts.headers, "x-mock-fixture") {
-        Some(name) => recorded(&st, name, mode, path),
+        Some(name) => recorded(&st, name, asked.mode, asked.path),
         None => scripted(&st, &parts.headers, &asked, &json_body, &controls),
     };
     let pieces = match pieces {
         Ok(pieces) => pieces,
         Err(refused) => return *refused,
     };
-    let converse_stream = converse::streams(path);
+    let converse_stream = converse::streams(asked.path);
     framed(
         &st,
         &parts.headers,
         pieces,
-        mode,
-        (bedrock_stream, converse_stream),
+        asked.mode,
+        (asked.bedrock_stream, converse_stream),
         controls,
     )
 }
@@ -423,18 +371,6 @@ async fn delay_or_fail(st: &MockState, controls: &Controls) -> Option<Response> 
     None
 }
 
-/// What a request's path (and body) ask the mock for.
-struct Asked<'a> {
-    path: &'a str,
-    gemini: bool,
-    ollama: bool,
-    ollama_generate: bool,
-    vertex_claude: bool,
-    bedrock: bool,
-    named: Option<Named>,
-    mode: Mode,
-}
-
 /// The pieces of recorded fixture `name` (a JSON array's elements for a
 /// Gemini array stream, NDJSON lines, or SSE events); a fixture that cannot
 /// be read is answered with HTTP 404.
@@ -459,16 +395,6 @@ fn scripted(
     json_body: &Value,
     controls: &Controls,
 ) -> Result<Vec<Vec<u8>>, Box<Response>> {
-    let Asked {
-        path,
-        gemini,
-        ollama,
-        ollama_generate,
-        vertex_claude,
-        bedrock,
-        named,
-        mode,
-    } = *asked;
     let script = match header_str(headers, "x-mock-script") {
         Some(text) => match serde_json::from_str::<Script>(text) {
             Ok(s) => s,
@@ -480,24 +406,7 @@ fn scripted(
         },
         None => st.script.clone(),
     };
-    let model = json_body
-        .get("model")
-        .and_then(Value::as_str)
-        .map(str::to_owned)
-        .or_else(|| {
-            (gemini || vertex_claude)
-                .then(|| path.rsplit('/').next().and_then(|last| last.split(':').next()))
-                .flatten()
-                .map(str::to_owned)
-        })
-        .or_else(|| {
-            // Bedrock: `/model/{modelId}/invoke…`.
-            bedrock
-                .then(|| path.rsplit('/').nth(1))
-                .flatten()
-                .map(str::to_owned)
-        })
-        .unwrap_or_else(|| "mock-model".to_owned());
+    let model = asked.model(json_body);
     if header_str(headers, "x-mock-signatures") == Some("strict") {
         let signer = header_str(headers, "x-mock-signer");
         if let Some(why) = signatures::rejection(json_body, &model, signer) {
@@ -515,17 +424,18 @@ fn scripted(
     let script = script.models.get(&model).cloned().unwrap_or(script);
     let turn = script.answer(json_body);
     let seq = st.seq.fetch_add(1, Ordering::SeqCst);
-    Ok(match named {
-        _ if ollama && mode == Mode::Lines => ollama::stream(&turn, &model, ollama_generate),
-        _ if ollama => vec![ollama::whole(&turn, &model, ollama_generate)],
-        _ if converse::is_converse(path) => converse::scripted(&turn, seq, path),
+    let mode = asked.mode;
+    Ok(match asked.named {
+        _ if asked.ollama && mode == Mode::Lines => ollama::stream(&turn, &model, asked.ollama_generate),
+        _ if asked.ollama => vec![ollama::whole(&turn, &model, asked.ollama_generate)],
+        _ if converse::is_converse(asked.path) => converse::scripted(&turn, seq, asked.path),
         Some(named) => named_pieces(named, &turn, &model, seq, mode),
         None => scripted_pieces(
             &turn,
             &model,
             seq,
             mode,
-            gemini,
+            asked.gemini,
             json_body,
             controls.no_terminator,
         ),
