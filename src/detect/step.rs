@@ -324,25 +324,23 @@ impl Extracted {
 pub(crate) fn extract(
     transcript: &Transcript,
     s: &Settings,
-    known: &Known,
+    mut known: Known,
     mut align: impl FnMut(&Keys) -> usize,
 ) -> Extracted {
     let patterns = user_patterns(s);
-    let nothing = Known::default();
-    let known = if known.reusable(transcript, patterns) {
-        known
-    } else {
-        &nothing
-    };
+    if !known.reusable(transcript, patterns) {
+        known.clear();
+    }
     extract_from(transcript, s, known, patterns, &mut align)
 }
 
 /// [`extract`] with the items of `known` taken as read (all of them drafted
-/// again when the alignment point falls among them).
+/// again when the alignment point falls among them). The request's items
+/// are appended to `known`'s vectors: the known part is not copied.
 fn extract_from(
     transcript: &Transcript,
     s: &Settings,
-    known: &Known,
+    known: Known,
     patterns: u64,
     align: &mut impl FnMut(&Keys) -> usize,
 ) -> Extracted {
@@ -350,17 +348,32 @@ fn extract_from(
     let (drafts, next) = drafts(transcript, s, from, patterns);
     let first_fresh = known.keys.len();
     let next = (next.0, first_fresh + next.1);
-    let keys = joined(&known.keys, &drafts, Draft::key);
-    let shapes = joined(&known.shapes, &drafts, Draft::shape);
-    let idents = joined(&known.idents, &drafts, Draft::ident);
-    let kinds = joined(&known.kinds, &drafts, Draft::kind);
+    let Known {
+        mut keys,
+        mut idents,
+        mut shapes,
+        mut kinds,
+        ..
+    } = known;
+    keys.extend(drafts.iter().map(Draft::key));
+    shapes.extend(drafts.iter().map(Draft::shape));
+    idents.extend(drafts.iter().map(Draft::ident));
+    kinds.extend(drafts.iter().map(Draft::kind));
     let start = align(&Keys {
         keys: &keys,
         idents: &idents,
         shapes: &shapes,
     });
     if start < first_fresh {
-        return extract_from(transcript, s, &Known::default(), patterns, align);
+        let mut nothing = Known {
+            keys,
+            idents,
+            shapes,
+            kinds,
+            ..Known::default()
+        };
+        nothing.clear();
+        return extract_from(transcript, s, nothing, patterns, align);
     }
     let earlier = &transcript.messages[..from];
     let previous: Vec<Option<&ToolResult>> = (start - first_fresh..drafts.len())
@@ -401,14 +414,6 @@ fn extract_from(
         lineage: transcript.lineage,
         patterns,
     }
-}
-
-/// `known` followed by what `f` reads of each draft.
-fn joined<'t, T: Copy>(known: &[T], drafts: &[Draft<'t>], f: impl Fn(&Draft<'t>) -> T) -> Vec<T> {
-    let mut all = Vec::with_capacity(known.len() + drafts.len());
-    all.extend_from_slice(known);
-    all.extend(drafts.iter().map(f));
-    all
 }
 
 /// The previous result of the call of draft `j`, for a JSON result

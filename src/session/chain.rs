@@ -204,19 +204,23 @@ impl ChainStore {
         };
         let start = xxh3_128_with_seed(&[scope, dialect.name().as_bytes()].concat(), self.seed);
         let groups = self.byte_groups(start, body);
-        let (split, hashes, mut chain) = match self.resume(dialect, &groups, body) {
-            Some(resumed) => resumed,
+        // `hashes` are those of the items from `base` on.
+        let (split, hashes, base, mut chain) = match self.resume(dialect, &groups, body) {
+            Some((split, hashes, chain)) => {
+                let base = chain.items.len();
+                (split, hashes, base, chain)
+            }
             None => {
                 let Some(Ok(split)) = dialect.split_request(body) else {
                     return full();
                 };
                 let hashes = chain_hashes(self.seed, start, &split.items);
                 let chain = self.take_longest(&hashes).unwrap_or_default();
-                (split, hashes, chain)
+                (split, hashes, 0, chain)
             }
         };
         let from = chain.items.len();
-        match Self::grow_full(&split, &hashes, &mut chain, budget) {
+        match Self::grow_full(&split, &hashes[from - base..], &mut chain, budget) {
             Grown::Whole => {
                 tracing::debug!(
                     items = chain.items.len(),
@@ -247,7 +251,7 @@ impl ChainStore {
     /// `budget` first, and adds them to `chain`. The reused items are the
     /// request's too (cloned into it): a body whose whole estimate cannot
     /// fit goes lean at once, without parsing in full what would be thrown
-    /// away.
+    /// away. `hashes` are the chain hashes of the items after `chain`'s.
     fn grow_full(
         split: &SplitRequest<'_>,
         hashes: &[u128],
@@ -276,7 +280,8 @@ impl ChainStore {
                 return Grown::Unparsed;
             };
             let mut weight = chain.weight();
-            for ((raw, hash), item) in split.items[at..end].iter().zip(&hashes[at..end]).zip(&new) {
+            let own = &hashes[at - from..end - from];
+            for ((raw, hash), item) in split.items[at..end].iter().zip(own).zip(&new) {
                 weight += raw.get().len().max(parsed_size(item)) + ITEM_OVERHEAD;
                 chain.hashes.push(*hash);
                 chain.weights.push(weight);

@@ -59,10 +59,9 @@ impl SessionState {
     ) -> Absorbed {
         self.declared.clone_from(&transcript.tools);
         let mut identity = None;
-        let nothing = Known::default();
         let known = match carries {
-            Carries::Whole => &self.known,
-            Carries::New => &nothing,
+            Carries::Whole => std::mem::take(&mut self.known),
+            Carries::New => Known::default(),
         };
         let extracted = extract(transcript, settings, known, |keys| {
             identity = Some(request_identity(keys.keys));

@@ -47,6 +47,16 @@ impl Known {
     /// Most items kept (2 MiB a lane at most).
     pub(super) const MAX_ITEMS: usize = 1 << 16;
 
+    /// Nothing known, the room of the vectors kept.
+    pub(super) fn clear(&mut self) {
+        self.lineage = Lineage::NONE;
+        self.messages = 0;
+        self.keys.clear();
+        self.idents.clear();
+        self.shapes.clear();
+        self.kinds.clear();
+    }
+
     /// Whether `transcript`, read under `patterns`, begins with the
     /// messages these items were read from.
     pub(super) fn reusable(&self, transcript: &Transcript, patterns: u64) -> bool {

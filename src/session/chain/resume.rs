@@ -62,7 +62,8 @@ impl ChainStore {
     }
 
     /// A kept chain whose last body's bytes this one starts with, taken out
-    /// of the store, and this body split after them; `None` when there is
+    /// of the store, this body split after them, and the chain hashes of
+    /// the items after the chain's (the chain's own are not copied); `None` when there is
     /// none (or the body does not go on as a history would), and the request
     /// is split in full.
     pub(super) fn resume<'a>(
@@ -111,9 +112,7 @@ impl ChainStore {
         }
         self.resumed.fetch_add(1, Ordering::Relaxed);
         metrics::counter!("loopguard_parse_resumed_total").increment(1);
-        let mut hashes = Vec::with_capacity(split.items.len());
-        hashes.extend_from_slice(&chain.hashes);
-        hashes.extend(chain_hashes(self.seed, last, &split.items[chain.hashes.len()..]));
+        let hashes = chain_hashes(self.seed, last, &split.items[chain.hashes.len()..]);
         Some((split, hashes, chain))
     }
 }
