@@ -59,7 +59,7 @@ pub struct Transcript {
 /// (turns are appended, or a part joined to the last turn), so two
 /// transcripts with the same stamp agree on every turn but the last of the
 /// shorter one. Detection reads the items of those turns once
-/// ([`crate::detect::step`]). `Lineage::NONE` (the default) stamps turns
+/// (`detect::step`). `Lineage::NONE` (the default) stamps turns
 /// of no kept chain. Never part of a comparison.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Lineage(u64);
