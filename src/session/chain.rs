@@ -445,10 +445,10 @@ impl ChainStore {
     /// Drops what the store still holds of `chain` when it was taken out of
     /// it and will not be put back (a history grown past what is kept).
     fn forget(&self, chain: &Chain) {
-        if let Some(id) = chain.id {
+        if let Some(out) = chain.out {
             let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
-            if inner.chains.get(&id).is_some_and(|slot| slot.out) {
-                inner.remove(id);
+            if inner.chains.get(&out.id).is_some_and(|slot| slot.out) {
+                inner.remove(out.id);
             }
         }
     }
@@ -479,12 +479,17 @@ impl ChainStore {
             }
             inner.remove(id);
         }
-        let chain = match chain.id {
-            Some(id) => inner.restore(id, chain).inspect(|_| {
-                // Its slot went while it was out (idle): kept as new, as it
-                // was kept before.
-                inner.remove(id);
-            }),
+        let chain = match chain.out {
+            Some(out) => {
+                if !inner.restore(out, chain) {
+                    // Its slot went while it was out (idle past the TTL, or
+                    // pushed out by the others): the chain carries only the
+                    // hashes its request added, so it is not kept, and the
+                    // conversation's next request is parsed in full.
+                    inner.remove(out.id);
+                }
+                None
+            }
             None if !inner.admits(&chain, self.budget, self.max_chains) => {
                 metrics::counter!("loopguard_parse_cache_rejected_total").increment(1);
                 return;

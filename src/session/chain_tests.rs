@@ -453,7 +453,7 @@ fn a_chain_keeps_its_slot_from_turn_to_turn() {
     }
     // Out with a request: still indexed, not kept.
     let taken = s.take_longest(&hashes_of(&s, &openai(&history))).unwrap();
-    assert_eq!(taken.id, Some(first[0]));
+    assert_eq!(taken.out.map(|out| out.id), Some(first[0]));
     assert_eq!((s.usage().0, s.slots()), (0, 1));
     s.assert_indexed();
     s.put_back(taken);
@@ -490,9 +490,11 @@ fn a_request_racing_its_conversations_chain_parses_in_full() {
 }
 
 /// A chain whose slot went while a request had it out (idle past the
-/// sessions' idle TTL) is kept as new when that request puts it back.
+/// sessions' idle TTL) is not kept when that request puts it back (its
+/// slot held the hashes it was taken with); the conversation's next
+/// request is parsed in full and kept again.
 #[test]
-fn a_chain_whose_slot_went_while_out_is_kept_as_new() {
+fn a_chain_whose_slot_went_while_out_is_parsed_again() {
     let s = ChainStore::with_limits(BUDGET_BYTES, 1, Duration::ZERO);
     let a = openai(&[json!({"role": "user", "content": "a"})]);
     check(&s, Dialect::OpenaiChat, &a);
@@ -509,10 +511,42 @@ fn a_chain_whose_slot_went_while_out_is_kept_as_new() {
     s.assert_indexed();
     assert_eq!(
         (s.usage().0, s.slots()),
-        (1, 1),
-        "the idle ones went, the chain put back is kept"
+        (0, 0),
+        "the idle ones went, the chain put back without its slot is not kept"
     );
+    assert_eq!(check(&s, Dialect::OpenaiChat, &a), 0, "parsed in full");
+    assert_eq!(s.usage().0, 1, "and kept again");
     assert_eq!(check(&s, Dialect::OpenaiChat, &a), 1);
+}
+
+/// A long chain taken out leaves its hashes in its slot: the chain carries
+/// none of them, only those its request adds, and putting it back makes
+/// them one list again, indexed once.
+#[test]
+fn a_chain_out_carries_only_the_hashes_its_request_adds() {
+    let s = ChainStore::new(Duration::from_secs(60));
+    let mut history = vec![json!({"role": "user", "content": "go"})];
+    for i in 0..20 {
+        history.push(call(&format!("c{i}"), "ls"));
+        history.push(result(&format!("c{i}"), "out"));
+    }
+    check(&s, Dialect::OpenaiChat, &openai(&history));
+    let all = hashes_of(&s, &openai(&history));
+    let taken = s.take_longest(&all).unwrap();
+    assert!(taken.hashes.is_empty(), "no hash copied out");
+    assert_eq!(
+        taken.out.map(|out| (out.len, out.last)),
+        Some((all.len(), all.last().copied()))
+    );
+    assert_eq!(taken.last_hash(), all.last().copied());
+    s.put_back(taken);
+    s.assert_indexed();
+    history.push(call("c20", "ls"));
+    assert_eq!(check(&s, Dialect::OpenaiChat, &openai(&history)), all.len());
+    let expected = hashes_of(&s, &openai(&history));
+    let inner = s.inner.lock().unwrap();
+    let kept: Vec<&Vec<u128>> = inner.chains.values().map(|slot| &slot.chain.hashes).collect();
+    assert_eq!(kept, vec![&expected], "one list: the slot's and the added ones");
 }
 
 /// An edited earlier message, a truncated history (compaction, a rerun of

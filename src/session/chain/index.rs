@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, HashMap, hash_map};
 use std::time::Instant;
 
 use super::conversation;
-use super::kept::Chain;
+use super::kept::{Chain, Out};
 use crate::session::frequency::Frequency;
 
 /// A hash map keyed by chain hashes (xxh3 outputs, already uniform: a fast
@@ -103,23 +103,30 @@ impl Inner {
     }
 
     /// Takes kept chain `id` out for a request that repeats or extends it:
-    /// its hashes stay indexed (a copy stays in its slot) and it becomes the
-    /// most recently used. `None` when it is out already (another request
-    /// of the same conversation, at the same time: that one is parsed
-    /// without the chain, even when another kept chain shares a shorter
-    /// prefix with it, since the index finds the longer one out). A chain
-    /// never put back (its request panicked) leaves its hashes until its
-    /// slot goes idle.
+    /// its hashes stay in its slot, indexed (the chain carries only those
+    /// its request adds, see [`Chain::out`]), and it becomes the most
+    /// recently used. `None` when it is out already (another request of the
+    /// same conversation, at the same time: that one is parsed without the
+    /// chain, even when another kept chain shares a shorter prefix with it,
+    /// since the index finds the longer one out). A chain never put back
+    /// (its request panicked) leaves its hashes until its slot goes idle.
     pub(super) fn take(&mut self, id: u64) -> Option<Chain> {
         let tick = self.next();
         let slot = self.chains.get_mut(&id).filter(|slot| !slot.out)?;
         let hollow = Chain {
-            hashes: slot.chain.hashes.clone(),
             // Out since now: idle only past the idle TTL from here.
             last_used: Some(Instant::now()),
             ..Chain::default()
         };
         let mut chain = std::mem::replace(&mut slot.chain, hollow);
+        slot.chain.hashes = std::mem::take(&mut chain.hashes);
+        let kept = &slot.chain.hashes;
+        chain.out = Some(Out {
+            id,
+            len: kept.len(),
+            last: kept.last().copied(),
+            conversation: conversation(kept),
+        });
         slot.out = true;
         self.order.remove(&slot.tick);
         slot.tick = tick;
@@ -129,26 +136,32 @@ impl Inner {
         if let Some(prefix) = chain.bytes.take() {
             self.unindex_bytes(prefix.group, id);
         }
-        // Its prefix is this request's to record again, once parsed.
-        chain.id = Some(id);
         Some(chain)
     }
 
-    /// Puts `chain` back into the slot it was taken from, when that slot is
-    /// still there and the chain extends the hashes it kept: only the added
-    /// hashes are indexed. Otherwise gives the chain back.
-    pub(super) fn restore(&mut self, id: u64, chain: Chain) -> Option<Chain> {
+    /// Puts `chain` back into the slot it was taken from: its slot's hashes
+    /// and the ones its request added become its hashes again, and only the
+    /// added ones are indexed. `false` when that slot went while the chain
+    /// was out (see [`super::ChainStore::put_back`]): the chain, which
+    /// carries only the added hashes, cannot be kept.
+    pub(super) fn restore(&mut self, out: Out, mut chain: Chain) -> bool {
         let tick = self.next();
         let Some(slot) = self
             .chains
-            .get_mut(&id)
-            .filter(|slot| slot.out && chain.hashes.starts_with(&slot.chain.hashes))
+            .get_mut(&out.id)
+            .filter(|slot| slot.out && slot.chain.hashes.len() == out.len)
         else {
-            return Some(chain);
+            return false;
         };
-        let kept = slot.chain.hashes.len();
+        let id = out.id;
         let old_end = slot.chain.hashes.last().copied();
-        slot.chain = Chain { id: None, ..chain };
+        let mut hashes = std::mem::take(&mut slot.chain.hashes);
+        hashes.append(&mut chain.hashes);
+        slot.chain = Chain {
+            out: None,
+            hashes,
+            ..chain
+        };
         slot.out = false;
         self.out -= 1;
         self.order.remove(&slot.tick);
@@ -165,13 +178,13 @@ impl Inner {
         if let Some(end) = chain.hashes.last() {
             self.ends.insert(*end, id);
         }
-        for hash in &chain.hashes[kept..] {
+        for hash in &chain.hashes[out.len..] {
             Self::index(&mut self.prefixes, *hash, id);
         }
         if let Some(prefix) = &chain.bytes {
             self.by_bytes.entry(prefix.group).or_default().push(id);
         }
-        None
+        true
     }
 
     /// Whether `chain`, new to the store, may push out the least recently
@@ -213,7 +226,7 @@ impl Inner {
     /// Keeps `chain`, new to the store, as the most recently used.
     pub(super) fn push(&mut self, mut chain: Chain) {
         let id = self.next();
-        chain.id = None;
+        chain.out = None;
         if let Some(end) = chain.hashes.last() {
             self.ends.insert(*end, id);
         }

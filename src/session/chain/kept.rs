@@ -13,7 +13,10 @@ use crate::transcript::{Lineage, Message};
 /// assemble into.
 #[derive(Debug, Default)]
 pub(super) struct Chain {
-    /// `hashes[i]` covers the scope and items `0..=i`.
+    /// `hashes[i]` covers the scope and items `0..=i`. While the chain is
+    /// out with a request ([`Chain::out`]) its slot keeps the first
+    /// [`Out::len`] of them (still indexed) and the chain only those its
+    /// request adds: taking a long history out copies none of its hashes.
     pub(super) hashes: Vec<u128>,
     /// `weights[i]`: the weight of items `0..=i` (see [`super::ITEM_OVERHEAD`]).
     pub(super) weights: Vec<usize>,
@@ -36,8 +39,9 @@ pub(super) struct Chain {
     pub(super) turns_bytes: usize,
     pub(super) last_used: Option<Instant>,
     /// The slot it was taken from by the request now extending it
-    /// ([`super::index::Inner::take`]): put back there, without the admission test.
-    pub(super) id: Option<u64>,
+    /// ([`super::index::Inner::take`]): put back there, without the
+    /// admission test.
+    pub(super) out: Option<Out>,
     /// Where the body of the request that left it here ended its history,
     /// for the next request that repeats those bytes ([`super::ChainStore::resume`]).
     pub(super) bytes: Option<BytePrefix>,
@@ -45,6 +49,20 @@ pub(super) struct Chain {
     /// the next resumed body whose bytes after its history are the same
     /// takes them unread.
     pub(super) after: Option<Arc<crate::dialect::split::AfterHistory>>,
+}
+
+/// What a chain out with a request knows of the hashes its slot kept
+/// ([`Chain::hashes`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Out {
+    /// The slot's id.
+    pub(super) id: u64,
+    /// How many hashes the slot kept (as many as the chain's items then).
+    pub(super) len: usize,
+    /// The last of them: the next item's hash is chained from it.
+    pub(super) last: Option<u128>,
+    /// The conversation they are of ([`super::conversation`]).
+    pub(super) conversation: Option<u128>,
 }
 
 /// The bytes of a kept chain's last body up to its last history item, by
@@ -66,6 +84,20 @@ pub(super) struct BytePrefix {
 }
 
 impl Chain {
+    /// The hash of the chain's last item: the next one's is chained from it.
+    pub(super) fn last_hash(&self) -> Option<u128> {
+        self.hashes.last().copied().or(self.out.and_then(|out| out.last))
+    }
+
+    /// The conversation the chain is of ([`super::conversation`]).
+    pub(super) fn conversation(&self) -> Option<u128> {
+        match self.out {
+            Some(out) if out.len > 1 => out.conversation,
+            Some(out) if out.len == 1 => self.hashes.first().copied().or(out.last),
+            _ => super::conversation(&self.hashes),
+        }
+    }
+
     /// What a request given these items holds (see [`super::ITEM_OVERHEAD`]).
     pub(super) fn weight(&self) -> usize {
         self.weights.last().copied().unwrap_or(0)

@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 use xxhash_rust::xxh3::{Xxh3, xxh3_128_with_seed};
 
 use super::kept::{BytePrefix, Chain};
-use super::{ChainStore, chain_hashes, conversation};
+use super::{ChainStore, chain_hashes};
 use crate::dialect::Dialect;
 use crate::dialect::split::SplitRequest;
 
@@ -98,21 +98,21 @@ impl ChainStore {
         let resumed = dialect
             .resume_request(body, from)
             .ok()
-            .filter(|split| split.items.len() >= chain.hashes.len());
-        let (Some(split), Some(last)) = (resumed, chain.hashes.last().copied()) else {
+            .filter(|split| split.items.len() >= chain.items.len());
+        let (Some(split), Some(last)) = (resumed, chain.last_hash()) else {
             // Not a continuation: the chain goes back as it was, and the
             // request is split in full (and seen there).
             chain.bytes = Some(prefix);
             self.put_back(chain);
             return None;
         };
-        if let Some(conversation) = conversation(&chain.hashes) {
+        if let Some(conversation) = chain.conversation() {
             let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
             inner.frequency.note(conversation);
         }
         self.resumed.fetch_add(1, Ordering::Relaxed);
         metrics::counter!("loopguard_parse_resumed_total").increment(1);
-        let hashes = chain_hashes(self.seed, last, &split.items[chain.hashes.len()..]);
+        let hashes = chain_hashes(self.seed, last, &split.items[chain.items.len()..]);
         Some((split, hashes, chain))
     }
 }
