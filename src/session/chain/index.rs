@@ -125,7 +125,6 @@ impl Inner {
             id,
             len: kept.len(),
             last: kept.last().copied(),
-            conversation: conversation(kept),
         });
         slot.out = true;
         self.order.remove(&slot.tick);
@@ -185,6 +184,12 @@ impl Inner {
             self.by_bytes.entry(prefix.group).or_default().push(id);
         }
         true
+    }
+
+    /// The conversation of chain `id` ([`conversation`]), from the hashes
+    /// its slot keeps (whether it is kept or out).
+    pub(super) fn conversation_of(&self, id: u64) -> Option<u128> {
+        conversation(&self.chains.get(&id)?.chain.hashes)
     }
 
     /// Whether `chain`, new to the store, may push out the least recently

@@ -61,8 +61,6 @@ pub(super) struct Out {
     pub(super) len: usize,
     /// The last of them: the next item's hash is chained from it.
     pub(super) last: Option<u128>,
-    /// The conversation they are of ([`super::conversation`]).
-    pub(super) conversation: Option<u128>,
 }
 
 /// The bytes of a kept chain's last body up to its last history item, by
@@ -87,15 +85,6 @@ impl Chain {
     /// The hash of the chain's last item: the next one's is chained from it.
     pub(super) fn last_hash(&self) -> Option<u128> {
         self.hashes.last().copied().or(self.out.and_then(|out| out.last))
-    }
-
-    /// The conversation the chain is of ([`super::conversation`]).
-    pub(super) fn conversation(&self) -> Option<u128> {
-        match self.out {
-            Some(out) if out.len > 1 => out.conversation,
-            Some(out) if out.len == 1 => self.hashes.first().copied().or(out.last),
-            _ => super::conversation(&self.hashes),
-        }
     }
 
     /// What a request given these items holds (see [`super::ITEM_OVERHEAD`]).

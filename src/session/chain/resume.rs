@@ -89,6 +89,7 @@ impl ChainStore {
                     .then_some((id, prefix))
             })?;
         let mut chain = inner.take(id)?;
+        let conversation = inner.conversation_of(id);
         drop(inner);
         let from = crate::dialect::split::Resume {
             at: prefix.len,
@@ -106,7 +107,7 @@ impl ChainStore {
             self.put_back(chain);
             return None;
         };
-        if let Some(conversation) = chain.conversation() {
+        if let Some(conversation) = conversation {
             let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
             inner.frequency.note(conversation);
         }
